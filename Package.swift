@@ -1,0 +1,74 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+// One module per layer (see README "Architecture"): the FUSE binding knows nothing of documents,
+// the engine knows nothing of FUSE, DocumentFS joins them, and the executable is thin.
+let package = Package(
+    name: "DocFS",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "DocumentEngine", targets: ["DocumentEngine"]),
+        .library(name: "FUSE", targets: ["FUSE"]),
+        .library(name: "DocumentFS", targets: ["DocumentFS"]),
+        .executable(name: "docfs", targets: ["docfs"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        // libfuse 3.14's low-level API, imported through a shim header (FUSE_USE_VERSION 312).
+        .systemLibrary(
+            name: "CFuse3",
+            pkgConfig: "fuse3",
+            providers: [.apt(["libfuse3-dev"])]
+        ),
+        .target(
+            name: "FUSE",
+            dependencies: [
+                "CFuse3",
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "DocumentEngine",
+            dependencies: [
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "DocumentFS",
+            dependencies: [
+                "DocumentEngine",
+                "FUSE",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "docfs",
+            dependencies: [
+                "DocumentFS",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "DocumentEngineTests",
+            dependencies: [
+                "DocumentEngine",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .testTarget(
+            name: "FUSETests",
+            dependencies: [
+                "FUSE",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

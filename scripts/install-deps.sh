@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages DocFS needs, only those that are missing.
+# Usage: scripts/install-deps.sh [extra-package ...]
+set -euo pipefail
+
+packages=(libfuse3-dev fuse3 pkg-config attr "$@")
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "installing: ${missing[*]}" >&2
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    # Try the local package lists first; refresh them only when they are missing or stale.
+    if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2; then
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+    fi
+fi
+
+if [ ! -c /dev/fuse ]; then
+    echo "error: /dev/fuse is missing; load the fuse kernel module (modprobe fuse)" >&2
+    exit 1
+fi
