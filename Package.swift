@@ -32,9 +32,12 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Linux calls Swift's Glibc module does not export (xattrs, renameat2).
+        .target(name: "CLinuxSupport"),
         .target(
             name: "DocumentEngine",
             dependencies: [
+                "CLinuxSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "Logging", package: "swift-log"),
             ]

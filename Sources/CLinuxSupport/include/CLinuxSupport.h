@@ -1,0 +1,35 @@
+#ifndef DOCFS_CLINUXSUPPORT_H
+#define DOCFS_CLINUXSUPPORT_H
+
+// Linux calls that Swift's Glibc module does not export.
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stddef.h>
+#include <sys/types.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <sys/vfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static inline int docfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+                                  unsigned int flags) {
+    return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+static inline ssize_t docfs_copy_file_range(int fd_in, int fd_out, size_t len) {
+    return copy_file_range(fd_in, NULL, fd_out, NULL, len, 0);
+}
+
+/// The f_type of the file system holding `path`, or -1 with errno set.
+static inline long long docfs_fs_type(const char *path) {
+    struct statfs fs;
+    if (statfs(path, &fs) != 0) return -1;
+    return (long long)(unsigned long)fs.f_type;
+}
+
+/// UTIME_OMIT, which Swift cannot import because it is a macro of an expression.
+static inline long docfs_utime_omit(void) { return UTIME_OMIT; }
+
+#endif
