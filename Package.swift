@@ -62,6 +62,7 @@ let package = Package(
             name: "DocumentEngineTests",
             dependencies: [
                 "DocumentEngine",
+                "CLinuxSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),

@@ -2,9 +2,6 @@
 #define DOCFS_CLINUXSUPPORT_H
 
 // Linux calls that Swift's Glibc module does not export.
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include <stddef.h>
 #include <sys/types.h>
 #include <sys/stat.h>
@@ -17,6 +14,11 @@ static inline int docfs_renameat2(int olddirfd, const char *oldpath, int newdirf
                                   unsigned int flags) {
     return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
 }
+
+// Declared here rather than through _GNU_SOURCE, which would make this module's view of the
+// system headers differ from Swift's Glibc module.
+extern ssize_t copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len,
+                               unsigned int flags);
 
 static inline ssize_t docfs_copy_file_range(int fd_in, int fd_out, size_t len) {
     return copy_file_range(fd_in, NULL, fd_out, NULL, len, 0);

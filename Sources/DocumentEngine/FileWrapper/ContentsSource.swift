@@ -1,9 +1,10 @@
-#if canImport(Glibc)
-    import Glibc
-#endif
 import CLinuxSupport
 import Foundation
 import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Where a regular-file wrapper's bytes come from.
 ///
@@ -56,7 +57,9 @@ public struct DataContentsSource: ContentsSource {
     public var count: Int64 { Int64(bytes.count) }
 
     public func read(offset: Int64, count: Int) throws -> Data {
-        guard offset >= 0, count >= 0 else { throw FileWrapperError.invalidRange(offset: offset, count: count) }
+        guard offset >= 0, count >= 0 else {
+            throw FileWrapperError.invalidRange(offset: offset, count: count)
+        }
         guard offset < Int64(bytes.count) else { return Data() }
         let start = bytes.startIndex + Int(offset)
         let end = start + min(count, bytes.count - Int(offset))
@@ -143,7 +146,9 @@ public struct DiskContentsSource: ContentsSource {
     }
 
     public func read(offset: Int64, count: Int) throws -> Data {
-        guard offset >= 0, count >= 0 else { throw FileWrapperError.invalidRange(offset: offset, count: count) }
+        guard offset >= 0, count >= 0 else {
+            throw FileWrapperError.invalidRange(offset: offset, count: count)
+        }
         let available = max(0, identity.size - offset)
         let wanted = Int(min(Int64(count), available))
         if wanted == 0 { return Data() }
@@ -186,7 +191,10 @@ public struct DiskContentsSource: ContentsSource {
             if n == 0 { break }
             let e = Errno(rawValue: errno)
             if e == .interrupted { continue }
-            if copied == 0 && [.noFunction, .improperLink, .invalidArgument, .notSupported, .badFileDescriptor].contains(e) {
+            if copied == 0
+                && [.noFunction, .improperLink, .invalidArgument, .notSupported, .badFileDescriptor].contains(
+                    e)
+            {
                 return try streamCopy(from: source, to: fd.rawValue)
             }
             throw FileWrapperError.readFailed(path: path, e)
@@ -200,7 +208,9 @@ public struct DiskContentsSource: ContentsSource {
         while true {
             let n: Int
             do {
-                n = try buffer.withUnsafeMutableBytes { raw in try POSIX.pread(source, into: raw, offset: offset) }
+                n = try buffer.withUnsafeMutableBytes { raw in
+                    try POSIX.pread(source, into: raw, offset: offset)
+                }
             } catch { throw FileWrapperError.readFailed(path: path, error as? Errno ?? .ioError) }
             if n == 0 { return offset }
             do {

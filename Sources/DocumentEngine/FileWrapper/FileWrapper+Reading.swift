@@ -1,8 +1,9 @@
+import Foundation
+import SystemPackage
+
 #if canImport(Glibc)
     import Glibc
 #endif
-import Foundation
-import SystemPackage
 
 extension FileWrapper {
     /// Reads the item at `url`: a package folder, a flat file or a symbolic link (never followed,
@@ -14,7 +15,8 @@ extension FileWrapper {
     /// `preferredFilename` become the last path component (FW-9, FW-10).
     public convenience init(url: URL, options: ReadingOptions = []) throws {
         let path = url.path
-        let (storage, attributes) = try Self.readNode(path: path, options: options, mayMap: Self.mayMap(path, options))
+        let (storage, attributes) = try Self.readNode(
+            path: path, options: options, mayMap: Self.mayMap(path, options))
         self.init(storage: storage, attributes: attributes)
         let name = url.lastPathComponent
         state.withLock {
@@ -61,7 +63,9 @@ extension FileWrapper {
                 }
                 s.storage = .directory(disk)
             default:
-                if case .directory(let current) = s.storage { dropped = Array((current.children ?? [:]).values) }
+                if case .directory(let current) = s.storage {
+                    dropped = Array((current.children ?? [:]).values)
+                }
                 if case .regular(let current) = s.storage, case .regular(var disk) = fresh {
                     disk.generation = current.generation &+ 1
                     s.storage = .regular(disk)
@@ -91,7 +95,9 @@ extension FileWrapper {
         if let children = loadedChildrenIfAny() {
             for (key, child) in children {
                 let name = child.filename ?? key
-                if !child.matchesContents(of: url.appendingPathComponent(name, isDirectory: false)) { return false }
+                if !child.matchesContents(of: url.appendingPathComponent(name, isDirectory: false)) {
+                    return false
+                }
             }
         }
         return true
@@ -130,13 +136,16 @@ extension FileWrapper {
     }
 
     /// Reads one node's kind and attributes; its contents stay on disk.
-    static func readNode(path: String, options: ReadingOptions, mayMap: Bool) throws -> (Storage, Attributes) {
+    static func readNode(path: String, options: ReadingOptions, mayMap: Bool) throws -> (Storage, Attributes)
+    {
         let st: stat
         do { st = try POSIX.lstat(path) } catch { throw FileWrapperError.readFailed(path: path, error) }
         return try node(path: path, st: st, options: options, mayMap: mayMap)
     }
 
-    static func node(path: String, st: stat, options: ReadingOptions, mayMap: Bool) throws -> (Storage, Attributes) {
+    static func node(path: String, st: stat, options: ReadingOptions, mayMap: Bool) throws -> (
+        Storage, Attributes
+    ) {
         guard let kind = st.fileKind else { throw FileWrapperError.unsupportedFileType(path: path) }
         var attributes = Attributes(
             permissions: Int(st.st_mode & 0o7777),
@@ -166,7 +175,7 @@ extension FileWrapper {
                 do { result[name] = try POSIX.getXattr(path: path, name) } catch Errno.noData { continue }
             }
             return result
-        } catch let error as Errno {
+        } catch {
             throw FileWrapperError.readFailed(path: path, error)
         }
     }
@@ -200,7 +209,8 @@ extension FileWrapper {
         defer { POSIX.close(fd) }
         var children: [String: FileWrapper] = [:]
         for name in names {
-            guard let child = try makeChild(named: name, in: fd, directoryPath: origin.path, origin: origin) else {
+            guard let child = try makeChild(named: name, in: fd, directoryPath: origin.path, origin: origin)
+            else {
                 continue
             }
             children[Self.uniqueKey(for: name, in: children)] = child
@@ -250,7 +260,9 @@ extension FileWrapper {
                     continue
                 }
             }
-            guard let child = try makeChild(named: name, in: fd, directoryPath: path, origin: origin) else { continue }
+            guard let child = try makeChild(named: name, in: fd, directoryPath: path, origin: origin) else {
+                continue
+            }
             children[Self.uniqueKey(for: name, in: children)] = child
             if options.contains(.immediate) { try child.loadRecursively() }
         }

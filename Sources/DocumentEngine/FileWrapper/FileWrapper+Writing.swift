@@ -1,9 +1,10 @@
-#if canImport(Glibc)
-    import Glibc
-#endif
 import CLinuxSupport
 import Foundation
 import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 extension FileWrapper {
     /// What a write did, for callers that account for I/O (the incremental-save guarantee is
@@ -73,7 +74,9 @@ extension FileWrapper {
         let original = originalContentsURL.map { OriginalItem(path: $0.path, fd: nil) }
 
         if options.contains(.atomic) {
-            try writeAtomically(plan, name: name, parentFD: parentFD, parentPath: parentPath, original: original, writer: &writer)
+            try writeAtomically(
+                plan, name: name, parentFD: parentFD, parentPath: parentPath, original: original,
+                writer: &writer)
         } else {
             try writer.write(plan, in: parentFD, at: url.path, original: original, topLevel: true)
         }
@@ -92,12 +95,14 @@ extension FileWrapper {
         }
         defer { try? POSIX.removeTree(parentFD, scratchName) }
         let scratchFD: Int32
-        do { scratchFD = try POSIX.openat(parentFD, scratchName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) } catch {
+        do { scratchFD = try POSIX.openat(parentFD, scratchName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) } catch
+        {
             throw FileWrapperError.writeFailed(path: scratchPath, error)
         }
         defer { POSIX.close(scratchFD) }
 
-        try writer.write(plan, in: scratchFD, at: scratchPath + "/" + name, original: original, topLevel: false)
+        try writer.write(
+            plan, in: scratchFD, at: scratchPath + "/" + name, original: original, topLevel: false)
         let target = parentPath + "/" + name
         do {
             try POSIX.fsync(scratchFD)
@@ -110,7 +115,9 @@ extension FileWrapper {
     }
 
     /// Puts `scratch/name` at `parent/name`, atomically where the file system allows (LX-1).
-    private static func swapIntoPlace(name: String, from scratchFD: Int32, to parentFD: Int32, scratchPath: String)
+    private static func swapIntoPlace(
+        name: String, from scratchFD: Int32, to parentFD: Int32, scratchPath: String
+    )
         throws -> Replacement
     {
         let exchangeError: Errno
@@ -129,7 +136,9 @@ extension FileWrapper {
             }
             return .renamed
         }
-        guard [.invalidArgument, .noFunction, .notSupported].contains(exchangeError) else { throw exchangeError }
+        guard [.invalidArgument, .noFunction, .notSupported].contains(exchangeError) else {
+            throw exchangeError
+        }
         // No RENAME_EXCHANGE on this file system. rename(2) still replaces a non-directory
         // atomically; a directory can only be moved aside first.
         let newIsDirectory = ((try? POSIX.fstatat(scratchFD, name))?.st_mode ?? 0) & S_IFMT == S_IFDIR
@@ -153,7 +162,8 @@ extension FileWrapper {
     /// Bookkeeping after a successful write: attributes are clean, names updated (W-7), lazy
     /// sources follow the written files, and directories learn their new modification date.
     private func finishWrite(
-        _ plan: WritePlan, finalPath: String, options: WritingOptions, results: [ObjectIdentifier: WrittenNode],
+        _ plan: WritePlan, finalPath: String, options: WritingOptions,
+        results: [ObjectIdentifier: WrittenNode],
         isRoot: Bool
     ) {
         let result = results[ObjectIdentifier(plan)]
@@ -170,14 +180,17 @@ extension FileWrapper {
             if updateNames || isRoot, case .regular(var r) = s.storage, r.loaded == nil,
                 r.source is DiskContentsSource, let identity = result?.identity
             {
-                r.source = DiskContentsSource(path: finalPath, identity: identity, mayMap: (r.source as? DiskContentsSource)?.mayMap ?? false)
+                r.source = DiskContentsSource(
+                    path: finalPath, identity: identity,
+                    mayMap: (r.source as? DiskContentsSource)?.mayMap ?? false)
                 r.generation &+= 1
                 s.storage = .regular(r)
             }
         }
         for child in plan.children {
             child.wrapper.finishWrite(
-                child, finalPath: finalPath + "/" + child.key, options: options, results: results, isRoot: false)
+                child, finalPath: finalPath + "/" + child.key, options: options, results: results,
+                isRoot: false)
         }
     }
 }
@@ -210,7 +223,9 @@ final class WritePlan {
             do { children = try wrapper.children() } catch {
                 throw FileWrapperError.missingContents(path: key, reason: String(describing: error))
             }
-            self.children = try children.sorted(by: { $0.key < $1.key }).map { try WritePlan($0.value, key: $0.key) }
+            self.children = try children.sorted(by: { $0.key < $1.key }).map {
+                try WritePlan($0.value, key: $0.key)
+            }
         case .link:
             do { destination = try wrapper.symbolicLinkDestination() } catch {
                 throw FileWrapperError.missingContents(path: key, reason: String(describing: error))
@@ -253,7 +268,9 @@ struct TreeWriter {
     /// Writes `plan` as `plan.key` in `dirfd`. `original` is the item the node was read from, for
     /// hard-linking its regular-file descendants; at the top level the node itself is never linked
     /// (W-4), and a non-atomic top-level file is overwritten in place (W-1).
-    mutating func write(_ plan: WritePlan, in dirfd: Int32, at path: String, original: OriginalItem?, topLevel: Bool)
+    mutating func write(
+        _ plan: WritePlan, in dirfd: Int32, at path: String, original: OriginalItem?, topLevel: Bool
+    )
         throws
     {
         switch plan.storage {
@@ -270,7 +287,9 @@ struct TreeWriter {
         }
     }
 
-    private mutating func writeDirectory(_ plan: WritePlan, in dirfd: Int32, at path: String, original: OriginalItem?)
+    private mutating func writeDirectory(
+        _ plan: WritePlan, in dirfd: Int32, at path: String, original: OriginalItem?
+    )
         throws
     {
         let fd: Int32
@@ -307,12 +326,15 @@ struct TreeWriter {
         if durable {
             do { try POSIX.fsync(fd) } catch { throw FileWrapperError.writeFailed(path: path, error) }
         }
-        results[ObjectIdentifier(plan)] = WrittenNode(identity: st.map(FileIdentity.init), modificationDate: st?.modificationDate)
+        results[ObjectIdentifier(plan)] = WrittenNode(
+            identity: st.map(FileIdentity.init), modificationDate: st?.modificationDate)
     }
 
     /// Hard-links an unchanged file from the original folder (W-6); false if it is not eligible or
     /// the link fails, so that it is written instead.
-    private mutating func link(_ plan: WritePlan, from originalFD: Int32, filename: String, into fd: Int32, at path: String)
+    private mutating func link(
+        _ plan: WritePlan, from originalFD: Int32, filename: String, into fd: Int32, at path: String
+    )
         throws -> Bool
     {
         guard case .regular(let regular) = plan.storage,
@@ -323,7 +345,9 @@ struct TreeWriter {
             // We know exactly which file the contents are: require that very inode.
             guard disk.identity == FileIdentity(st) else { return false }
         } else {
-            guard FileWrapper.datesMatch(plan.attributes.modificationDate, st.modificationDate) else { return false }
+            guard FileWrapper.datesMatch(plan.attributes.modificationDate, st.modificationDate) else {
+                return false
+            }
         }
         do {
             try POSIX.linkat(originalFD, filename, fd, plan.key)
@@ -333,7 +357,8 @@ struct TreeWriter {
             return false  // EXDEV, EPERM (FUSE), EMLINK…: write the bytes instead (LX-3)
         }
         report.regularFilesLinked += 1
-        results[ObjectIdentifier(plan)] = WrittenNode(identity: FileIdentity(st), modificationDate: st.modificationDate)
+        results[ObjectIdentifier(plan)] = WrittenNode(
+            identity: FileIdentity(st), modificationDate: st.modificationDate)
         return true
     }
 
@@ -368,7 +393,8 @@ struct TreeWriter {
             do { try POSIX.fsync(fd) } catch { throw FileWrapperError.writeFailed(path: path, error) }
         }
         let st = try? POSIX.fstat(fd)
-        results[ObjectIdentifier(plan)] = WrittenNode(identity: st.map(FileIdentity.init), modificationDate: st?.modificationDate)
+        results[ObjectIdentifier(plan)] = WrittenNode(
+            identity: st.map(FileIdentity.init), modificationDate: st?.modificationDate)
     }
 
     /// W-3: owner where permitted, extended attributes, permissions less the umask, and the
@@ -385,7 +411,8 @@ struct TreeWriter {
         }
         for (name, value) in attributes.extendedAttributes.sorted(by: { $0.key < $1.key }) {
             do { try POSIX.setXattr(fd, name, value) } catch .notSupported {
-                FileWrapper.logger.warning("\(path): the file system does not support extended attributes; \(name) not written")
+                FileWrapper.logger.warning(
+                    "\(path): the file system does not support extended attributes; \(name) not written")
             } catch {
                 throw FileWrapperError.writeFailed(path: path, error)
             }

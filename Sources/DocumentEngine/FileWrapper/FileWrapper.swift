@@ -1,9 +1,10 @@
-#if canImport(Glibc)
-    import Glibc
-#endif
 import Foundation
 import Logging
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A node of a file-system tree — a regular file, a directory or a symbolic link — with Apple's
 /// `NSFileWrapper` semantics, for Linux.
@@ -131,7 +132,9 @@ public final class FileWrapper: @unchecked Sendable {
     /// its modification date (FW-3). Its preferred name is nil until set.
     public convenience init(regularFileWithContents contents: Data) {
         self.init(regularFileWithContentsSource: DataContentsSource(contents))
-        state.withLock { $0.storage = .regular(Regular(source: DataContentsSource(contents), loaded: contents)) }
+        state.withLock {
+            $0.storage = .regular(Regular(source: DataContentsSource(contents), loaded: contents))
+        }
     }
 
     /// A regular-file wrapper whose contents come from `source`, read by range on demand.
@@ -193,7 +196,8 @@ public final class FileWrapper: @unchecked Sendable {
         get { state.withLock { $0.preferredFilename } }
         set {
             guard let newValue, !newValue.isEmpty else {
-                preconditionFailure("FileWrapper.preferredFilename cannot be set to nil or an empty string (FW-11)")
+                preconditionFailure(
+                    "FileWrapper.preferredFilename cannot be set to nil or an empty string (FW-11)")
             }
             let parents = state.withLock { s -> [FileWrapper] in
                 s.preferredFilename = newValue
@@ -235,7 +239,9 @@ public final class FileWrapper: @unchecked Sendable {
             if let owner = attributes.ownerID { result[.ownerAccountID] = owner }
             if let group = attributes.groupID { result[.groupOwnerAccountID] = group }
             if let size { result[.size] = Int(size) }
-            if !attributes.extendedAttributes.isEmpty { result[.extendedAttributes] = attributes.extendedAttributes }
+            if !attributes.extendedAttributes.isEmpty {
+                result[.extendedAttributes] = attributes.extendedAttributes
+            }
             return result
         }
         set {
@@ -343,7 +349,8 @@ public final class FileWrapper: @unchecked Sendable {
     private func regularState() throws -> (any ContentsSource, Data?, UInt64) {
         try state.withLock { s throws(FileWrapperError) -> (any ContentsSource, Data?, UInt64) in
             guard case .regular(let r) = s.storage else {
-                throw FileWrapperError.notARegularFile(path: s.filename ?? s.preferredFilename ?? "(unnamed wrapper)")
+                throw FileWrapperError.notARegularFile(
+                    path: s.filename ?? s.preferredFilename ?? "(unnamed wrapper)")
             }
             return (r.source, r.loaded, r.generation)
         }
@@ -376,14 +383,17 @@ public final class FileWrapper: @unchecked Sendable {
 
     /// The destination path of a symbolic-link wrapper, exactly as stored on disk.
     public func symbolicLinkDestination() throws -> String {
-        let (destination, origin) = try state.withLock { s throws(FileWrapperError) -> (String?, DiskOrigin?) in
+        let (destination, origin) = try state.withLock {
+            s throws(FileWrapperError) -> (String?, DiskOrigin?) in
             guard case .link(let l) = s.storage else {
                 throw FileWrapperError.unsupportedFileType(path: s.filename ?? "(unnamed wrapper)")
             }
             return (l.destination, l.origin)
         }
         if let destination { return destination }
-        guard let origin else { throw noteLoadFailure(FileWrapperError.missingContents(path: "(link)", reason: "no destination")) }
+        guard let origin else {
+            throw noteLoadFailure(FileWrapperError.missingContents(path: "(link)", reason: "no destination"))
+        }
         let target: String
         do { target = try POSIX.readlinkat(AT_FDCWD, origin.path) } catch {
             throw noteLoadFailure(FileWrapperError.readFailed(path: origin.path, error))

@@ -39,14 +39,17 @@ public enum FileWrapperError: Error, Sendable, Equatable, CustomStringConvertibl
         case .notARegularFile(let path): return "\(path) is not a regular file"
         case .nameNotUTF8(let directory, let name):
             return "\(directory) contains an entry whose name is not valid UTF-8: \(name)"
-        case .invalidFilename(let name, let reason): return "invalid file name \(name.debugDescription): \(reason)"
+        case .invalidFilename(let name, let reason):
+            return "invalid file name \(name.debugDescription): \(reason)"
         case .invalidRange(let offset, let count): return "invalid range: offset \(offset), count \(count)"
         case .contentsTooLarge(let size): return "contents of \(size) bytes are too large to load at once"
-        case .missingContents(let path, let reason): return "cannot write \(path): its contents could not be read: \(reason)"
+        case .missingContents(let path, let reason):
+            return "cannot write \(path): its contents could not be read: \(reason)"
         case .corruptSerializedRepresentation(let reason, let offset):
             return "corrupt serialized file wrapper at byte \(offset): \(reason)"
         case .unsupportedSerializationVersion(let v):
-            return "serialized file wrapper has format version \(v); this program reads version \(FileWrapper.serializationVersion)"
+            return
+                "serialized file wrapper has format version \(v); this program reads version \(FileWrapper.serializationVersion)"
         }
     }
 

@@ -1,11 +1,12 @@
+import CLinuxSupport
+import Foundation
+import SystemPackage
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Musl)
     import Musl
 #endif
-import CLinuxSupport
-import Foundation
-import SystemPackage
 
 // Thin, typed wrappers over the fd-relative syscalls the engine needs. Package writes go through
 // directory file descriptors with O_NOFOLLOW so that nothing in a wrapper tree (a hostile name, a
@@ -49,7 +50,9 @@ enum POSIX {
         return st
     }
 
-    static func fstatat(_ dirfd: Int32, _ name: String, flags: Int32 = AT_SYMLINK_NOFOLLOW) throws(Errno) -> stat {
+    static func fstatat(_ dirfd: Int32, _ name: String, flags: Int32 = AT_SYMLINK_NOFOLLOW) throws(Errno)
+        -> stat
+    {
         var st = stat()
         _ = try check { Glibc.fstatat(dirfd, name, &st, flags) }
         return st
@@ -63,7 +66,9 @@ enum POSIX {
         _ = try check { Glibc.symlinkat(target, dirfd, name) }
     }
 
-    static func linkat(_ olddirfd: Int32, _ oldname: String, _ newdirfd: Int32, _ newname: String) throws(Errno) {
+    static func linkat(_ olddirfd: Int32, _ oldname: String, _ newdirfd: Int32, _ newname: String)
+        throws(Errno)
+    {
         _ = try check { Glibc.linkat(olddirfd, oldname, newdirfd, newname, 0) }
     }
 
@@ -103,7 +108,9 @@ enum POSIX {
     }
 
     /// Reads up to `count` bytes at `offset`; short only at end of file.
-    static func pread(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, offset: Int64) throws(Errno) -> Int {
+    static func pread(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, offset: Int64) throws(Errno)
+        -> Int
+    {
         var done = 0
         while done < buffer.count {
             let n = try check {
@@ -213,7 +220,10 @@ enum POSIX {
                     defer { Glibc.close(fd) }
                     do throws(Errno) {
                         for entry in try directoryEntries(fd) { try removeTreeRaw(fd, entry) }
-                    } catch { failure = error; return }
+                    } catch {
+                        failure = error
+                        return
+                    }
                     if Glibc.unlinkat(dirfd, base, AT_REMOVEDIR) != 0 { failure = Errno(rawValue: errno) }
                 } else if Glibc.unlinkat(dirfd, base, 0) != 0 {
                     failure = Errno(rawValue: errno)
@@ -240,7 +250,9 @@ enum POSIX {
                 if e == .notSupported { return [] }
                 throw e
             }
-            return buffer[0..<n].split(separator: 0).map { String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+            return buffer[0..<n].split(separator: 0).map {
+                String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            }
         }
     }
 
@@ -263,7 +275,9 @@ enum POSIX {
                 }
                 throw e
             }
-            return buffer[0..<n].split(separator: 0).map { String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+            return buffer[0..<n].split(separator: 0).map {
+                String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            }
         }
     }
 
@@ -271,7 +285,9 @@ enum POSIX {
         while true {
             let size = try check { CLinuxSupport.lgetxattr(path, name, nil, 0) }
             var data = Data(count: size)
-            let n = data.withUnsafeMutableBytes { raw in CLinuxSupport.lgetxattr(path, name, raw.baseAddress, size) }
+            let n = data.withUnsafeMutableBytes { raw in
+                CLinuxSupport.lgetxattr(path, name, raw.baseAddress, size)
+            }
             if n < 0 {
                 let e = Errno(rawValue: errno)
                 if e == .outOfRange { continue }
@@ -282,7 +298,9 @@ enum POSIX {
     }
 
     static func setXattr(_ fd: Int32, _ name: String, _ value: Data) throws(Errno) {
-        let result = value.withUnsafeBytes { raw in CLinuxSupport.fsetxattr(fd, name, raw.baseAddress, raw.count, 0) }
+        let result = value.withUnsafeBytes { raw in
+            CLinuxSupport.fsetxattr(fd, name, raw.baseAddress, raw.count, 0)
+        }
         if result != 0 { throw Errno(rawValue: errno) }
     }
 
