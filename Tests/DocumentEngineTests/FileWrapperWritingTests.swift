@@ -1,7 +1,8 @@
 import CLinuxSupport
-import DocumentEngine
 import Foundation
 import Testing
+
+@testable import DocumentEngine
 
 #if canImport(Glibc)
     import Glibc
@@ -173,6 +174,31 @@ import Testing
         #expect(try Data(contentsOf: tmp.url("doc/a.txt")) == Data("precious".utf8))
         #expect(try tmp.entries() == ["doc", "src"])
         #expect(try tmp.entries("doc") == ["a.txt"])
+    }
+
+    @Test("LX-1: without RENAME_EXCHANGE a package is moved aside and replaced; a file is renamed over")
+    func fallbackWithoutExchange() throws {
+        let tmp = try TemporaryDirectory()
+        try tmp.write("doc/a.txt", "a")
+        let url = tmp.url("doc")
+        let w = try FileWrapper(url: url)
+        w.addRegularFile(withContents: Data("b".utf8), preferredFilename: "b.txt")
+        let report = try FileWrapper.$simulatedMissingExchange.withValue(true) {
+            try w.write(to: url, options: .atomic, originalContentsURL: url)
+        }
+        #expect(report.replacement == .movedAside)
+        #expect(try tmp.entries("doc") == ["a.txt", "b.txt"])
+        #expect(try tmp.entries() == ["doc"])  // the old package and the scratch folder are gone
+
+        let flat = try tmp.write("flat.txt", "old")
+        let inode = try FileFacts(flat.path).inode
+        let fileReport = try FileWrapper.$simulatedMissingExchange.withValue(true) {
+            try FileWrapper(regularFileWithContents: Data("new".utf8)).write(to: flat, options: .atomic)
+        }
+        #expect(fileReport.replacement == .exchanged)  // rename(2) over a file is atomic
+        #expect(try Data(contentsOf: flat) == Data("new".utf8))
+        #expect(try FileFacts(flat.path).inode != inode)
+        #expect(try tmp.entries() == ["doc", "flat.txt"])
     }
 
     @Test("W-3: permissions less the umask, modification date, and xattrs are applied")

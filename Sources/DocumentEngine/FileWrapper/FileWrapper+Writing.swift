@@ -114,6 +114,9 @@ extension FileWrapper {
         }
     }
 
+    /// Tests set this to run the fallback for file systems without RENAME_EXCHANGE on a real one.
+    @TaskLocal static var simulatedMissingExchange = false
+
     /// Puts `scratch/name` at `parent/name`, atomically where the file system allows (LX-1).
     private static func swapIntoPlace(
         name: String, from scratchFD: Int32, to parentFD: Int32, scratchPath: String
@@ -121,7 +124,8 @@ extension FileWrapper {
         throws -> Replacement
     {
         let exchangeError: Errno
-        do {
+        do throws(Errno) {
+            if simulatedMissingExchange { throw Errno.invalidArgument }
             try POSIX.renameat2(scratchFD, name, parentFD, name, flags: POSIX.renameExchange)
             return .exchanged  // the old item is now in the scratch folder, removed with it
         } catch {
