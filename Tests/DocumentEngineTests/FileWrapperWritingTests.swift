@@ -139,6 +139,18 @@ import Testing
         #expect(report.replacement == .none && report.directoriesCreated == 1)
     }
 
+    @Test("W-1: a lazily read file written onto itself keeps its bytes")
+    func selfOverwrite() throws {
+        let tmp = try TemporaryDirectory()
+        let url = try tmp.write("self.txt", "keep me")
+        let w = try FileWrapper(url: url)
+        try w.write(to: url)
+        #expect(try Data(contentsOf: url) == Data("keep me".utf8))
+        try w.write(to: url, options: .atomic)
+        #expect(try Data(contentsOf: url) == Data("keep me".utf8))
+        #expect(try w.contents() == Data("keep me".utf8))
+    }
+
     @Test("W-2: an atomic write creates, or swaps in place of, a package of another kind")
     func atomicReplacesAnyKind() throws {
         let tmp = try TemporaryDirectory()

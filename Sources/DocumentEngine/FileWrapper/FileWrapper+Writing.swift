@@ -369,6 +369,14 @@ struct TreeWriter {
     private mutating func writeRegular(
         _ plan: WritePlan, _ regular: FileWrapper.Regular, in dirfd: Int32, at path: String, topLevel: Bool
     ) throws {
+        if topLevel, regular.loaded == nil, let disk = regular.source as? DiskContentsSource,
+            let st = try? POSIX.fstatat(dirfd, plan.key, flags: 0), disk.identity == FileIdentity(st)
+        {
+            // Writing a lazily read file onto itself: O_TRUNC would destroy the bytes before
+            // they are copied. They are already there; only the attributes need writing.
+            try rewriteAttributesInPlace(plan, in: dirfd, at: path)
+            return
+        }
         let flags = topLevel ? (O_WRONLY | O_CREAT | O_TRUNC) : (O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW)
         let fd: Int32
         do { fd = try POSIX.openat(dirfd, plan.key, flags, 0o600) } catch {
@@ -396,6 +404,19 @@ struct TreeWriter {
         if durable {
             do { try POSIX.fsync(fd) } catch { throw FileWrapperError.writeFailed(path: path, error) }
         }
+        let st = try? POSIX.fstat(fd)
+        results[ObjectIdentifier(plan)] = WrittenNode(
+            identity: st.map(FileIdentity.init), modificationDate: st?.modificationDate)
+    }
+
+    private mutating func rewriteAttributesInPlace(_ plan: WritePlan, in dirfd: Int32, at path: String) throws
+    {
+        let fd: Int32
+        do { fd = try POSIX.openat(dirfd, plan.key, O_RDONLY) } catch {
+            throw FileWrapperError.writeFailed(path: path, error)
+        }
+        defer { POSIX.close(fd) }
+        try applyAttributes(plan.attributes, to: fd, path: path)
         let st = try? POSIX.fstat(fd)
         results[ObjectIdentifier(plan)] = WrittenNode(
             identity: st.map(FileIdentity.init), modificationDate: st?.modificationDate)
