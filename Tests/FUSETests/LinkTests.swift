@@ -1,6 +1,0 @@
-import FUSE
-import Testing
-
-@Test func linksAgainstLibfuse3() {
-    #expect(libfuseVersion >= 314)
-}
