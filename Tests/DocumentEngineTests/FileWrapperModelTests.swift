@@ -201,7 +201,7 @@ import Testing
         #expect(FileName.problem(with: "1__#$!@%!#__img.png") == nil)
     }
 
-    @Test("FW-11, FW-15, FW-2, FW-6: programming errors trap as Apple raises")
+    @Test("FW-11, FW-15, FW-2, FW-6: programming errors (and cycles) trap as Apple raises")
     func programmingErrorsTrap() async {
         await #expect(processExitsWith: .failure) {
             let w = FileWrapper(regularFileWithContents: Data())
@@ -220,6 +220,15 @@ import Testing
         await #expect(processExitsWith: .failure) {
             let f = FileWrapper(regularFileWithContents: Data())
             f.fileAttributes = [.posixPermissions: 0o644]
+        }
+        await #expect(processExitsWith: .failure) {
+            // A cycle would make every recursive walk (write, serialize, match) run for ever.
+            let a = FileWrapper(directoryWithFileWrappers: [:])
+            let b = FileWrapper(directoryWithFileWrappers: [:])
+            a.preferredFilename = "a"
+            b.preferredFilename = "b"
+            a.addFileWrapper(b)
+            b.addFileWrapper(a)
         }
     }
 }

@@ -182,17 +182,27 @@ import Testing
             #expect(throws: FileWrapperError.self) { try root.serialized() }
         }
         let link = FileWrapper(symbolicLinkWithDestination: "a\0b")
-        #expect(throws: FileWrapperError.self) { try link.serialized() }
+        #expect(
+            throws: FileWrapperError.cannotSerialize(reason: "link destination \"a\\0b\" contains a NUL byte")
+        ) {
+            try link.serialized()
+        }
 
-        // A wrapper that contains itself would recurse for ever; the depth limit stops it.
-        let a = FileWrapper(directoryWithFileWrappers: [:])
-        let b = FileWrapper(directoryWithFileWrappers: [:])
-        b.preferredFilename = "b"
-        a.preferredFilename = "a"
-        a.addFileWrapper(b)
-        b.addFileWrapper(a)
-        #expect(throws: FileWrapperError.self) { try a.serialized() }
-        b.removeFileWrapper(a)  // break the reference cycle
+        // Trees deeper than the format's limit are refused, not overflowed.
+        let root = FileWrapper(directoryWithFileWrappers: [:])
+        var parent = root
+        for _ in 0...FileWrapper.maximumSerializationDepth {
+            let child = FileWrapper(directoryWithFileWrappers: [:])
+            child.preferredFilename = "d"
+            parent.addFileWrapper(child)
+            parent = child
+        }
+        #expect {
+            try root.serialized()
+        } throws: { error in
+            guard case .cannotSerialize = error as? FileWrapperError else { return false }
+            return true
+        }
     }
 
     // MARK: Malformed input

@@ -218,7 +218,7 @@ private struct SerializationEncoder {
 
     /// The format cannot hold this tree; offset is how far the encoding got.
     func unencodable(_ reason: String) -> FileWrapperError {
-        .corruptSerializedRepresentation(reason: "cannot serialize: \(reason)", offset: output.count)
+        .cannotSerialize(reason: reason)
     }
 
     mutating func appendName(_ name: String) throws {

@@ -450,7 +450,9 @@ public final class FileWrapper: @unchecked Sendable {
         guard let name = child.preferredFilename, !name.isEmpty else {
             preconditionFailure("FileWrapper.addFileWrapper: the child has no preferred file name (FW-15)")
         }
-        precondition(child !== self, "FileWrapper.addFileWrapper: a wrapper cannot contain itself")
+        precondition(
+            child !== self && !hasAncestor(child),
+            "FileWrapper.addFileWrapper: a wrapper cannot contain itself")
         requireDirectory("addFileWrapper")
         let existing = (try? children()) ?? [:]
         let key = state.withLock { s -> String in
@@ -504,6 +506,18 @@ public final class FileWrapper: @unchecked Sendable {
 
     /// Objective-C's name for ``keyForChildFileWrapper(_:)``.
     public func keyForFileWrapper(_ child: FileWrapper) -> String? { keyForChildFileWrapper(child) }
+
+    /// Whether `wrapper` is this wrapper's parent, or a parent of a parent, in any tree.
+    func hasAncestor(_ wrapper: FileWrapper) -> Bool {
+        var seen: Set<ObjectIdentifier> = []
+        var pending = state.withLock { $0.parents.values.compactMap(\.wrapper) }
+        while let next = pending.popLast() {
+            if next === wrapper { return true }
+            guard seen.insert(ObjectIdentifier(next)).inserted else { continue }
+            pending += next.state.withLock { $0.parents.values.compactMap(\.wrapper) }
+        }
+        return false
+    }
 
     /// Removes and re-adds `child` so its key follows a new preferred name (FW-11).
     func rekey(_ child: FileWrapper) {

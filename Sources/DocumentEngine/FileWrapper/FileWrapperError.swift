@@ -25,6 +25,9 @@ public enum FileWrapperError: Error, Sendable, Equatable, CustomStringConvertibl
     case missingContents(path: String, reason: String)
     /// A serialized representation is malformed.
     case corruptSerializedRepresentation(reason: String, offset: Int)
+    /// The tree cannot be put into the serialized format (too deep, a cycle, a link destination
+    /// with NUL, a date out of range).
+    case cannotSerialize(reason: String)
     /// A serialized representation has a format version this program cannot read.
     case unsupportedSerializationVersion(UInt16)
 
@@ -47,6 +50,7 @@ public enum FileWrapperError: Error, Sendable, Equatable, CustomStringConvertibl
             return "cannot write \(path): its contents could not be read: \(reason)"
         case .corruptSerializedRepresentation(let reason, let offset):
             return "corrupt serialized file wrapper at byte \(offset): \(reason)"
+        case .cannotSerialize(let reason): return "cannot serialize the file wrapper: \(reason)"
         case .unsupportedSerializationVersion(let v):
             return
                 "serialized file wrapper has format version \(v); this program reads version \(FileWrapper.serializationVersion)"

@@ -327,9 +327,7 @@ enum POSIX {
 }
 
 extension stat {
-    var modificationDate: Date {
-        Date(timeIntervalSince1970: TimeInterval(st_mtim.tv_sec) + TimeInterval(st_mtim.tv_nsec) / 1e9)
-    }
+    var modificationDate: Date { st_mtim.date }
 
     var fileKind: FileWrapper.Kind? {
         switch st_mode & S_IFMT {
@@ -341,11 +339,24 @@ extension stat {
     }
 }
 
+/// Seconds from 1970 to 2001, Foundation's reference date.
+private let referenceDateOffset = 978_307_200
+
+extension timespec {
+    /// Converted through the reference date, which keeps the most precision a `Date` can hold.
+    var date: Date {
+        Date(
+            timeIntervalSinceReferenceDate: TimeInterval(tv_sec - referenceDateOffset) + TimeInterval(tv_nsec)
+                / 1e9)
+    }
+}
+
 extension Date {
     var timespec: timespec {
-        let seconds = timeIntervalSince1970.rounded(.down)
-        var nanos = ((timeIntervalSince1970 - seconds) * 1e9).rounded()
-        var secs = Int(seconds)
+        let interval = timeIntervalSinceReferenceDate
+        let seconds = interval.rounded(.down)
+        var nanos = ((interval - seconds) * 1e9).rounded()
+        var secs = Int(seconds) + referenceDateOffset
         if nanos >= 1e9 {
             nanos -= 1e9
             secs += 1

@@ -63,8 +63,10 @@ struct FileFacts: Equatable {
         links = UInt64(st.st_nlink)
         mode = UInt32(st.st_mode)
         size = Int64(st.st_size)
+        // Through the reference date, the way the engine converts, to keep a Date's full precision.
         mtime = Date(
-            timeIntervalSince1970: TimeInterval(st.st_mtim.tv_sec) + TimeInterval(st.st_mtim.tv_nsec) / 1e9)
+            timeIntervalSinceReferenceDate: TimeInterval(st.st_mtim.tv_sec - 978_307_200)
+                + TimeInterval(st.st_mtim.tv_nsec) / 1e9)
     }
 
     var permissions: Int { Int(mode & 0o7777) }
