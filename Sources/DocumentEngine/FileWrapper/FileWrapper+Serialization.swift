@@ -76,9 +76,9 @@ extension FileWrapper {
     /// Lazily read parts are loaded as needed; file contents are copied by range without being
     /// kept in the wrappers. Throws the load error of a lazy part,
     /// ``FileWrapperError/invalidFilename(_:reason:)`` for a key or preferred name that is not a
-    /// valid file name, and ``FileWrapperError/corruptSerializedRepresentation(reason:offset:)``
-    /// for a tree the format cannot hold (deeper than ``maximumSerializationDepth``, which is also
-    /// how a wrapper that contains itself shows up), so that whatever this returns decodes.
+    /// valid file name, and ``FileWrapperError/cannotSerialize(reason:)`` for a tree the format
+    /// cannot hold (deeper than ``maximumSerializationDepth``, a link destination with NUL, a
+    /// date out of range), so that whatever this returns decodes.
     public func serialized() throws -> Data {
         var encoder = SerializationEncoder()
         encoder.output.append(contentsOf: SerializationFormat.magic)
