@@ -118,6 +118,15 @@ public final class FileWrapper: @unchecked Sendable {
         var parents: [ObjectIdentifier: WeakParent] = [:]
         /// The error of a failed lazy read, reported by a later write (R-3, W-10).
         var loadError: FileWrapperError?
+        /// The store wrapper this one was read from, for incremental saves back into the store.
+        var storeOrigin: StoreOrigin?
+    }
+
+    /// Where in a document store a wrapper was read from.
+    struct StoreOrigin: Sendable, Equatable {
+        var store: ObjectIdentifier
+        var node: StoreNodeID
+        var version: VersionID
     }
 
     let state: Mutex<State>

@@ -1,0 +1,367 @@
+import Foundation
+
+/// A store's identifier of a document. Stable for the store's life.
+public struct DocumentID: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let rawValue: Int64
+    public init(rawValue: Int64) { self.rawValue = rawValue }
+    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+    public var description: String { "document \(rawValue)" }
+}
+
+/// A store's identifier of a wrapper (node). Unique in the whole store and never reused, so it
+/// can serve as a stable inode number.
+public struct StoreNodeID: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let rawValue: Int64
+    public init(rawValue: Int64) { self.rawValue = rawValue }
+    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+    public var description: String { "node \(rawValue)" }
+}
+
+/// A store's identifier of a saved version. Increases with every save in the store.
+public struct VersionID: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let rawValue: Int64
+    public init(rawValue: Int64) { self.rawValue = rawValue }
+    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+    public var description: String { "version \(rawValue)" }
+}
+
+/// A point in time in nanoseconds since 1970, exact (no floating-point rounding).
+public struct Timestamp: RawRepresentable, Hashable, Comparable, Sendable {
+    public let rawValue: Int64
+    public init(rawValue: Int64) { self.rawValue = rawValue }
+    public init(seconds: Int64, nanoseconds: Int64) { rawValue = seconds * 1_000_000_000 + nanoseconds }
+    public init(_ date: Date) {
+        let since2001 = date.timeIntervalSinceReferenceDate
+        let whole = since2001.rounded(.down)
+        rawValue = (Int64(whole) + 978_307_200) * 1_000_000_000 + Int64(((since2001 - whole) * 1e9).rounded())
+    }
+    public static var now: Timestamp { Timestamp(Date()) }
+    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+    public var seconds: Int64 { rawValue >= 0 ? rawValue / 1_000_000_000 : (rawValue - 999_999_999) / 1_000_000_000 }
+    public var nanoseconds: Int64 { rawValue - seconds * 1_000_000_000 }
+    public var date: Date {
+        Date(timeIntervalSinceReferenceDate: TimeInterval(seconds - 978_307_200) + TimeInterval(nanoseconds) / 1e9)
+    }
+}
+
+/// Whether a document is a package (a directory of wrappers) or a flat file.
+public enum DocumentKind: Int, Sendable, Codable {
+    case flat = 0
+    case package = 1
+}
+
+/// A document as listed by a store. Listing reads no contents.
+public struct DocumentInfo: Sendable, Equatable {
+    public var id: DocumentID
+    /// The document's file name, e.g. `Things I Own.mystuff`.
+    public var name: String
+    /// The type identifier, e.g. `com.example.mystuff`; derived from the extension when not given.
+    public var type: String
+    public var kind: DocumentKind
+    /// The root wrapper: the package directory, or the flat file.
+    public var root: StoreNodeID
+    /// The version the document is at.
+    public var currentVersion: VersionID
+    public var created: Timestamp
+    public var modified: Timestamp
+}
+
+/// One wrapper's metadata at some version. Reading it reads no contents.
+public struct NodeRecord: Sendable, Equatable {
+    public var id: StoreNodeID
+    public var document: DocumentID
+    /// The parent directory; nil for the document's root.
+    public var parent: StoreNodeID?
+    /// The key in the parent (the file name); the document name for the root.
+    public var name: String
+    /// The wrapper's preferred name when it differs from the key (FW-8).
+    public var preferredName: String?
+    public var kind: FileWrapper.Kind
+    /// POSIX permission bits.
+    public var permissions: Int
+    public var uid: UInt32
+    public var gid: UInt32
+    public var modified: Timestamp
+    public var changed: Timestamp
+    public var accessed: Timestamp
+    public var created: Timestamp
+    /// Content length of a regular file; 0 for others.
+    public var size: Int64
+    /// The destination of a symbolic link.
+    public var linkTarget: String?
+    /// `user.` extended attributes.
+    public var extendedAttributes: [String: Data]
+    /// The version that last changed this record (ignored when saving).
+    public var version: VersionID
+
+    public init(
+        id: StoreNodeID, document: DocumentID, parent: StoreNodeID?, name: String, preferredName: String? = nil,
+        kind: FileWrapper.Kind, permissions: Int, uid: UInt32 = UInt32(getuid()), gid: UInt32 = UInt32(getgid()),
+        modified: Timestamp = .now, changed: Timestamp? = nil, accessed: Timestamp? = nil, created: Timestamp? = nil,
+        size: Int64 = 0, linkTarget: String? = nil, extendedAttributes: [String: Data] = [:],
+        version: VersionID = VersionID(rawValue: 0)
+    ) {
+        self.id = id
+        self.document = document
+        self.parent = parent
+        self.name = name
+        self.preferredName = preferredName
+        self.kind = kind
+        self.permissions = permissions
+        self.uid = uid
+        self.gid = gid
+        self.modified = modified
+        self.changed = changed ?? modified
+        self.accessed = accessed ?? modified
+        self.created = created ?? modified
+        self.size = size
+        self.linkTarget = linkTarget
+        self.extendedAttributes = extendedAttributes
+        self.version = version
+    }
+}
+
+/// New contents for a regular-file wrapper.
+public enum ContentUpdate: Sendable {
+    /// The file is `size` bytes long; the listed chunks (index → the chunk's bytes, at most one
+    /// chunk size, the last one possibly shorter) are new; other chunks below `size` keep their
+    /// bytes, and bytes past a chunk's stored length read as zeros (sparse files).
+    case chunks(size: Int64, [Int: Data])
+    /// The file becomes the bytes of `source`. The store compares chunk by chunk and writes only
+    /// chunks whose bytes differ.
+    case replace(any ContentsSource)
+}
+
+/// What to do when a save is based on a version older than the document's current one.
+public enum ConflictPolicy: Sendable {
+    /// Keep both: the save becomes a conflict version beside the current one; nothing is
+    /// overwritten (FV-*; the Document sees `inConflict`).
+    case keepBoth
+    /// Apply on top of the current version when no wrapper it touches changed since its base;
+    /// otherwise keep both.
+    case rebaseIfDisjoint
+    /// Throw ``DocumentStoreError/conflict(document:base:current:)``.
+    case fail
+}
+
+/// One atomic save of a document.
+public struct DocumentChanges: Sendable {
+    public var document: DocumentID
+    /// The version the changes were made against.
+    public var base: VersionID
+    /// New or changed wrappers (the whole record is stored).
+    public var nodes: [NodeRecord] = []
+    /// Removed wrappers; removing a directory removes its subtree.
+    public var removedNodes: [StoreNodeID] = []
+    /// New contents of regular files.
+    public var contents: [StoreNodeID: ContentUpdate] = [:]
+    /// Who saved, for the version history (e.g. "docfs mount", "MyStuff pid 42").
+    public var origin: String = ""
+    public var conflictPolicy: ConflictPolicy = .keepBoth
+
+    public init(document: DocumentID, base: VersionID) {
+        self.document = document
+        self.base = base
+    }
+
+    /// Whether the save changes nothing.
+    public var isEmpty: Bool { nodes.isEmpty && removedNodes.isEmpty && contents.isEmpty }
+}
+
+/// A saved version of a document.
+public struct VersionInfo: Sendable, Equatable {
+    public var id: VersionID
+    public var document: DocumentID
+    /// The version the save was based on; nil for the first.
+    public var base: VersionID?
+    public var created: Timestamp
+    /// Who saved.
+    public var origin: String
+    /// A save that lost a conflict: kept beside the current version (FV-1).
+    public var isConflict: Bool
+    /// A conflict version someone resolved (FV-2).
+    public var isResolved: Bool
+    /// Content bytes this save wrote.
+    public var bytesWritten: Int64
+}
+
+/// What a save did.
+public struct SaveResult: Sendable, Equatable {
+    public var version: VersionInfo
+    /// The save conflicted and was kept as a conflict version.
+    public var isConflict: Bool { version.isConflict }
+    /// Content chunks written (new bytes, after deduplication).
+    public var chunksWritten: Int
+    /// Content bytes written.
+    public var bytesWritten: Int64
+    /// Wrapper records written.
+    public var nodesWritten: Int
+}
+
+/// How long old versions are kept. Both limits apply: a version is dropped only when it is
+/// beyond `keepLast` and older than `keepFor`. The current version and unresolved conflict
+/// versions are always kept.
+public struct RetentionPolicy: Sendable, Equatable {
+    public var keepLast: Int
+    public var keepFor: Duration
+    public init(keepLast: Int = 50, keepFor: Duration = .seconds(30 * 24 * 3600)) {
+        self.keepLast = max(1, keepLast)
+        self.keepFor = keepFor
+    }
+    /// Keep only the current version.
+    public static let currentOnly = RetentionPolicy(keepLast: 1, keepFor: .zero)
+}
+
+/// What garbage collection removed.
+public struct CollectionReport: Sendable, Equatable {
+    public var versionsRemoved = 0
+    public var documentsRemoved = 0
+    public var chunksRemoved = 0
+    public var bytesFreed: Int64 = 0
+    public init() {}
+}
+
+/// Something that changed in a store, for observers in this and other processes.
+public struct StoreEvent: Sendable, Equatable {
+    public enum Kind: String, Sendable {
+        case created, saved, conflict, renamed, deleted, restored
+    }
+    /// Increases with every event in the store.
+    public var sequence: Int64
+    public var kind: Kind
+    public var document: DocumentID
+    public var version: VersionID?
+    /// The document's name after the event.
+    public var name: String
+    public var origin: String
+}
+
+/// Counters of a store's I/O, for tests and benchmarks.
+public struct StoreStatistics: Sendable, Equatable {
+    /// Content chunks read from the database (cache misses).
+    public var chunksRead = 0
+    /// Content bytes read from the database.
+    public var bytesRead: Int64 = 0
+    /// Content chunks written.
+    public var chunksWritten = 0
+    /// Content bytes written.
+    public var bytesWritten: Int64 = 0
+    /// Wrapper records written.
+    public var nodesWritten = 0
+    public init() {}
+}
+
+/// Problems an integrity check found.
+public struct IntegrityReport: Sendable, Equatable {
+    /// Each problem in one line, naming what is wrong.
+    public var problems: [String] = []
+    public var documentsChecked = 0
+    public var nodesChecked = 0
+    public var chunksChecked = 0
+    public var isClean: Bool { problems.isEmpty }
+    public init() {}
+}
+
+/// Errors from document stores.
+public enum DocumentStoreError: Error, Sendable, Equatable, CustomStringConvertible, LocalizedError {
+    case noSuchDocument(String)
+    case noSuchNode(StoreNodeID)
+    case noSuchVersion(VersionID)
+    case documentExists(String)
+    case invalidName(String, reason: String)
+    case notARegularFile(StoreNodeID)
+    case invalidChange(String)
+    case conflict(document: DocumentID, base: VersionID, current: VersionID)
+    /// The file is not a DocFS store (not SQLite, or another application's database).
+    case notAStore(path: String, reason: String)
+    /// The store is damaged.
+    case corrupt(path: String, reason: String)
+    /// The store was written by a newer DocFS.
+    case newerFormat(path: String, found: Int, supported: Int)
+    case io(String)
+
+    public var description: String {
+        switch self {
+        case .noSuchDocument(let name): return "no such document: \(name)"
+        case .noSuchNode(let id): return "no such wrapper: \(id)"
+        case .noSuchVersion(let id): return "no such version: \(id)"
+        case .documentExists(let name): return "a document named \(name.debugDescription) already exists"
+        case .invalidName(let name, let reason): return "invalid name \(name.debugDescription): \(reason)"
+        case .notARegularFile(let id): return "\(id) is not a regular file"
+        case .invalidChange(let reason): return "invalid change: \(reason)"
+        case .conflict(let document, let base, let current):
+            return "\(document) changed since \(base): it is at \(current)"
+        case .notAStore(let path, let reason): return "\(path) is not a DocFS store: \(reason)"
+        case .corrupt(let path, let reason): return "the store \(path) is damaged: \(reason)"
+        case .newerFormat(let path, let found, let supported):
+            return "the store \(path) has format \(found), newer than this program's \(supported); upgrade DocFS"
+        case .io(let message): return message
+        }
+    }
+
+    public var errorDescription: String? { description }
+}
+
+/// A place documents are kept: list, create, open, rename and delete documents; read their
+/// wrapper trees (metadata only) and contents by range; save changes atomically; keep versions.
+///
+/// Methods block; call them from a thread that may block (not a Swift-concurrency pool thread in
+/// a hot loop). Implementations are thread-safe and may be shared by several processes.
+public protocol DocumentStore: AnyObject, Sendable {
+    /// Where the store is (a path or URL), for messages.
+    var location: String { get }
+    /// Bytes per content chunk, fixed when the store was created.
+    var chunkSize: Int { get }
+    /// I/O counters since the store was opened.
+    var statistics: StoreStatistics { get }
+
+    func documents() throws -> [DocumentInfo]
+    func document(_ id: DocumentID) throws -> DocumentInfo
+    func document(named name: String) throws -> DocumentInfo?
+    /// Creates an empty document: a package's root directory or an empty flat file.
+    func createDocument(
+        named name: String, kind: DocumentKind, type: String?, permissions: Int?, origin: String
+    ) throws -> DocumentInfo
+    func renameDocument(_ id: DocumentID, to name: String) throws -> DocumentInfo
+    /// Removes the document from listings; its versions stay until the retention policy drops them.
+    func deleteDocument(_ id: DocumentID, origin: String) throws
+    /// Documents deleted but still restorable.
+    func deletedDocuments() throws -> [DocumentInfo]
+    /// Makes a deleted document visible again, under `name` if given.
+    func undeleteDocument(_ id: DocumentID, as name: String?) throws -> DocumentInfo
+
+    /// All wrapper records of a document at `version` (current when nil).
+    func nodes(of document: DocumentID, at version: VersionID?) throws -> [NodeRecord]
+    /// One wrapper record at `version` (current when nil), or nil if it does not exist there.
+    func node(_ id: StoreNodeID, at version: VersionID?) throws -> NodeRecord?
+    /// Up to `count` bytes of a regular file from `offset`, reading only the chunks that cover them.
+    func readContents(of node: StoreNodeID, at version: VersionID?, offset: Int64, count: Int) throws -> Data
+
+    /// Fresh node ids for new wrappers.
+    func makeNodeIDs(count: Int) throws -> [StoreNodeID]
+    /// Saves changes atomically as one new version.
+    func save(_ changes: DocumentChanges) throws -> SaveResult
+
+    /// Every version of a document, oldest first.
+    func versions(of document: DocumentID) throws -> [VersionInfo]
+    /// Makes `version`'s tree the current one, as a new save.
+    func restore(_ version: VersionID, of document: DocumentID, origin: String) throws -> SaveResult
+    /// Marks a conflict version resolved (FV-2).
+    func resolveConflict(_ version: VersionID) throws
+    /// Drops versions the policy no longer keeps, and the chunks nothing references.
+    func collectGarbage(_ policy: RetentionPolicy) throws -> CollectionReport
+
+    /// Events after `sequence`, oldest first.
+    func events(after sequence: Int64) throws -> [StoreEvent]
+    /// The sequence of the latest event.
+    func latestEventSequence() throws -> Int64
+
+    /// Checks every chunk against its hash, that every wrapper is reachable, that nothing dangles,
+    /// and that sizes agree.
+    func checkIntegrity() throws -> IntegrityReport
+}
+
+extension DocumentStore {
+    /// All wrapper records of a document at its current version.
+    public func nodes(of document: DocumentID) throws -> [NodeRecord] { try nodes(of: document, at: nil) }
+}

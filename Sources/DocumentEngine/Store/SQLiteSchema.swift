@@ -1,0 +1,101 @@
+import GRDB
+
+/// The SQLite store's schema and its migrations.
+///
+/// History is kept without copying: a wrapper is a series of immutable rows in `nodes`, one per
+/// version that changed it, and a file's contents are rows in `chunk_map`, one per version that
+/// changed a chunk index. The state at version V is, per wrapper (and per chunk index), the row
+/// with the highest version ≤ V. So a save writes only the rows it changes, and reading an old
+/// version needs no copy. `branch` is 0 for the main line; a conflict version's rows carry its own
+/// id as branch and apply on top of the main line as of the version it was based on.
+enum SQLiteSchema {
+    /// The store format this program writes; stores with a higher one are refused.
+    static let formatVersion = 1
+    /// `PRAGMA application_id`: "DocF", so other SQLite files are recognised as foreign.
+    static let applicationID: Int32 = 0x446F_6346
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE store_meta (
+                        key TEXT PRIMARY KEY,
+                        value INTEGER NOT NULL
+                    );
+                    CREATE TABLE documents (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        name TEXT NOT NULL,
+                        type TEXT NOT NULL,
+                        kind INTEGER NOT NULL,
+                        root INTEGER NOT NULL,
+                        current_version INTEGER NOT NULL,
+                        created INTEGER NOT NULL,
+                        modified INTEGER NOT NULL,
+                        deleted INTEGER
+                    );
+                    CREATE UNIQUE INDEX documents_live_name ON documents(name) WHERE deleted IS NULL;
+                    CREATE TABLE versions (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        document INTEGER NOT NULL REFERENCES documents(id),
+                        base INTEGER,
+                        created INTEGER NOT NULL,
+                        origin TEXT NOT NULL,
+                        branch INTEGER NOT NULL DEFAULT 0,
+                        resolved INTEGER NOT NULL DEFAULT 0,
+                        bytes_written INTEGER NOT NULL DEFAULT 0
+                    );
+                    CREATE INDEX versions_by_document ON versions(document, id);
+                    CREATE TABLE nodes (
+                        node INTEGER NOT NULL,
+                        branch INTEGER NOT NULL,
+                        version INTEGER NOT NULL,
+                        document INTEGER NOT NULL,
+                        parent INTEGER,
+                        name TEXT NOT NULL,
+                        preferred_name TEXT,
+                        kind INTEGER NOT NULL,
+                        permissions INTEGER NOT NULL,
+                        uid INTEGER NOT NULL,
+                        gid INTEGER NOT NULL,
+                        mtime INTEGER NOT NULL,
+                        ctime INTEGER NOT NULL,
+                        atime INTEGER NOT NULL,
+                        btime INTEGER NOT NULL,
+                        size INTEGER NOT NULL,
+                        link_target TEXT,
+                        xattrs BLOB,
+                        removed INTEGER NOT NULL DEFAULT 0,
+                        PRIMARY KEY (node, branch, version)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX nodes_by_document ON nodes(document, branch, version);
+                    CREATE INDEX nodes_by_parent ON nodes(parent, name);
+                    CREATE TABLE chunks (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        hash BLOB NOT NULL UNIQUE,
+                        size INTEGER NOT NULL,
+                        data BLOB NOT NULL
+                    );
+                    CREATE TABLE chunk_map (
+                        node INTEGER NOT NULL,
+                        branch INTEGER NOT NULL,
+                        idx INTEGER NOT NULL,
+                        version INTEGER NOT NULL,
+                        chunk INTEGER,
+                        PRIMARY KEY (node, branch, idx, version)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX chunk_map_by_chunk ON chunk_map(chunk);
+                    CREATE TABLE events (
+                        sequence INTEGER PRIMARY KEY AUTOINCREMENT,
+                        kind TEXT NOT NULL,
+                        document INTEGER NOT NULL,
+                        version INTEGER,
+                        name TEXT NOT NULL,
+                        origin TEXT NOT NULL,
+                        time INTEGER NOT NULL
+                    );
+                    """)
+        }
+        return migrator
+    }
+}

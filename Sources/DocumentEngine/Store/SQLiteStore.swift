@@ -1,0 +1,1063 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+import Crypto
+import Foundation
+import GRDB
+import Synchronization
+
+/// The embedded document store: one SQLite file (WAL), shared safely by several processes.
+///
+/// Contents are fixed-size chunks stored once per SHA-256 (shared between wrappers, documents and
+/// versions). Every save is one IMMEDIATE transaction that writes only the chunks and wrapper
+/// rows that changed, and is a version (see ``SQLiteSchema`` for the history model). Listing reads
+/// no contents; ranged reads read only the chunks that cover the range.
+public final class SQLiteStore: DocumentStore, Sendable {
+    /// How to open a store.
+    public struct OpenOptions: OptionSet, Sendable {
+        public let rawValue: Int
+        public init(rawValue: Int) { self.rawValue = rawValue }
+        /// Create the store (mode 0600) if there is no file at the path.
+        public static let create = OpenOptions(rawValue: 1)
+    }
+
+    /// The default chunk size: small enough that a small edit costs little, large enough that a
+    /// sequential read is a few thousand lookups per GiB.
+    public static let defaultChunkSize = 256 * 1024
+
+    /// The store file's path.
+    public let path: String
+    public var location: String { path }
+    public let chunkSize: Int
+    let pool: DatabasePool
+    private let counters = Mutex(StoreStatistics())
+    private let cache: Mutex<ChunkCache>
+
+    public var statistics: StoreStatistics { counters.withLock { $0 } }
+
+    /// Opens the store at `path`, creating it with `options: .create` (and `chunkSize`) if missing.
+    ///
+    /// A missing, empty, truncated, foreign or damaged file, or one written by a newer DocFS, is
+    /// refused with a ``DocumentStoreError`` that names the problem.
+    public init(path: String, options: OpenOptions = [], chunkSize: Int = SQLiteStore.defaultChunkSize) throws {
+        self.path = path
+        let isNew = try Self.prepareFile(path: path, create: options.contains(.create))
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(30)
+        configuration.prepareDatabase { db in
+            // FULL: a committed save survives power loss, which fsync's contract needs.
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        configuration.label = "docfs.store"
+        do {
+            pool = try DatabasePool(path: path, configuration: configuration)
+        } catch {
+            throw Self.storeError(error, path: path)
+        }
+        var storedChunkSize = chunkSize
+        do {
+            try pool.write { db in
+                let migrator = SQLiteSchema.migrator
+                if try migrator.hasBeenSuperseded(db) {
+                    throw DocumentStoreError.newerFormat(
+                        path: path, found: SQLiteSchema.formatVersion + 1, supported: SQLiteSchema.formatVersion)
+                }
+                let applied = try migrator.appliedIdentifiers(db)
+                if !isNew && applied.isEmpty {
+                    throw DocumentStoreError.notAStore(path: path, reason: "it has no DocFS schema")
+                }
+            }
+            try SQLiteSchema.migrator.migrate(pool)
+            storedChunkSize = try pool.write { db -> Int in
+                if isNew {
+                    try db.execute(sql: "PRAGMA application_id = \(SQLiteSchema.applicationID)")
+                    try db.execute(
+                        sql: "INSERT OR IGNORE INTO store_meta(key, value) VALUES ('format', ?), ('chunk_size', ?), ('next_node', 1)",
+                        arguments: [SQLiteSchema.formatVersion, chunkSize])
+                }
+                guard let format = try Int.fetchOne(db, sql: "SELECT value FROM store_meta WHERE key = 'format'"),
+                    let size = try Int.fetchOne(db, sql: "SELECT value FROM store_meta WHERE key = 'chunk_size'"),
+                    size > 0, size <= 64 << 20
+                else {
+                    throw DocumentStoreError.corrupt(path: path, reason: "the store's metadata is missing")
+                }
+                if format > SQLiteSchema.formatVersion {
+                    throw DocumentStoreError.newerFormat(path: path, found: format, supported: SQLiteSchema.formatVersion)
+                }
+                return size
+            }
+        } catch {
+            throw Self.storeError(error, path: path)
+        }
+        self.chunkSize = storedChunkSize
+        cache = Mutex(ChunkCache(capacity: 64 << 20))
+    }
+
+    /// Creates (0600) or checks the file before SQLite opens it; returns whether it is new.
+    private static func prepareFile(path: String, create: Bool) throws -> Bool {
+        var st = stat()
+        if stat(path, &st) != 0 {
+            guard errno == ENOENT else {
+                throw DocumentStoreError.io("cannot open the store \(path): \(String(cString: strerror(errno)))")
+            }
+            guard create else { throw DocumentStoreError.notAStore(path: path, reason: "no such file") }
+            let fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
+            guard fd >= 0 else {
+                throw DocumentStoreError.io("cannot create the store \(path): \(String(cString: strerror(errno)))")
+            }
+            close(fd)
+            return true
+        }
+        guard (st.st_mode & S_IFMT) == S_IFREG else {
+            throw DocumentStoreError.notAStore(path: path, reason: "it is not a regular file")
+        }
+        if st.st_size == 0 {
+            if create { return true }
+            throw DocumentStoreError.notAStore(path: path, reason: "the file is empty")
+        }
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw DocumentStoreError.io("cannot read the store \(path): permission denied")
+        }
+        defer { try? handle.close() }
+        let header = (try? handle.read(upToCount: 100)) ?? Data()
+        guard header.count >= 16, header.prefix(16) == Data("SQLite format 3\0".utf8) else {
+            throw DocumentStoreError.notAStore(path: path, reason: "it is not an SQLite database")
+        }
+        guard header.count == 100 else {
+            throw DocumentStoreError.corrupt(path: path, reason: "the file is truncated (\(st.st_size) bytes)")
+        }
+        let applicationID = header[68..<72].reduce(0) { $0 << 8 | Int32($1) }
+        guard applicationID == SQLiteSchema.applicationID else {
+            throw DocumentStoreError.notAStore(path: path, reason: "it is another application's SQLite database")
+        }
+        return false
+    }
+
+    /// Turns SQLite's errors into ones that name the problem.
+    static func storeError(_ error: any Error, path: String) -> any Error {
+        guard let error = error as? DatabaseError else { return error }
+        switch error.resultCode {
+        case .SQLITE_NOTADB: return DocumentStoreError.notAStore(path: path, reason: "it is not an SQLite database")
+        case .SQLITE_CORRUPT: return DocumentStoreError.corrupt(path: path, reason: error.message ?? "malformed database")
+        case .SQLITE_FULL: return DocumentStoreError.io("the disk holding \(path) is full")
+        case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN:
+            return DocumentStoreError.io("cannot open the store \(path): \(error.message ?? "permission denied")")
+        default: return error
+        }
+    }
+
+    func read<T>(_ body: (Database) throws -> T) throws -> T {
+        do { return try pool.read(body) } catch { throw Self.storeError(error, path: path) }
+    }
+
+    func write<T>(_ body: (Database) throws -> T) throws -> T {
+        do { return try pool.write(body) } catch { throw Self.storeError(error, path: path) }
+    }
+
+    // MARK: Documents
+
+    public func documents() throws -> [DocumentInfo] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM documents WHERE deleted IS NULL ORDER BY name").map(Self.document)
+        }
+    }
+
+    public func deletedDocuments() throws -> [DocumentInfo] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM documents WHERE deleted IS NOT NULL ORDER BY deleted").map(Self.document)
+        }
+    }
+
+    public func document(_ id: DocumentID) throws -> DocumentInfo {
+        try read { db in try Self.fetchDocument(db, id) }
+    }
+
+    public func document(named name: String) throws -> DocumentInfo? {
+        try read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM documents WHERE name = ? AND deleted IS NULL", arguments: [name])
+                .map(Self.document)
+        }
+    }
+
+    static func fetchDocument(_ db: Database, _ id: DocumentID) throws -> DocumentInfo {
+        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM documents WHERE id = ?", arguments: [id.rawValue]) else {
+            throw DocumentStoreError.noSuchDocument(id.description)
+        }
+        return document(row)
+    }
+
+    static func document(_ row: Row) -> DocumentInfo {
+        DocumentInfo(
+            id: DocumentID(rawValue: row["id"]), name: row["name"], type: row["type"],
+            kind: DocumentKind(rawValue: row["kind"]) ?? .package, root: StoreNodeID(rawValue: row["root"]),
+            currentVersion: VersionID(rawValue: row["current_version"]), created: Timestamp(rawValue: row["created"]),
+            modified: Timestamp(rawValue: row["modified"]))
+    }
+
+    public func createDocument(
+        named name: String, kind: DocumentKind, type: String? = nil, permissions: Int? = nil, origin: String = ""
+    ) throws -> DocumentInfo {
+        try Self.validateDocumentName(name)
+        return try write { db in
+            if try Bool.fetchOne(db, sql: "SELECT 1 FROM documents WHERE name = ? AND deleted IS NULL", arguments: [name])
+                == true
+            {
+                throw DocumentStoreError.documentExists(name)
+            }
+            let now = Timestamp.now
+            let root = try Self.allocateNodeIDs(db, count: 1)[0]
+            try db.execute(
+                sql: """
+                    INSERT INTO documents(name, type, kind, root, current_version, created, modified)
+                    VALUES (?, ?, ?, ?, 0, ?, ?)
+                    """,
+                arguments: [name, type ?? Self.typeIdentifier(forName: name), kind.rawValue, root.rawValue, now.rawValue, now.rawValue])
+            let document = DocumentID(rawValue: db.lastInsertedRowID)
+            let version = try Self.insertVersion(db, document: document, base: nil, origin: origin, now: now)
+            let record = NodeRecord(
+                id: root, document: document, parent: nil, name: name, kind: kind == .package ? .directory : .regularFile,
+                permissions: permissions ?? (kind == .package ? 0o755 : 0o644), modified: now)
+            try Self.insertNode(db, record, branch: 0, version: version)
+            try db.execute(
+                sql: "UPDATE documents SET current_version = ? WHERE id = ?", arguments: [version.rawValue, document.rawValue])
+            try Self.insertEvent(db, .created, document: document, version: version, name: name, origin: origin)
+            counters.withLock { $0.nodesWritten += 1 }
+            return try Self.fetchDocument(db, document)
+        }
+    }
+
+    public func renameDocument(_ id: DocumentID, to name: String) throws -> DocumentInfo {
+        try Self.validateDocumentName(name)
+        return try write { db in
+            let current = try Self.fetchDocument(db, id)
+            if current.name == name { return current }
+            if try Bool.fetchOne(
+                db, sql: "SELECT 1 FROM documents WHERE name = ? AND deleted IS NULL AND id != ?",
+                arguments: [name, id.rawValue]) == true
+            {
+                throw DocumentStoreError.documentExists(name)
+            }
+            try db.execute(
+                sql: "UPDATE documents SET name = ?, modified = ? WHERE id = ?",
+                arguments: [name, Timestamp.now.rawValue, id.rawValue])
+            try Self.insertEvent(db, .renamed, document: id, version: current.currentVersion, name: name, origin: "")
+            return try Self.fetchDocument(db, id)
+        }
+    }
+
+    public func deleteDocument(_ id: DocumentID, origin: String = "") throws {
+        try write { db in
+            let current = try Self.fetchDocument(db, id)
+            try db.execute(
+                sql: "UPDATE documents SET deleted = ? WHERE id = ? AND deleted IS NULL",
+                arguments: [Timestamp.now.rawValue, id.rawValue])
+            try Self.insertEvent(db, .deleted, document: id, version: current.currentVersion, name: current.name, origin: origin)
+        }
+    }
+
+    public func undeleteDocument(_ id: DocumentID, as name: String? = nil) throws -> DocumentInfo {
+        try write { db in
+            let current = try Self.fetchDocument(db, id)
+            let newName = name ?? current.name
+            try Self.validateDocumentName(newName)
+            if try Bool.fetchOne(
+                db, sql: "SELECT 1 FROM documents WHERE name = ? AND deleted IS NULL AND id != ?",
+                arguments: [newName, id.rawValue]) == true
+            {
+                throw DocumentStoreError.documentExists(newName)
+            }
+            try db.execute(
+                sql: "UPDATE documents SET deleted = NULL, name = ? WHERE id = ?", arguments: [newName, id.rawValue])
+            try Self.insertEvent(db, .restored, document: id, version: current.currentVersion, name: newName, origin: "")
+            return try Self.fetchDocument(db, id)
+        }
+    }
+
+    static func validateDocumentName(_ name: String) throws {
+        if let reason = FileName.problem(with: name) { throw DocumentStoreError.invalidName(name, reason: reason) }
+    }
+
+    /// A type identifier from the name's extension, for documents created without one.
+    static func typeIdentifier(forName name: String) -> String {
+        let ext = (name as NSString).pathExtension.lowercased()
+        switch ext {
+        case "": return "public.data"
+        case "txt", "text": return "public.plain-text"
+        case "md", "markdown": return "net.daringfireball.markdown"
+        case "rtf": return "public.rtf"
+        case "rtfd": return "com.apple.rtfd"
+        case "png": return "public.png"
+        case "jpg", "jpeg": return "public.jpeg"
+        case "json": return "public.json"
+        case "plist": return "com.apple.property-list"
+        default: return "dyn.docfs.\(ext)"
+        }
+    }
+
+    // MARK: Reading wrappers
+
+    /// Which rows make up a version: the main line up to `limit`, plus a conflict branch on top.
+    struct Lineage {
+        var limit: Int64
+        var branch: Int64
+
+        static let current = Lineage(limit: .max, branch: 0)
+    }
+
+    static func lineage(_ db: Database, _ version: VersionID?) throws -> Lineage {
+        guard let version else { return .current }
+        guard let row = try Row.fetchOne(db, sql: "SELECT base, branch FROM versions WHERE id = ?", arguments: [version.rawValue])
+        else { throw DocumentStoreError.noSuchVersion(version) }
+        let branch: Int64 = row["branch"]
+        if branch == 0 { return Lineage(limit: version.rawValue, branch: 0) }
+        return Lineage(limit: row["base"] ?? 0, branch: branch)
+    }
+
+    public func nodes(of document: DocumentID, at version: VersionID? = nil) throws -> [NodeRecord] {
+        try read { db in
+            _ = try Self.fetchDocument(db, document)
+            return try Self.nodes(db, document: document, lineage: Self.lineage(db, version)).values
+                .sorted { $0.id < $1.id }
+        }
+    }
+
+    /// The live records of a document as of `lineage`.
+    static func nodes(_ db: Database, document: DocumentID, lineage: Lineage) throws -> [StoreNodeID: NodeRecord] {
+        var result: [StoreNodeID: NodeRecord] = [:]
+        var removed: Set<StoreNodeID> = []
+        let rows = try Row.fetchCursor(
+            db,
+            sql: """
+                SELECT n.* FROM nodes n
+                JOIN (SELECT node, MAX(version) AS v FROM nodes
+                      WHERE document = ? AND branch = 0 AND version <= ? GROUP BY node) latest
+                  ON n.node = latest.node AND n.branch = 0 AND n.version = latest.v
+                """,
+            arguments: [document.rawValue, lineage.limit])
+        while let row = try rows.next() {
+            let id = StoreNodeID(rawValue: row["node"])
+            if row["removed"] as Int64 != 0 { removed.insert(id) } else { result[id] = try record(row) }
+        }
+        if lineage.branch != 0 {
+            let branchRows = try Row.fetchCursor(
+                db, sql: "SELECT * FROM nodes WHERE document = ? AND branch = ?",
+                arguments: [document.rawValue, lineage.branch])
+            while let row = try branchRows.next() {
+                let id = StoreNodeID(rawValue: row["node"])
+                if row["removed"] as Int64 != 0 { result[id] = nil } else { result[id] = try record(row) }
+            }
+        }
+        return result
+    }
+
+    public func node(_ id: StoreNodeID, at version: VersionID? = nil) throws -> NodeRecord? {
+        try read { db in try Self.node(db, id, lineage: Self.lineage(db, version)) }
+    }
+
+    static func node(_ db: Database, _ id: StoreNodeID, lineage: Lineage) throws -> NodeRecord? {
+        if lineage.branch != 0,
+            let row = try Row.fetchOne(
+                db, sql: "SELECT * FROM nodes WHERE node = ? AND branch = ? ORDER BY version DESC LIMIT 1",
+                arguments: [id.rawValue, lineage.branch])
+        {
+            return row["removed"] as Int64 != 0 ? nil : try record(row)
+        }
+        guard
+            let row = try Row.fetchOne(
+                db, sql: "SELECT * FROM nodes WHERE node = ? AND branch = 0 AND version <= ? ORDER BY version DESC LIMIT 1",
+                arguments: [id.rawValue, lineage.limit])
+        else { return nil }
+        return row["removed"] as Int64 != 0 ? nil : try record(row)
+    }
+
+    static func record(_ row: Row) throws -> NodeRecord {
+        let kindValue: Int = row["kind"]
+        let kind: FileWrapper.Kind
+        switch kindValue {
+        case 0: kind = .regularFile
+        case 1: kind = .directory
+        case 2: kind = .symbolicLink
+        default: throw DocumentStoreError.corrupt(path: "", reason: "wrapper \(row["node"] as Int64) has unknown kind \(kindValue)")
+        }
+        let xattrs: Data? = row["xattrs"]
+        return NodeRecord(
+            id: StoreNodeID(rawValue: row["node"]), document: DocumentID(rawValue: row["document"]),
+            parent: (row["parent"] as Int64?).map(StoreNodeID.init(rawValue:)), name: row["name"],
+            preferredName: row["preferred_name"], kind: kind, permissions: row["permissions"],
+            uid: UInt32(truncatingIfNeeded: row["uid"] as Int64), gid: UInt32(truncatingIfNeeded: row["gid"] as Int64),
+            modified: Timestamp(rawValue: row["mtime"]), changed: Timestamp(rawValue: row["ctime"]),
+            accessed: Timestamp(rawValue: row["atime"]), created: Timestamp(rawValue: row["btime"]), size: row["size"],
+            linkTarget: row["link_target"], extendedAttributes: try XattrCoding.decode(xattrs ?? Data()),
+            version: VersionID(rawValue: row["version"]))
+    }
+
+    // MARK: Reading contents
+
+    public func readContents(of node: StoreNodeID, at version: VersionID? = nil, offset: Int64, count: Int) throws -> Data {
+        guard offset >= 0, count >= 0 else { throw DocumentStoreError.invalidChange("negative offset or count") }
+        return try read { db in
+            let lineage = try Self.lineage(db, version)
+            guard let record = try Self.node(db, node, lineage: lineage) else { throw DocumentStoreError.noSuchNode(node) }
+            guard record.kind == .regularFile else { throw DocumentStoreError.notARegularFile(node) }
+            let end = min(record.size, offset + Int64(count))
+            guard offset < end else { return Data() }
+            var result = Data(count: Int(end - offset))
+            let size = Int64(chunkSize)
+            let first = offset / size
+            let last = (end - 1) / size
+            let map = try Self.chunkMap(db, node: node, lineage: lineage, from: first, through: last)
+            for index in first...last {
+                guard let chunkID = map[index] ?? nil else { continue }  // a hole reads as zeros
+                let chunk = try self.chunk(db, chunkID)
+                let chunkStart = index * size
+                let from = max(offset, chunkStart)
+                let to = min(end, chunkStart + Int64(chunk.count))
+                guard from < to else { continue }
+                result.replaceSubrange(
+                    Int(from - offset)..<Int(to - offset),
+                    with: chunk[chunk.startIndex + Int(from - chunkStart)..<chunk.startIndex + Int(to - chunkStart)])
+            }
+            return result
+        }
+    }
+
+    /// Chunk ids by index (nil for a hole) for indices `first...last` as of `lineage`.
+    static func chunkMap(_ db: Database, node: StoreNodeID, lineage: Lineage, from first: Int64, through last: Int64)
+        throws -> [Int64: Int64?]
+    {
+        var map: [Int64: Int64?] = [:]
+        let rows = try Row.fetchCursor(
+            db,
+            sql: """
+                SELECT idx, chunk FROM chunk_map
+                WHERE node = ? AND branch = 0 AND idx BETWEEN ? AND ? AND version <= ?
+                ORDER BY idx, version DESC
+                """,
+            arguments: [node.rawValue, first, last, lineage.limit])
+        while let row = try rows.next() {
+            let index: Int64 = row["idx"]
+            if map[index] == nil { map[index] = .some(row["chunk"]) }
+        }
+        if lineage.branch != 0 {
+            let branchRows = try Row.fetchCursor(
+                db,
+                sql: """
+                    SELECT idx, chunk FROM chunk_map WHERE node = ? AND branch = ? AND idx BETWEEN ? AND ?
+                    ORDER BY idx, version DESC
+                    """,
+                arguments: [node.rawValue, lineage.branch, first, last])
+            var seen: Set<Int64> = []
+            while let row = try branchRows.next() {
+                let index: Int64 = row["idx"]
+                if seen.insert(index).inserted { map[index] = .some(row["chunk"]) }
+            }
+        }
+        return map
+    }
+
+    /// A chunk's bytes, from the cache or the database (counted).
+    func chunk(_ db: Database, _ id: Int64) throws -> Data {
+        if let cached = cache.withLock({ $0.get(id) }) { return cached }
+        guard let data = try Data.fetchOne(db, sql: "SELECT data FROM chunks WHERE id = ?", arguments: [id]) else {
+            throw DocumentStoreError.corrupt(path: path, reason: "chunk \(id) is missing")
+        }
+        counters.withLock {
+            $0.chunksRead += 1
+            $0.bytesRead += Int64(data.count)
+        }
+        cache.withLock { $0.put(id, data) }
+        return data
+    }
+
+    /// Drops cached chunks (for tests and benchmarks that measure cold reads).
+    public func purgeCache() {
+        cache.withLock { $0.removeAll() }
+    }
+
+    // MARK: Saving
+
+    public func makeNodeIDs(count: Int) throws -> [StoreNodeID] {
+        try write { db in try Self.allocateNodeIDs(db, count: count) }
+    }
+
+    static func allocateNodeIDs(_ db: Database, count: Int) throws -> [StoreNodeID] {
+        guard count > 0 else { return [] }
+        guard let next = try Int64.fetchOne(db, sql: "SELECT value FROM store_meta WHERE key = 'next_node'") else {
+            throw DocumentStoreError.corrupt(path: "", reason: "the node counter is missing")
+        }
+        try db.execute(
+            sql: "UPDATE store_meta SET value = ? WHERE key = 'next_node'", arguments: [next + Int64(count)])
+        return (0..<Int64(count)).map { StoreNodeID(rawValue: next + $0) }
+    }
+
+    public func save(_ changes: DocumentChanges) throws -> SaveResult {
+        try write { db in try self.save(db, changes) }
+    }
+
+    func save(_ db: Database, _ changes: DocumentChanges) throws -> SaveResult {
+        let document = try Self.fetchDocument(db, changes.document)
+        var conflict = false
+        if changes.base != document.currentVersion {
+            switch changes.conflictPolicy {
+            case .fail:
+                throw DocumentStoreError.conflict(
+                    document: document.id, base: changes.base, current: document.currentVersion)
+            case .keepBoth:
+                conflict = true
+            case .rebaseIfDisjoint:
+                let touched = Set(changes.nodes.map(\.id) + changes.removedNodes + Array(changes.contents.keys))
+                conflict = try touched.contains { id in
+                    try Bool.fetchOne(
+                        db, sql: "SELECT 1 FROM nodes WHERE node = ? AND branch = 0 AND version > ? LIMIT 1",
+                        arguments: [id.rawValue, changes.base.rawValue]) == true
+                }
+            }
+        }
+        let now = Timestamp.now
+        let version = try Self.insertVersion(db, document: document.id, base: changes.base, origin: changes.origin, now: now)
+        let branch: Int64 = conflict ? version.rawValue : 0
+        if conflict {
+            try db.execute(sql: "UPDATE versions SET branch = id WHERE id = ?", arguments: [version.rawValue])
+        }
+        // The state the changes apply to: the base for a conflict, else the current version.
+        let before = conflict ? Lineage(limit: changes.base.rawValue, branch: 0) : Lineage.current
+        var written = (chunks: 0, bytes: Int64(0), nodes: 0)
+
+        var records: [StoreNodeID: NodeRecord] = [:]
+        for record in changes.nodes {
+            guard record.document == document.id else {
+                throw DocumentStoreError.invalidChange("\(record.id) belongs to another document")
+            }
+            records[record.id] = record
+        }
+        for (id, update) in changes.contents {
+            guard var record = try records[id] ?? Self.node(db, id, lineage: before) else {
+                throw DocumentStoreError.noSuchNode(id)
+            }
+            guard record.kind == .regularFile else { throw DocumentStoreError.notARegularFile(id) }
+            let previous = try Self.node(db, id, lineage: before)
+            let result = try writeContents(
+                db, node: id, update: update, previousSize: previous?.kind == .regularFile ? previous?.size ?? 0 : 0,
+                lineage: before, branch: branch, version: version)
+            record.size = result.size
+            written.chunks += result.chunks
+            written.bytes += result.bytes
+            records[id] = record
+        }
+        try validate(db, records: records, document: document, lineage: before)
+        for record in records.values {
+            try Self.insertNode(db, record, branch: branch, version: version)
+            written.nodes += 1
+        }
+        if !changes.removedNodes.isEmpty {
+            var subtree = Set(changes.removedNodes)
+            var frontier = changes.removedNodes
+            let all = try Self.nodes(db, document: document.id, lineage: before)
+            var children: [StoreNodeID: [StoreNodeID]] = [:]
+            for record in all.values { if let parent = record.parent { children[parent, default: []].append(record.id) } }
+            while let next = frontier.popLast() {
+                for child in children[next] ?? [] where subtree.insert(child).inserted && records[child] == nil {
+                    frontier.append(child)
+                }
+            }
+            for id in subtree {
+                if id == document.root { throw DocumentStoreError.invalidChange("the document's root cannot be removed") }
+                guard let record = all[id] ?? records[id] else { continue }
+                try Self.insertTombstone(db, record, branch: branch, version: version)
+                written.nodes += 1
+            }
+        }
+        try db.execute(
+            sql: "UPDATE versions SET bytes_written = ? WHERE id = ?", arguments: [written.bytes, version.rawValue])
+        if !conflict {
+            try db.execute(
+                sql: "UPDATE documents SET current_version = ?, modified = ? WHERE id = ?",
+                arguments: [version.rawValue, now.rawValue, document.id.rawValue])
+        }
+        try Self.insertEvent(
+            db, conflict ? .conflict : .saved, document: document.id, version: version, name: document.name,
+            origin: changes.origin)
+        counters.withLock {
+            $0.chunksWritten += written.chunks
+            $0.bytesWritten += written.bytes
+            $0.nodesWritten += written.nodes
+        }
+        let info = try Self.version(db, version)
+        return SaveResult(version: info, chunksWritten: written.chunks, bytesWritten: written.bytes, nodesWritten: written.nodes)
+    }
+
+    /// Checks that changed records form a valid tree: parents exist and are directories, names are
+    /// valid and unique among siblings.
+    private func validate(
+        _ db: Database, records: [StoreNodeID: NodeRecord], document: DocumentInfo, lineage: Lineage
+    ) throws {
+        for record in records.values {
+            if record.id == document.root {
+                guard record.parent == nil else { throw DocumentStoreError.invalidChange("the root cannot move") }
+                continue
+            }
+            if let reason = FileName.problem(with: record.name) {
+                throw DocumentStoreError.invalidName(record.name, reason: reason)
+            }
+            guard let parentID = record.parent else {
+                throw DocumentStoreError.invalidChange("\(record.id) has no parent")
+            }
+            guard let parent = try records[parentID] ?? Self.node(db, parentID, lineage: lineage),
+                parent.document == document.id, parent.kind == .directory
+            else {
+                throw DocumentStoreError.invalidChange("the parent of \(record.name.debugDescription) is not a directory")
+            }
+            if record.kind == .symbolicLink && record.linkTarget == nil {
+                throw DocumentStoreError.invalidChange("link \(record.name.debugDescription) has no destination")
+            }
+            // Another live wrapper with this name in this parent?
+            let candidates = try Int64.fetchAll(
+                db, sql: "SELECT DISTINCT node FROM nodes WHERE parent = ? AND name = ? AND node != ?",
+                arguments: [parentID.rawValue, record.name, record.id.rawValue])
+            for candidate in candidates.map(StoreNodeID.init(rawValue:)) {
+                let current = try records[candidate] ?? Self.node(db, candidate, lineage: lineage)
+                if let current, current.parent == parentID, current.name == record.name {
+                    throw DocumentStoreError.invalidChange(
+                        "\(record.name.debugDescription) already exists in its directory")
+                }
+            }
+            if records.values.contains(where: { $0.id != record.id && $0.parent == parentID && $0.name == record.name }) {
+                throw DocumentStoreError.invalidChange("two wrappers named \(record.name.debugDescription) in one directory")
+            }
+        }
+    }
+
+    /// Writes the chunks of a content update that differ from the previous ones.
+    private func writeContents(
+        _ db: Database, node: StoreNodeID, update: ContentUpdate, previousSize: Int64, lineage: Lineage, branch: Int64,
+        version: VersionID
+    ) throws -> (size: Int64, chunks: Int, bytes: Int64) {
+        let size = Int64(chunkSize)
+        var chunks = 0
+        var bytes: Int64 = 0
+        let newSize: Int64
+        var newChunks: [Int64: Data] = [:]  // only for .chunks
+        switch update {
+        case .chunks(let s, let given):
+            guard s >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
+            newSize = s
+            for (index, data) in given {
+                guard index >= 0, data.count <= chunkSize else {
+                    throw DocumentStoreError.invalidChange("chunk \(index) is larger than the chunk size")
+                }
+                if Int64(index) * size < s { newChunks[Int64(index)] = data }
+            }
+        case .replace(let source):
+            newSize = source.count
+        }
+        let oldCount = (previousSize + size - 1) / size
+        let newCount = (newSize + size - 1) / size
+        let previous = oldCount > 0 ? try Self.chunkMap(db, node: node, lineage: lineage, from: 0, through: max(oldCount, newCount) - 1) : [:]
+
+        func put(_ index: Int64, _ data: Data?) throws {
+            var chunkID: Int64?
+            if let data, !data.allSatisfy({ $0 == 0 }) {
+                let (id, isNew) = try Self.storeChunk(db, data)
+                chunkID = id
+                if isNew {
+                    chunks += 1
+                    bytes += Int64(data.count)
+                }
+            }
+            if let old = previous[index], old == chunkID { return }
+            if previous[index] == nil && chunkID == nil { return }
+            try db.execute(
+                sql: "INSERT OR REPLACE INTO chunk_map(node, branch, idx, version, chunk) VALUES (?, ?, ?, ?, ?)",
+                arguments: [node.rawValue, branch, index, version.rawValue, chunkID])
+        }
+
+        switch update {
+        case .chunks:
+            for (index, data) in newChunks.sorted(by: { $0.key < $1.key }) {
+                // Bytes past the end of the file are not kept, so growing it later reads zeros.
+                let keep = Int(min(Int64(data.count), newSize - index * size))
+                try put(index, keep < data.count ? data.prefix(keep) : data)
+            }
+            if newSize < previousSize, newSize % size != 0 {
+                let index = newSize / size
+                if newChunks[index] == nil, let old = previous[index] ?? nil {
+                    let data = try chunk(db, old)
+                    try put(index, data.prefix(Int(newSize - index * size)))
+                }
+            }
+        case .replace(let source):
+            var index: Int64 = 0
+            while index < newCount {
+                let data = try source.read(offset: index * size, count: chunkSize)
+                guard Int64(data.count) == min(size, newSize - index * size) else {
+                    throw DocumentStoreError.invalidChange("the contents source ended early")
+                }
+                let hash = Self.hash(data)
+                if let old = previous[index] ?? nil,
+                    try Data.fetchOne(db, sql: "SELECT hash FROM chunks WHERE id = ?", arguments: [old]) == hash
+                {
+                    index += 1
+                    continue
+                }
+                try put(index, data)
+                index += 1
+            }
+        }
+        // Chunks past the new end become holes, so that growing the file later reads zeros.
+        if newCount < oldCount {
+            for index in newCount..<oldCount where (previous[index] ?? nil) != nil {
+                try put(index, nil)
+            }
+        }
+        return (newSize, chunks, bytes)
+    }
+
+    static func hash(_ data: Data) -> Data { Data(SHA256.hash(data: data)) }
+
+    /// The id of the chunk holding `data`, inserting it if new.
+    static func storeChunk(_ db: Database, _ data: Data) throws -> (Int64, Bool) {
+        let hash = hash(data)
+        if let id = try Int64.fetchOne(db, sql: "SELECT id FROM chunks WHERE hash = ?", arguments: [hash]) {
+            return (id, false)
+        }
+        try db.execute(sql: "INSERT INTO chunks(hash, size, data) VALUES (?, ?, ?)", arguments: [hash, data.count, data])
+        return (db.lastInsertedRowID, true)
+    }
+
+    static func insertVersion(_ db: Database, document: DocumentID, base: VersionID?, origin: String, now: Timestamp) throws
+        -> VersionID
+    {
+        try db.execute(
+            sql: "INSERT INTO versions(document, base, created, origin) VALUES (?, ?, ?, ?)",
+            arguments: [document.rawValue, base?.rawValue, now.rawValue, origin])
+        return VersionID(rawValue: db.lastInsertedRowID)
+    }
+
+    static func insertNode(_ db: Database, _ r: NodeRecord, branch: Int64, version: VersionID) throws {
+        let kind: Int
+        switch r.kind {
+        case .regularFile: kind = 0
+        case .directory: kind = 1
+        case .symbolicLink: kind = 2
+        }
+        try db.execute(
+            sql: """
+                INSERT OR REPLACE INTO nodes(node, branch, version, document, parent, name, preferred_name, kind,
+                    permissions, uid, gid, mtime, ctime, atime, btime, size, link_target, xattrs, removed)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
+                """,
+            arguments: [
+                r.id.rawValue, branch, version.rawValue, r.document.rawValue, r.parent?.rawValue, r.name,
+                r.preferredName == r.name ? nil : r.preferredName, kind, r.permissions & 0o7777, Int64(r.uid), Int64(r.gid),
+                r.modified.rawValue, r.changed.rawValue, r.accessed.rawValue, r.created.rawValue,
+                r.kind == .regularFile ? r.size : 0, r.linkTarget,
+                r.extendedAttributes.isEmpty ? nil : XattrCoding.encode(r.extendedAttributes),
+            ])
+    }
+
+    static func insertTombstone(_ db: Database, _ r: NodeRecord, branch: Int64, version: VersionID) throws {
+        try db.execute(
+            sql: """
+                INSERT OR REPLACE INTO nodes(node, branch, version, document, parent, name, kind, permissions, uid, gid,
+                    mtime, ctime, atime, btime, size, removed)
+                VALUES (?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1)
+                """,
+            arguments: [r.id.rawValue, branch, version.rawValue, r.document.rawValue, r.parent?.rawValue, r.name])
+    }
+
+    static func insertEvent(
+        _ db: Database, _ kind: StoreEvent.Kind, document: DocumentID, version: VersionID?, name: String, origin: String
+    ) throws {
+        try db.execute(
+            sql: "INSERT INTO events(kind, document, version, name, origin, time) VALUES (?, ?, ?, ?, ?, ?)",
+            arguments: [kind.rawValue, document.rawValue, version?.rawValue, name, origin, Timestamp.now.rawValue])
+    }
+
+    // MARK: Versions
+
+    public func versions(of document: DocumentID) throws -> [VersionInfo] {
+        try read { db in
+            _ = try Self.fetchDocument(db, document)
+            return try Row.fetchAll(db, sql: "SELECT * FROM versions WHERE document = ? ORDER BY id", arguments: [document.rawValue])
+                .map(Self.version)
+        }
+    }
+
+    static func version(_ db: Database, _ id: VersionID) throws -> VersionInfo {
+        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM versions WHERE id = ?", arguments: [id.rawValue]) else {
+            throw DocumentStoreError.noSuchVersion(id)
+        }
+        return version(row)
+    }
+
+    static func version(_ row: Row) -> VersionInfo {
+        VersionInfo(
+            id: VersionID(rawValue: row["id"]), document: DocumentID(rawValue: row["document"]),
+            base: (row["base"] as Int64?).map(VersionID.init(rawValue:)), created: Timestamp(rawValue: row["created"]),
+            origin: row["origin"], isConflict: (row["branch"] as Int64) != 0, isResolved: (row["resolved"] as Int64) != 0,
+            bytesWritten: row["bytes_written"])
+    }
+
+    public func restore(_ version: VersionID, of document: DocumentID, origin: String = "restore") throws -> SaveResult {
+        try write { db in
+            let info = try Self.version(db, version)
+            guard info.document == document else { throw DocumentStoreError.noSuchVersion(version) }
+            let doc = try Self.fetchDocument(db, document)
+            let target = try Self.nodes(db, document: document, lineage: Self.lineage(db, version))
+            let current = try Self.nodes(db, document: document, lineage: .current)
+            var changes = DocumentChanges(document: document, base: doc.currentVersion)
+            changes.origin = origin
+            changes.conflictPolicy = .fail
+            for (id, record) in target {
+                var unchanged = record
+                unchanged.version = current[id]?.version ?? unchanged.version
+                if current[id] != unchanged { changes.nodes.append(record) }
+                if record.kind == .regularFile {
+                    changes.contents[id] = .replace(StoreContentsSource(store: self, node: id, version: version, count: record.size))
+                }
+            }
+            // Remove what the old version did not have, deepest-first order does not matter:
+            // removal takes subtrees.
+            changes.removedNodes = current.keys.filter { target[$0] == nil }
+            var result = try self.save(db, changes)
+            try db.execute(sql: "UPDATE events SET kind = 'restored' WHERE sequence = (SELECT MAX(sequence) FROM events)")
+            result.version = try Self.version(db, result.version.id)
+            return result
+        }
+    }
+
+    public func resolveConflict(_ version: VersionID) throws {
+        try write { db in
+            let info = try Self.version(db, version)
+            guard info.isConflict else { return }  // FV-2: not a conflict, already resolved
+            try db.execute(sql: "UPDATE versions SET resolved = 1 WHERE id = ?", arguments: [version.rawValue])
+        }
+    }
+
+    // MARK: Retention
+
+    public func collectGarbage(_ policy: RetentionPolicy) throws -> CollectionReport {
+        try write { db in
+            var report = CollectionReport()
+            let now = Timestamp.now
+            let horizon = now.rawValue - Int64(policy.keepFor.components.seconds) * 1_000_000_000
+            for row in try Row.fetchAll(db, sql: "SELECT id, deleted FROM documents") {
+                let document = DocumentID(rawValue: row["id"])
+                if let deleted = row["deleted"] as Int64?, deleted < horizon {
+                    try self.removeDocument(db, document)
+                    report.documentsRemoved += 1
+                    continue
+                }
+                report.versionsRemoved += try pruneVersions(db, document, policy: policy, horizon: horizon)
+            }
+            let unreferenced = try Row.fetchAll(
+                db, sql: "SELECT id, size FROM chunks WHERE NOT EXISTS (SELECT 1 FROM chunk_map WHERE chunk = chunks.id)")
+            for row in unreferenced {
+                try db.execute(sql: "DELETE FROM chunks WHERE id = ?", arguments: [row["id"] as Int64])
+                report.chunksRemoved += 1
+                report.bytesFreed += row["size"] as Int64
+            }
+            try db.execute(sql: "DELETE FROM events WHERE time < ?", arguments: [now.rawValue - 7 * 24 * 3600 * 1_000_000_000])
+            return report
+        }
+    }
+
+    private func removeDocument(_ db: Database, _ document: DocumentID) throws {
+        let d = document.rawValue
+        try db.execute(sql: "DELETE FROM chunk_map WHERE node IN (SELECT DISTINCT node FROM nodes WHERE document = ?)", arguments: [d])
+        try db.execute(sql: "DELETE FROM nodes WHERE document = ?", arguments: [d])
+        try db.execute(sql: "DELETE FROM versions WHERE document = ?", arguments: [d])
+        try db.execute(sql: "DELETE FROM documents WHERE id = ?", arguments: [d])
+    }
+
+    /// Drops main-line versions older than the policy keeps, folding their rows into the oldest
+    /// kept version; returns how many were dropped.
+    private func pruneVersions(_ db: Database, _ document: DocumentID, policy: RetentionPolicy, horizon: Int64) throws -> Int {
+        let d = document.rawValue
+        let mainline = try Row.fetchAll(
+            db, sql: "SELECT id, created FROM versions WHERE document = ? AND branch = 0 ORDER BY id DESC", arguments: [d])
+        guard mainline.count > policy.keepLast else { return 0 }
+        var keep = mainline.prefix(policy.keepLast).map { $0["id"] as Int64 }
+        keep += mainline.dropFirst(policy.keepLast).filter { ($0["created"] as Int64) >= horizon }.map { $0["id"] as Int64 }
+        var cutoff = keep.min() ?? 0
+        // An unresolved conflict version reads the main line as of its base: keep that.
+        if let base = try Int64.fetchOne(
+            db, sql: "SELECT MIN(base) FROM versions WHERE document = ? AND branch != 0 AND resolved = 0", arguments: [d])
+        {
+            cutoff = min(cutoff, base)
+        }
+        // Resolved conflict versions go, with their rows.
+        let resolved = try Int64.fetchAll(
+            db, sql: "SELECT id FROM versions WHERE document = ? AND branch != 0 AND resolved = 1", arguments: [d])
+        for branch in resolved {
+            try db.execute(sql: "DELETE FROM chunk_map WHERE branch = ?", arguments: [branch])
+            try db.execute(sql: "DELETE FROM nodes WHERE branch = ?", arguments: [branch])
+            try db.execute(sql: "DELETE FROM versions WHERE id = ?", arguments: [branch])
+        }
+        // Rows superseded at or before the cutoff are invisible to every kept version.
+        try db.execute(
+            sql: """
+                DELETE FROM chunk_map WHERE branch = 0 AND version < :cutoff
+                  AND node IN (SELECT DISTINCT node FROM nodes WHERE document = :d)
+                  AND EXISTS (SELECT 1 FROM chunk_map c2 WHERE c2.node = chunk_map.node AND c2.branch = 0
+                              AND c2.idx = chunk_map.idx AND c2.version > chunk_map.version AND c2.version <= :cutoff)
+                """,
+            arguments: ["cutoff": cutoff, "d": d])
+        try db.execute(
+            sql: """
+                DELETE FROM nodes WHERE document = :d AND branch = 0 AND version < :cutoff
+                  AND EXISTS (SELECT 1 FROM nodes n2 WHERE n2.node = nodes.node AND n2.branch = 0
+                              AND n2.version > nodes.version AND n2.version <= :cutoff)
+                """,
+            arguments: ["cutoff": cutoff, "d": d])
+        // Wrappers removed at or before the cutoff are gone from every kept version.
+        let gone = try Int64.fetchAll(
+            db,
+            sql: "SELECT node FROM nodes WHERE document = ? AND branch = 0 AND version <= ? AND removed = 1",
+            arguments: [d, cutoff])
+        for node in gone {
+            let newer = try Bool.fetchOne(
+                db, sql: "SELECT 1 FROM nodes WHERE node = ? AND branch = 0 AND version > ?", arguments: [node, cutoff])
+            if newer == true { continue }
+            try db.execute(sql: "DELETE FROM chunk_map WHERE node = ? AND branch = 0", arguments: [node])
+            try db.execute(sql: "DELETE FROM nodes WHERE node = ? AND branch = 0", arguments: [node])
+        }
+        let removed = try Int.fetchOne(
+            db, sql: "SELECT COUNT(*) FROM versions WHERE document = ? AND branch = 0 AND id < ?", arguments: [d, cutoff]) ?? 0
+        try db.execute(sql: "DELETE FROM versions WHERE document = ? AND branch = 0 AND id < ?", arguments: [d, cutoff])
+        return removed + resolved.count
+    }
+
+    // MARK: Events
+
+    public func events(after sequence: Int64) throws -> [StoreEvent] {
+        try read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM events WHERE sequence > ? ORDER BY sequence", arguments: [sequence]).compactMap {
+                row -> StoreEvent? in
+                guard let kind = StoreEvent.Kind(rawValue: row["kind"]) else { return nil }
+                return StoreEvent(
+                    sequence: row["sequence"], kind: kind, document: DocumentID(rawValue: row["document"]),
+                    version: (row["version"] as Int64?).map(VersionID.init(rawValue:)), name: row["name"], origin: row["origin"])
+            }
+        }
+    }
+
+    public func latestEventSequence() throws -> Int64 {
+        try read { db in try Int64.fetchOne(db, sql: "SELECT MAX(sequence) FROM events") ?? 0 }
+    }
+
+    /// The SQLite `data_version` of a dedicated connection: it changes when another connection
+    /// (in this or another process) commits. Observers poll it cheaply.
+    func dataVersion(_ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db, sql: "PRAGMA data_version") ?? 0
+    }
+}
+
+/// The store's `user.` extended attributes as one blob: u32 count, then per attribute a u16 name
+/// length, the name, a u32 value length and the value (little-endian). Decoding checks every
+/// length, so a damaged row gives an error, not a crash.
+enum XattrCoding {
+    static func encode(_ xattrs: [String: Data]) -> Data {
+        var out = Data()
+        func append<T: FixedWidthInteger>(_ v: T) { withUnsafeBytes(of: v.littleEndian) { out.append(contentsOf: $0) } }
+        append(UInt32(xattrs.count))
+        for (name, value) in xattrs.sorted(by: { $0.key < $1.key }) {
+            let bytes = Data(name.utf8)
+            append(UInt16(truncatingIfNeeded: bytes.count))
+            out.append(bytes)
+            append(UInt32(truncatingIfNeeded: value.count))
+            out.append(value)
+        }
+        return out
+    }
+
+    static func decode(_ data: Data) throws -> [String: Data] {
+        if data.isEmpty { return [:] }
+        let bytes = [UInt8](data)
+        var offset = 0
+        func take(_ n: Int) throws -> ArraySlice<UInt8> {
+            guard n >= 0, n <= bytes.count - offset else {
+                throw DocumentStoreError.corrupt(path: "", reason: "extended attributes are truncated at byte \(offset)")
+            }
+            defer { offset += n }
+            return bytes[offset..<offset + n]
+        }
+        func integer<T: FixedWidthInteger>(_: T.Type) throws -> T {
+            try take(MemoryLayout<T>.size).reversed().reduce(T(0)) { $0 << 8 | T($1) }
+        }
+        let count = try integer(UInt32.self)
+        guard Int(count) <= bytes.count / 6 else {
+            throw DocumentStoreError.corrupt(path: "", reason: "extended attribute count \(count) is too large")
+        }
+        var result: [String: Data] = [:]
+        for _ in 0..<count {
+            let nameLength = Int(try integer(UInt16.self))
+            guard let name = String(validating: try take(nameLength), as: UTF8.self) else {
+                throw DocumentStoreError.corrupt(path: "", reason: "an extended attribute name is not UTF-8")
+            }
+            let valueLength = Int(try integer(UInt32.self))
+            result[name] = Data(try take(valueLength))
+        }
+        guard offset == bytes.count else {
+            throw DocumentStoreError.corrupt(path: "", reason: "extended attributes have trailing bytes")
+        }
+        return result
+    }
+}
+
+/// A least-recently-used cache of chunk bytes by chunk id (ids are never reused).
+struct ChunkCache {
+    let capacity: Int
+    private var entries: [Int64: (data: Data, tick: UInt64)] = [:]
+    private var bytes = 0
+    private var tick: UInt64 = 0
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    mutating func get(_ id: Int64) -> Data? {
+        guard let entry = entries[id] else { return nil }
+        tick += 1
+        entries[id] = (entry.data, tick)
+        return entry.data
+    }
+
+    mutating func put(_ id: Int64, _ data: Data) {
+        guard data.count <= capacity / 4 else { return }
+        tick += 1
+        if let old = entries.updateValue((data, tick), forKey: id) { bytes -= old.data.count }
+        bytes += data.count
+        if bytes > capacity {
+            // Evict the oldest quarter at once so eviction is amortised.
+            let victims = entries.sorted { $0.value.tick < $1.value.tick }.prefix(max(1, entries.count / 4))
+            for (key, value) in victims {
+                entries[key] = nil
+                bytes -= value.data.count
+            }
+        }
+    }
+
+    mutating func removeAll() {
+        entries = [:]
+        bytes = 0
+    }
+}
+
+/// A regular wrapper's contents in a store, read by range on demand.
+public struct StoreContentsSource: ContentsSource {
+    public let store: any DocumentStore
+    public let node: StoreNodeID
+    /// The version to read; nil reads the current one.
+    public let version: VersionID?
+    public let count: Int64
+
+    public init(store: any DocumentStore, node: StoreNodeID, version: VersionID?, count: Int64) {
+        self.store = store
+        self.node = node
+        self.version = version
+        self.count = count
+    }
+
+    public func read(offset: Int64, count: Int) throws -> Data {
+        try store.readContents(of: node, at: version, offset: offset, count: count)
+    }
+}
