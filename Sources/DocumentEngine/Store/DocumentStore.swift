@@ -37,10 +37,14 @@ public struct Timestamp: RawRepresentable, Hashable, Comparable, Sendable {
     }
     public static var now: Timestamp { Timestamp(Date()) }
     public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
-    public var seconds: Int64 { rawValue >= 0 ? rawValue / 1_000_000_000 : (rawValue - 999_999_999) / 1_000_000_000 }
+    public var seconds: Int64 {
+        rawValue >= 0 ? rawValue / 1_000_000_000 : (rawValue - 999_999_999) / 1_000_000_000
+    }
     public var nanoseconds: Int64 { rawValue - seconds * 1_000_000_000 }
     public var date: Date {
-        Date(timeIntervalSinceReferenceDate: TimeInterval(seconds - 978_307_200) + TimeInterval(nanoseconds) / 1e9)
+        Date(
+            timeIntervalSinceReferenceDate: TimeInterval(seconds - 978_307_200) + TimeInterval(nanoseconds)
+                / 1e9)
     }
 }
 
@@ -95,9 +99,12 @@ public struct NodeRecord: Sendable, Equatable {
     public var version: VersionID
 
     public init(
-        id: StoreNodeID, document: DocumentID, parent: StoreNodeID?, name: String, preferredName: String? = nil,
-        kind: FileWrapper.Kind, permissions: Int, uid: UInt32 = UInt32(getuid()), gid: UInt32 = UInt32(getgid()),
-        modified: Timestamp = .now, changed: Timestamp? = nil, accessed: Timestamp? = nil, created: Timestamp? = nil,
+        id: StoreNodeID, document: DocumentID, parent: StoreNodeID?, name: String,
+        preferredName: String? = nil,
+        kind: FileWrapper.Kind, permissions: Int, uid: UInt32 = UInt32(getuid()),
+        gid: UInt32 = UInt32(getgid()),
+        modified: Timestamp = .now, changed: Timestamp? = nil, accessed: Timestamp? = nil,
+        created: Timestamp? = nil,
         size: Int64 = 0, linkTarget: String? = nil, extendedAttributes: [String: Data] = [:],
         version: VersionID = VersionID(rawValue: 0)
     ) {
@@ -294,7 +301,8 @@ public enum DocumentStoreError: Error, Sendable, Equatable, CustomStringConverti
         case .notAStore(let path, let reason): return "\(path) is not a DocFS store: \(reason)"
         case .corrupt(let path, let reason): return "the store \(path) is damaged: \(reason)"
         case .newerFormat(let path, let found, let supported):
-            return "the store \(path) has format \(found), newer than this program's \(supported); upgrade DocFS"
+            return
+                "the store \(path) has format \(found), newer than this program's \(supported); upgrade DocFS"
         case .io(let message): return message
         }
     }

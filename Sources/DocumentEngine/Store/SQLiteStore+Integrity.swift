@@ -25,31 +25,45 @@ extension SQLiteStore {
                     report.problems.append("chunk \(id): its bytes do not match its hash")
                 }
                 if (row["size"] as Int64) != Int64(data.count) {
-                    report.problems.append("chunk \(id): recorded size \(row["size"] as Int64) but \(data.count) bytes")
+                    report.problems.append(
+                        "chunk \(id): recorded size \(row["size"] as Int64) but \(data.count) bytes")
                 }
                 if data.count > chunkSize {
-                    report.problems.append("chunk \(id): \(data.count) bytes, more than the chunk size \(chunkSize)")
+                    report.problems.append(
+                        "chunk \(id): \(data.count) bytes, more than the chunk size \(chunkSize)")
                 }
                 report.chunksChecked += 1
             }
 
             let dangling: [(String, String)] = [
-                ("SELECT DISTINCT chunk FROM chunk_map WHERE chunk IS NOT NULL AND chunk NOT IN (SELECT id FROM chunks)",
-                 "a file refers to missing chunk"),
-                ("SELECT DISTINCT document FROM nodes WHERE document NOT IN (SELECT id FROM documents)",
-                 "wrappers belong to missing document"),
-                ("SELECT DISTINCT document FROM versions WHERE document NOT IN (SELECT id FROM documents)",
-                 "versions belong to missing document"),
-                ("SELECT id FROM documents WHERE current_version NOT IN (SELECT id FROM versions)",
-                 "document's current version is missing; document"),
-                ("SELECT DISTINCT node FROM chunk_map WHERE node NOT IN (SELECT node FROM nodes)",
-                 "contents belong to missing wrapper"),
+                (
+                    "SELECT DISTINCT chunk FROM chunk_map WHERE chunk IS NOT NULL AND chunk NOT IN (SELECT id FROM chunks)",
+                    "a file refers to missing chunk"
+                ),
+                (
+                    "SELECT DISTINCT document FROM nodes WHERE document NOT IN (SELECT id FROM documents)",
+                    "wrappers belong to missing document"
+                ),
+                (
+                    "SELECT DISTINCT document FROM versions WHERE document NOT IN (SELECT id FROM documents)",
+                    "versions belong to missing document"
+                ),
+                (
+                    "SELECT id FROM documents WHERE current_version NOT IN (SELECT id FROM versions)",
+                    "document's current version is missing; document"
+                ),
+                (
+                    "SELECT DISTINCT node FROM chunk_map WHERE node NOT IN (SELECT node FROM nodes)",
+                    "contents belong to missing wrapper"
+                ),
             ]
             for (sql, message) in dangling {
                 for id in try Int64.fetchAll(db, sql: sql) { report.problems.append("\(message) \(id)") }
             }
 
-            for document in try Row.fetchAll(db, sql: "SELECT * FROM documents WHERE deleted IS NULL").map(Self.document) {
+            for document in try Row.fetchAll(db, sql: "SELECT * FROM documents WHERE deleted IS NULL").map(
+                Self.document)
+            {
                 report.documentsChecked += 1
                 let nodes = try Self.nodes(db, document: document.id, lineage: .current)
                 report.nodesChecked += nodes.count
@@ -76,13 +90,17 @@ extension SQLiteStore {
                         current = parent
                     }
                     if !reachable {
-                        report.problems.append("\(document.name): wrapper \(record.id.rawValue) (\(record.name)) is not reachable from the root")
+                        report.problems.append(
+                            "\(document.name): wrapper \(record.id.rawValue) (\(record.name)) is not reachable from the root"
+                        )
                     }
                     if let parent = record.parent, !names[parent, default: []].insert(record.name).inserted {
-                        report.problems.append("\(document.name): two wrappers named \(record.name) in one directory")
+                        report.problems.append(
+                            "\(document.name): two wrappers named \(record.name) in one directory")
                     }
                     if let reason = FileName.problem(with: record.name) {
-                        report.problems.append("\(document.name): wrapper \(record.id.rawValue) has an invalid name: \(reason)")
+                        report.problems.append(
+                            "\(document.name): wrapper \(record.id.rawValue) has an invalid name: \(reason)")
                     }
                 }
                 for record in nodes.values where record.kind == .regularFile {
@@ -102,9 +120,11 @@ extension SQLiteStore {
                         let index: Int64 = row["idx"]
                         guard let bytes = row["bytes"] as Int64? else { continue }
                         if index >= count {
-                            report.problems.append("\(document.name)/\(record.name): a chunk lies past the end of the file")
+                            report.problems.append(
+                                "\(document.name)/\(record.name): a chunk lies past the end of the file")
                         } else if index * size + bytes > record.size {
-                            report.problems.append("\(document.name)/\(record.name): the last chunk is longer than the file")
+                            report.problems.append(
+                                "\(document.name)/\(record.name): the last chunk is longer than the file")
                         }
                     }
                 }

@@ -1,10 +1,11 @@
-#if canImport(Glibc)
-    import Glibc
-#endif
 import Crypto
 import Foundation
 import GRDB
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The embedded document store: one SQLite file (WAL), shared safely by several processes.
 ///
@@ -39,7 +40,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
     ///
     /// A missing, empty, truncated, foreign or damaged file, or one written by a newer DocFS, is
     /// refused with a ``DocumentStoreError`` that names the problem.
-    public init(path: String, options: OpenOptions = [], chunkSize: Int = SQLiteStore.defaultChunkSize) throws {
+    public init(path: String, options: OpenOptions = [], chunkSize: Int = SQLiteStore.defaultChunkSize) throws
+    {
         self.path = path
         let isNew = try Self.prepareFile(path: path, create: options.contains(.create))
         var configuration = Configuration()
@@ -60,11 +62,19 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 let migrator = SQLiteSchema.migrator
                 if try migrator.hasBeenSuperseded(db) {
                     throw DocumentStoreError.newerFormat(
-                        path: path, found: SQLiteSchema.formatVersion + 1, supported: SQLiteSchema.formatVersion)
+                        path: path, found: SQLiteSchema.formatVersion + 1,
+                        supported: SQLiteSchema.formatVersion)
                 }
                 let applied = try migrator.appliedIdentifiers(db)
-                if !isNew && applied.isEmpty {
-                    throw DocumentStoreError.notAStore(path: path, reason: "it has no DocFS schema")
+                if !isNew {
+                    let applicationID = try Int32.fetchOne(db, sql: "PRAGMA application_id") ?? 0
+                    if applicationID != SQLiteSchema.applicationID {
+                        throw DocumentStoreError.notAStore(
+                            path: path, reason: "it is another application's SQLite database")
+                    }
+                    if applied.isEmpty {
+                        throw DocumentStoreError.notAStore(path: path, reason: "it has no DocFS schema")
+                    }
                 }
             }
             try SQLiteSchema.migrator.migrate(pool)
@@ -72,17 +82,22 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 if isNew {
                     try db.execute(sql: "PRAGMA application_id = \(SQLiteSchema.applicationID)")
                     try db.execute(
-                        sql: "INSERT OR IGNORE INTO store_meta(key, value) VALUES ('format', ?), ('chunk_size', ?), ('next_node', 1)",
+                        sql:
+                            "INSERT OR IGNORE INTO store_meta(key, value) VALUES ('format', ?), ('chunk_size', ?), ('next_node', 1)",
                         arguments: [SQLiteSchema.formatVersion, chunkSize])
                 }
-                guard let format = try Int.fetchOne(db, sql: "SELECT value FROM store_meta WHERE key = 'format'"),
-                    let size = try Int.fetchOne(db, sql: "SELECT value FROM store_meta WHERE key = 'chunk_size'"),
+                guard
+                    let format = try Int.fetchOne(
+                        db, sql: "SELECT value FROM store_meta WHERE key = 'format'"),
+                    let size = try Int.fetchOne(
+                        db, sql: "SELECT value FROM store_meta WHERE key = 'chunk_size'"),
                     size > 0, size <= 64 << 20
                 else {
                     throw DocumentStoreError.corrupt(path: path, reason: "the store's metadata is missing")
                 }
                 if format > SQLiteSchema.formatVersion {
-                    throw DocumentStoreError.newerFormat(path: path, found: format, supported: SQLiteSchema.formatVersion)
+                    throw DocumentStoreError.newerFormat(
+                        path: path, found: format, supported: SQLiteSchema.formatVersion)
                 }
                 return size
             }
@@ -91,6 +106,10 @@ public final class SQLiteStore: DocumentStore, Sendable {
         }
         self.chunkSize = storedChunkSize
         cache = Mutex(ChunkCache(capacity: 64 << 20))
+        if isNew {
+            // Put the header (with the application id) into the file itself, not just the log.
+            try? pool.writeWithoutTransaction { try $0.checkpoint(.truncate) }
+        }
     }
 
     /// Creates (0600) or checks the file before SQLite opens it; returns whether it is new.
@@ -98,12 +117,14 @@ public final class SQLiteStore: DocumentStore, Sendable {
         var st = stat()
         if stat(path, &st) != 0 {
             guard errno == ENOENT else {
-                throw DocumentStoreError.io("cannot open the store \(path): \(String(cString: strerror(errno)))")
+                throw DocumentStoreError.io(
+                    "cannot open the store \(path): \(String(cString: strerror(errno)))")
             }
             guard create else { throw DocumentStoreError.notAStore(path: path, reason: "no such file") }
             let fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
             guard fd >= 0 else {
-                throw DocumentStoreError.io("cannot create the store \(path): \(String(cString: strerror(errno)))")
+                throw DocumentStoreError.io(
+                    "cannot create the store \(path): \(String(cString: strerror(errno)))")
             }
             close(fd)
             return true
@@ -124,11 +145,14 @@ public final class SQLiteStore: DocumentStore, Sendable {
             throw DocumentStoreError.notAStore(path: path, reason: "it is not an SQLite database")
         }
         guard header.count == 100 else {
-            throw DocumentStoreError.corrupt(path: path, reason: "the file is truncated (\(st.st_size) bytes)")
+            throw DocumentStoreError.corrupt(
+                path: path, reason: "the file is truncated (\(st.st_size) bytes)")
         }
+        // In WAL mode a fresh header may still be in the log: 0 is decided after opening.
         let applicationID = header[68..<72].reduce(0) { $0 << 8 | Int32($1) }
-        guard applicationID == SQLiteSchema.applicationID else {
-            throw DocumentStoreError.notAStore(path: path, reason: "it is another application's SQLite database")
+        guard applicationID == SQLiteSchema.applicationID || applicationID == 0 else {
+            throw DocumentStoreError.notAStore(
+                path: path, reason: "it is another application's SQLite database")
         }
         return false
     }
@@ -137,11 +161,14 @@ public final class SQLiteStore: DocumentStore, Sendable {
     static func storeError(_ error: any Error, path: String) -> any Error {
         guard let error = error as? DatabaseError else { return error }
         switch error.resultCode {
-        case .SQLITE_NOTADB: return DocumentStoreError.notAStore(path: path, reason: "it is not an SQLite database")
-        case .SQLITE_CORRUPT: return DocumentStoreError.corrupt(path: path, reason: error.message ?? "malformed database")
+        case .SQLITE_NOTADB:
+            return DocumentStoreError.notAStore(path: path, reason: "it is not an SQLite database")
+        case .SQLITE_CORRUPT:
+            return DocumentStoreError.corrupt(path: path, reason: error.message ?? "malformed database")
         case .SQLITE_FULL: return DocumentStoreError.io("the disk holding \(path) is full")
         case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN:
-            return DocumentStoreError.io("cannot open the store \(path): \(error.message ?? "permission denied")")
+            return DocumentStoreError.io(
+                "cannot open the store \(path): \(error.message ?? "permission denied")")
         default: return error
         }
     }
@@ -158,13 +185,15 @@ public final class SQLiteStore: DocumentStore, Sendable {
 
     public func documents() throws -> [DocumentInfo] {
         try read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM documents WHERE deleted IS NULL ORDER BY name").map(Self.document)
+            try Row.fetchAll(db, sql: "SELECT * FROM documents WHERE deleted IS NULL ORDER BY name").map(
+                Self.document)
         }
     }
 
     public func deletedDocuments() throws -> [DocumentInfo] {
         try read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM documents WHERE deleted IS NOT NULL ORDER BY deleted").map(Self.document)
+            try Row.fetchAll(db, sql: "SELECT * FROM documents WHERE deleted IS NOT NULL ORDER BY deleted")
+                .map(Self.document)
         }
     }
 
@@ -174,13 +203,18 @@ public final class SQLiteStore: DocumentStore, Sendable {
 
     public func document(named name: String) throws -> DocumentInfo? {
         try read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM documents WHERE name = ? AND deleted IS NULL", arguments: [name])
-                .map(Self.document)
+            try Row.fetchOne(
+                db, sql: "SELECT * FROM documents WHERE name = ? AND deleted IS NULL", arguments: [name]
+            )
+            .map(Self.document)
         }
     }
 
     static func fetchDocument(_ db: Database, _ id: DocumentID) throws -> DocumentInfo {
-        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM documents WHERE id = ?", arguments: [id.rawValue]) else {
+        guard
+            let row = try Row.fetchOne(
+                db, sql: "SELECT * FROM documents WHERE id = ?", arguments: [id.rawValue])
+        else {
             throw DocumentStoreError.noSuchDocument(id.description)
         }
         return document(row)
@@ -190,16 +224,19 @@ public final class SQLiteStore: DocumentStore, Sendable {
         DocumentInfo(
             id: DocumentID(rawValue: row["id"]), name: row["name"], type: row["type"],
             kind: DocumentKind(rawValue: row["kind"]) ?? .package, root: StoreNodeID(rawValue: row["root"]),
-            currentVersion: VersionID(rawValue: row["current_version"]), created: Timestamp(rawValue: row["created"]),
+            currentVersion: VersionID(rawValue: row["current_version"]),
+            created: Timestamp(rawValue: row["created"]),
             modified: Timestamp(rawValue: row["modified"]))
     }
 
     public func createDocument(
-        named name: String, kind: DocumentKind, type: String? = nil, permissions: Int? = nil, origin: String = ""
+        named name: String, kind: DocumentKind, type: String? = nil, permissions: Int? = nil,
+        origin: String = ""
     ) throws -> DocumentInfo {
         try Self.validateDocumentName(name)
         return try write { db in
-            if try Bool.fetchOne(db, sql: "SELECT 1 FROM documents WHERE name = ? AND deleted IS NULL", arguments: [name])
+            if try Bool.fetchOne(
+                db, sql: "SELECT 1 FROM documents WHERE name = ? AND deleted IS NULL", arguments: [name])
                 == true
             {
                 throw DocumentStoreError.documentExists(name)
@@ -211,16 +248,22 @@ public final class SQLiteStore: DocumentStore, Sendable {
                     INSERT INTO documents(name, type, kind, root, current_version, created, modified)
                     VALUES (?, ?, ?, ?, 0, ?, ?)
                     """,
-                arguments: [name, type ?? Self.typeIdentifier(forName: name), kind.rawValue, root.rawValue, now.rawValue, now.rawValue])
+                arguments: [
+                    name, type ?? Self.typeIdentifier(forName: name), kind.rawValue, root.rawValue,
+                    now.rawValue, now.rawValue,
+                ])
             let document = DocumentID(rawValue: db.lastInsertedRowID)
             let version = try Self.insertVersion(db, document: document, base: nil, origin: origin, now: now)
             let record = NodeRecord(
-                id: root, document: document, parent: nil, name: name, kind: kind == .package ? .directory : .regularFile,
+                id: root, document: document, parent: nil, name: name,
+                kind: kind == .package ? .directory : .regularFile,
                 permissions: permissions ?? (kind == .package ? 0o755 : 0o644), modified: now)
             try Self.insertNode(db, record, branch: 0, version: version)
             try db.execute(
-                sql: "UPDATE documents SET current_version = ? WHERE id = ?", arguments: [version.rawValue, document.rawValue])
-            try Self.insertEvent(db, .created, document: document, version: version, name: name, origin: origin)
+                sql: "UPDATE documents SET current_version = ? WHERE id = ?",
+                arguments: [version.rawValue, document.rawValue])
+            try Self.insertEvent(
+                db, .created, document: document, version: version, name: name, origin: origin)
             counters.withLock { $0.nodesWritten += 1 }
             return try Self.fetchDocument(db, document)
         }
@@ -240,7 +283,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
             try db.execute(
                 sql: "UPDATE documents SET name = ?, modified = ? WHERE id = ?",
                 arguments: [name, Timestamp.now.rawValue, id.rawValue])
-            try Self.insertEvent(db, .renamed, document: id, version: current.currentVersion, name: name, origin: "")
+            try Self.insertEvent(
+                db, .renamed, document: id, version: current.currentVersion, name: name, origin: "")
             return try Self.fetchDocument(db, id)
         }
     }
@@ -251,7 +295,9 @@ public final class SQLiteStore: DocumentStore, Sendable {
             try db.execute(
                 sql: "UPDATE documents SET deleted = ? WHERE id = ? AND deleted IS NULL",
                 arguments: [Timestamp.now.rawValue, id.rawValue])
-            try Self.insertEvent(db, .deleted, document: id, version: current.currentVersion, name: current.name, origin: origin)
+            try Self.insertEvent(
+                db, .deleted, document: id, version: current.currentVersion, name: current.name,
+                origin: origin)
         }
     }
 
@@ -267,14 +313,18 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 throw DocumentStoreError.documentExists(newName)
             }
             try db.execute(
-                sql: "UPDATE documents SET deleted = NULL, name = ? WHERE id = ?", arguments: [newName, id.rawValue])
-            try Self.insertEvent(db, .restored, document: id, version: current.currentVersion, name: newName, origin: "")
+                sql: "UPDATE documents SET deleted = NULL, name = ? WHERE id = ?",
+                arguments: [newName, id.rawValue])
+            try Self.insertEvent(
+                db, .restored, document: id, version: current.currentVersion, name: newName, origin: "")
             return try Self.fetchDocument(db, id)
         }
     }
 
     static func validateDocumentName(_ name: String) throws {
-        if let reason = FileName.problem(with: name) { throw DocumentStoreError.invalidName(name, reason: reason) }
+        if let reason = FileName.problem(with: name) {
+            throw DocumentStoreError.invalidName(name, reason: reason)
+        }
     }
 
     /// A type identifier from the name's extension, for documents created without one.
@@ -306,7 +356,9 @@ public final class SQLiteStore: DocumentStore, Sendable {
 
     static func lineage(_ db: Database, _ version: VersionID?) throws -> Lineage {
         guard let version else { return .current }
-        guard let row = try Row.fetchOne(db, sql: "SELECT base, branch FROM versions WHERE id = ?", arguments: [version.rawValue])
+        guard
+            let row = try Row.fetchOne(
+                db, sql: "SELECT base, branch FROM versions WHERE id = ?", arguments: [version.rawValue])
         else { throw DocumentStoreError.noSuchVersion(version) }
         let branch: Int64 = row["branch"]
         if branch == 0 { return Lineage(limit: version.rawValue, branch: 0) }
@@ -322,7 +374,9 @@ public final class SQLiteStore: DocumentStore, Sendable {
     }
 
     /// The live records of a document as of `lineage`.
-    static func nodes(_ db: Database, document: DocumentID, lineage: Lineage) throws -> [StoreNodeID: NodeRecord] {
+    static func nodes(_ db: Database, document: DocumentID, lineage: Lineage) throws -> [StoreNodeID:
+        NodeRecord]
+    {
         var result: [StoreNodeID: NodeRecord] = [:]
         var removed: Set<StoreNodeID> = []
         let rows = try Row.fetchCursor(
@@ -364,7 +418,9 @@ public final class SQLiteStore: DocumentStore, Sendable {
         }
         guard
             let row = try Row.fetchOne(
-                db, sql: "SELECT * FROM nodes WHERE node = ? AND branch = 0 AND version <= ? ORDER BY version DESC LIMIT 1",
+                db,
+                sql:
+                    "SELECT * FROM nodes WHERE node = ? AND branch = 0 AND version <= ? ORDER BY version DESC LIMIT 1",
                 arguments: [id.rawValue, lineage.limit])
         else { return nil }
         return row["removed"] as Int64 != 0 ? nil : try record(row)
@@ -377,27 +433,37 @@ public final class SQLiteStore: DocumentStore, Sendable {
         case 0: kind = .regularFile
         case 1: kind = .directory
         case 2: kind = .symbolicLink
-        default: throw DocumentStoreError.corrupt(path: "", reason: "wrapper \(row["node"] as Int64) has unknown kind \(kindValue)")
+        default:
+            throw DocumentStoreError.corrupt(
+                path: "", reason: "wrapper \(row["node"] as Int64) has unknown kind \(kindValue)")
         }
         let xattrs: Data? = row["xattrs"]
         return NodeRecord(
             id: StoreNodeID(rawValue: row["node"]), document: DocumentID(rawValue: row["document"]),
             parent: (row["parent"] as Int64?).map(StoreNodeID.init(rawValue:)), name: row["name"],
             preferredName: row["preferred_name"], kind: kind, permissions: row["permissions"],
-            uid: UInt32(truncatingIfNeeded: row["uid"] as Int64), gid: UInt32(truncatingIfNeeded: row["gid"] as Int64),
+            uid: UInt32(truncatingIfNeeded: row["uid"] as Int64),
+            gid: UInt32(truncatingIfNeeded: row["gid"] as Int64),
             modified: Timestamp(rawValue: row["mtime"]), changed: Timestamp(rawValue: row["ctime"]),
-            accessed: Timestamp(rawValue: row["atime"]), created: Timestamp(rawValue: row["btime"]), size: row["size"],
+            accessed: Timestamp(rawValue: row["atime"]), created: Timestamp(rawValue: row["btime"]),
+            size: row["size"],
             linkTarget: row["link_target"], extendedAttributes: try XattrCoding.decode(xattrs ?? Data()),
             version: VersionID(rawValue: row["version"]))
     }
 
     // MARK: Reading contents
 
-    public func readContents(of node: StoreNodeID, at version: VersionID? = nil, offset: Int64, count: Int) throws -> Data {
-        guard offset >= 0, count >= 0 else { throw DocumentStoreError.invalidChange("negative offset or count") }
+    public func readContents(of node: StoreNodeID, at version: VersionID? = nil, offset: Int64, count: Int)
+        throws -> Data
+    {
+        guard offset >= 0, count >= 0 else {
+            throw DocumentStoreError.invalidChange("negative offset or count")
+        }
         return try read { db in
             let lineage = try Self.lineage(db, version)
-            guard let record = try Self.node(db, node, lineage: lineage) else { throw DocumentStoreError.noSuchNode(node) }
+            guard let record = try Self.node(db, node, lineage: lineage) else {
+                throw DocumentStoreError.noSuchNode(node)
+            }
             guard record.kind == .regularFile else { throw DocumentStoreError.notARegularFile(node) }
             let end = min(record.size, offset + Int64(count))
             guard offset < end else { return Data() }
@@ -415,14 +481,17 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 guard from < to else { continue }
                 result.replaceSubrange(
                     Int(from - offset)..<Int(to - offset),
-                    with: chunk[chunk.startIndex + Int(from - chunkStart)..<chunk.startIndex + Int(to - chunkStart)])
+                    with: chunk[
+                        chunk.startIndex + Int(from - chunkStart)..<chunk.startIndex + Int(to - chunkStart)])
             }
             return result
         }
     }
 
     /// Chunk ids by index (nil for a hole) for indices `first...last` as of `lineage`.
-    static func chunkMap(_ db: Database, node: StoreNodeID, lineage: Lineage, from first: Int64, through last: Int64)
+    static func chunkMap(
+        _ db: Database, node: StoreNodeID, lineage: Lineage, from first: Int64, through last: Int64
+    )
         throws -> [Int64: Int64?]
     {
         var map: [Int64: Int64?] = [:]
@@ -458,7 +527,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
     /// A chunk's bytes, from the cache or the database (counted).
     func chunk(_ db: Database, _ id: Int64) throws -> Data {
         if let cached = cache.withLock({ $0.get(id) }) { return cached }
-        guard let data = try Data.fetchOne(db, sql: "SELECT data FROM chunks WHERE id = ?", arguments: [id]) else {
+        guard let data = try Data.fetchOne(db, sql: "SELECT data FROM chunks WHERE id = ?", arguments: [id])
+        else {
             throw DocumentStoreError.corrupt(path: path, reason: "chunk \(id) is missing")
         }
         counters.withLock {
@@ -467,6 +537,24 @@ public final class SQLiteStore: DocumentStore, Sendable {
         }
         cache.withLock { $0.put(id, data) }
         return data
+    }
+
+    /// Copies the write-ahead log into the database file and truncates the log, so that the
+    /// log's size afterwards measures exactly what later transactions write.
+    public func checkpoint() throws {
+        do { try pool.writeWithoutTransaction { try $0.checkpoint(.truncate) } } catch {
+            throw Self.storeError(error, path: path)
+        }
+    }
+
+    /// The embedded default store: `Default.docstore` in the Documents folder of the app id
+    /// `docfs` (see ``SearchPaths``).
+    public static func defaultStorePath(environment: [String: String] = ProcessInfo.processInfo.environment)
+        -> String
+    {
+        SearchPaths(appID: "docfs", environment: environment).documents.appendingPathComponent(
+            "Default.docstore"
+        ).path
     }
 
     /// Drops cached chunks (for tests and benchmarks that measure cold reads).
@@ -482,7 +570,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
 
     static func allocateNodeIDs(_ db: Database, count: Int) throws -> [StoreNodeID] {
         guard count > 0 else { return [] }
-        guard let next = try Int64.fetchOne(db, sql: "SELECT value FROM store_meta WHERE key = 'next_node'") else {
+        guard let next = try Int64.fetchOne(db, sql: "SELECT value FROM store_meta WHERE key = 'next_node'")
+        else {
             throw DocumentStoreError.corrupt(path: "", reason: "the node counter is missing")
         }
         try db.execute(
@@ -505,7 +594,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
             case .keepBoth:
                 conflict = true
             case .rebaseIfDisjoint:
-                let touched = Set(changes.nodes.map(\.id) + changes.removedNodes + Array(changes.contents.keys))
+                let touched = Set(
+                    changes.nodes.map(\.id) + changes.removedNodes + Array(changes.contents.keys))
                 conflict = try touched.contains { id in
                     try Bool.fetchOne(
                         db, sql: "SELECT 1 FROM nodes WHERE node = ? AND branch = 0 AND version > ? LIMIT 1",
@@ -514,7 +604,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
             }
         }
         let now = Timestamp.now
-        let version = try Self.insertVersion(db, document: document.id, base: changes.base, origin: changes.origin, now: now)
+        let version = try Self.insertVersion(
+            db, document: document.id, base: changes.base, origin: changes.origin, now: now)
         let branch: Int64 = conflict ? version.rawValue : 0
         if conflict {
             try db.execute(sql: "UPDATE versions SET branch = id WHERE id = ?", arguments: [version.rawValue])
@@ -537,7 +628,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
             guard record.kind == .regularFile else { throw DocumentStoreError.notARegularFile(id) }
             let previous = try Self.node(db, id, lineage: before)
             let result = try writeContents(
-                db, node: id, update: update, previousSize: previous?.kind == .regularFile ? previous?.size ?? 0 : 0,
+                db, node: id, update: update,
+                previousSize: previous?.kind == .regularFile ? previous?.size ?? 0 : 0,
                 lineage: before, branch: branch, version: version)
             record.size = result.size
             written.chunks += result.chunks
@@ -554,21 +646,27 @@ public final class SQLiteStore: DocumentStore, Sendable {
             var frontier = changes.removedNodes
             let all = try Self.nodes(db, document: document.id, lineage: before)
             var children: [StoreNodeID: [StoreNodeID]] = [:]
-            for record in all.values { if let parent = record.parent { children[parent, default: []].append(record.id) } }
+            for record in all.values {
+                if let parent = record.parent { children[parent, default: []].append(record.id) }
+            }
             while let next = frontier.popLast() {
-                for child in children[next] ?? [] where subtree.insert(child).inserted && records[child] == nil {
+                for child in children[next] ?? []
+                where subtree.insert(child).inserted && records[child] == nil {
                     frontier.append(child)
                 }
             }
             for id in subtree {
-                if id == document.root { throw DocumentStoreError.invalidChange("the document's root cannot be removed") }
+                if id == document.root {
+                    throw DocumentStoreError.invalidChange("the document's root cannot be removed")
+                }
                 guard let record = all[id] ?? records[id] else { continue }
                 try Self.insertTombstone(db, record, branch: branch, version: version)
                 written.nodes += 1
             }
         }
         try db.execute(
-            sql: "UPDATE versions SET bytes_written = ? WHERE id = ?", arguments: [written.bytes, version.rawValue])
+            sql: "UPDATE versions SET bytes_written = ? WHERE id = ?",
+            arguments: [written.bytes, version.rawValue])
         if !conflict {
             try db.execute(
                 sql: "UPDATE documents SET current_version = ?, modified = ? WHERE id = ?",
@@ -583,7 +681,9 @@ public final class SQLiteStore: DocumentStore, Sendable {
             $0.nodesWritten += written.nodes
         }
         let info = try Self.version(db, version)
-        return SaveResult(version: info, chunksWritten: written.chunks, bytesWritten: written.bytes, nodesWritten: written.nodes)
+        return SaveResult(
+            version: info, chunksWritten: written.chunks, bytesWritten: written.bytes,
+            nodesWritten: written.nodes)
     }
 
     /// Checks that changed records form a valid tree: parents exist and are directories, names are
@@ -593,7 +693,9 @@ public final class SQLiteStore: DocumentStore, Sendable {
     ) throws {
         for record in records.values {
             if record.id == document.root {
-                guard record.parent == nil else { throw DocumentStoreError.invalidChange("the root cannot move") }
+                guard record.parent == nil else {
+                    throw DocumentStoreError.invalidChange("the root cannot move")
+                }
                 continue
             }
             if let reason = FileName.problem(with: record.name) {
@@ -605,10 +707,12 @@ public final class SQLiteStore: DocumentStore, Sendable {
             guard let parent = try records[parentID] ?? Self.node(db, parentID, lineage: lineage),
                 parent.document == document.id, parent.kind == .directory
             else {
-                throw DocumentStoreError.invalidChange("the parent of \(record.name.debugDescription) is not a directory")
+                throw DocumentStoreError.invalidChange(
+                    "the parent of \(record.name.debugDescription) is not a directory")
             }
             if record.kind == .symbolicLink && record.linkTarget == nil {
-                throw DocumentStoreError.invalidChange("link \(record.name.debugDescription) has no destination")
+                throw DocumentStoreError.invalidChange(
+                    "link \(record.name.debugDescription) has no destination")
             }
             // Another live wrapper with this name in this parent?
             let candidates = try Int64.fetchAll(
@@ -621,15 +725,19 @@ public final class SQLiteStore: DocumentStore, Sendable {
                         "\(record.name.debugDescription) already exists in its directory")
                 }
             }
-            if records.values.contains(where: { $0.id != record.id && $0.parent == parentID && $0.name == record.name }) {
-                throw DocumentStoreError.invalidChange("two wrappers named \(record.name.debugDescription) in one directory")
+            if records.values.contains(where: {
+                $0.id != record.id && $0.parent == parentID && $0.name == record.name
+            }) {
+                throw DocumentStoreError.invalidChange(
+                    "two wrappers named \(record.name.debugDescription) in one directory")
             }
         }
     }
 
     /// Writes the chunks of a content update that differ from the previous ones.
     private func writeContents(
-        _ db: Database, node: StoreNodeID, update: ContentUpdate, previousSize: Int64, lineage: Lineage, branch: Int64,
+        _ db: Database, node: StoreNodeID, update: ContentUpdate, previousSize: Int64, lineage: Lineage,
+        branch: Int64,
         version: VersionID
     ) throws -> (size: Int64, chunks: Int, bytes: Int64) {
         let size = Int64(chunkSize)
@@ -652,11 +760,14 @@ public final class SQLiteStore: DocumentStore, Sendable {
         }
         let oldCount = (previousSize + size - 1) / size
         let newCount = (newSize + size - 1) / size
-        let previous = oldCount > 0 ? try Self.chunkMap(db, node: node, lineage: lineage, from: 0, through: max(oldCount, newCount) - 1) : [:]
+        let previous =
+            oldCount > 0
+            ? try Self.chunkMap(
+                db, node: node, lineage: lineage, from: 0, through: max(oldCount, newCount) - 1) : [:]
 
         func put(_ index: Int64, _ data: Data?) throws {
             var chunkID: Int64?
-            if let data, !data.allSatisfy({ $0 == 0 }) {
+            if let data, !Self.isZero(data) {
                 let (id, isNew) = try Self.storeChunk(db, data)
                 chunkID = id
                 if isNew {
@@ -667,7 +778,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
             if let old = previous[index], old == chunkID { return }
             if previous[index] == nil && chunkID == nil { return }
             try db.execute(
-                sql: "INSERT OR REPLACE INTO chunk_map(node, branch, idx, version, chunk) VALUES (?, ?, ?, ?, ?)",
+                sql:
+                    "INSERT OR REPLACE INTO chunk_map(node, branch, idx, version, chunk) VALUES (?, ?, ?, ?, ?)",
                 arguments: [node.rawValue, branch, index, version.rawValue, chunkID])
         }
 
@@ -694,7 +806,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 }
                 let hash = Self.hash(data)
                 if let old = previous[index] ?? nil,
-                    try Data.fetchOne(db, sql: "SELECT hash FROM chunks WHERE id = ?", arguments: [old]) == hash
+                    try Data.fetchOne(db, sql: "SELECT hash FROM chunks WHERE id = ?", arguments: [old])
+                        == hash
                 {
                     index += 1
                     continue
@@ -714,17 +827,38 @@ public final class SQLiteStore: DocumentStore, Sendable {
 
     static func hash(_ data: Data) -> Data { Data(SHA256.hash(data: data)) }
 
+    /// Whether every byte is zero: such a chunk is stored as a hole.
+    static func isZero(_ data: Data) -> Bool {
+        data.withUnsafeBytes { raw in
+            var words = raw.count / 8
+            var index = 0
+            while words > 0 {
+                if raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) != 0 { return false }
+                index += 8
+                words -= 1
+            }
+            while index < raw.count {
+                if raw[index] != 0 { return false }
+                index += 1
+            }
+            return true
+        }
+    }
+
     /// The id of the chunk holding `data`, inserting it if new.
     static func storeChunk(_ db: Database, _ data: Data) throws -> (Int64, Bool) {
         let hash = hash(data)
         if let id = try Int64.fetchOne(db, sql: "SELECT id FROM chunks WHERE hash = ?", arguments: [hash]) {
             return (id, false)
         }
-        try db.execute(sql: "INSERT INTO chunks(hash, size, data) VALUES (?, ?, ?)", arguments: [hash, data.count, data])
+        try db.execute(
+            sql: "INSERT INTO chunks(hash, size, data) VALUES (?, ?, ?)", arguments: [hash, data.count, data])
         return (db.lastInsertedRowID, true)
     }
 
-    static func insertVersion(_ db: Database, document: DocumentID, base: VersionID?, origin: String, now: Timestamp) throws
+    static func insertVersion(
+        _ db: Database, document: DocumentID, base: VersionID?, origin: String, now: Timestamp
+    ) throws
         -> VersionID
     {
         try db.execute(
@@ -748,7 +882,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 """,
             arguments: [
                 r.id.rawValue, branch, version.rawValue, r.document.rawValue, r.parent?.rawValue, r.name,
-                r.preferredName == r.name ? nil : r.preferredName, kind, r.permissions & 0o7777, Int64(r.uid), Int64(r.gid),
+                r.preferredName == r.name ? nil : r.preferredName, kind, r.permissions & 0o7777, Int64(r.uid),
+                Int64(r.gid),
                 r.modified.rawValue, r.changed.rawValue, r.accessed.rawValue, r.created.rawValue,
                 r.kind == .regularFile ? r.size : 0, r.linkTarget,
                 r.extendedAttributes.isEmpty ? nil : XattrCoding.encode(r.extendedAttributes),
@@ -762,15 +897,20 @@ public final class SQLiteStore: DocumentStore, Sendable {
                     mtime, ctime, atime, btime, size, removed)
                 VALUES (?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1)
                 """,
-            arguments: [r.id.rawValue, branch, version.rawValue, r.document.rawValue, r.parent?.rawValue, r.name])
+            arguments: [
+                r.id.rawValue, branch, version.rawValue, r.document.rawValue, r.parent?.rawValue, r.name,
+            ])
     }
 
     static func insertEvent(
-        _ db: Database, _ kind: StoreEvent.Kind, document: DocumentID, version: VersionID?, name: String, origin: String
+        _ db: Database, _ kind: StoreEvent.Kind, document: DocumentID, version: VersionID?, name: String,
+        origin: String
     ) throws {
         try db.execute(
             sql: "INSERT INTO events(kind, document, version, name, origin, time) VALUES (?, ?, ?, ?, ?, ?)",
-            arguments: [kind.rawValue, document.rawValue, version?.rawValue, name, origin, Timestamp.now.rawValue])
+            arguments: [
+                kind.rawValue, document.rawValue, version?.rawValue, name, origin, Timestamp.now.rawValue,
+            ])
     }
 
     // MARK: Versions
@@ -778,13 +918,19 @@ public final class SQLiteStore: DocumentStore, Sendable {
     public func versions(of document: DocumentID) throws -> [VersionInfo] {
         try read { db in
             _ = try Self.fetchDocument(db, document)
-            return try Row.fetchAll(db, sql: "SELECT * FROM versions WHERE document = ? ORDER BY id", arguments: [document.rawValue])
-                .map(Self.version)
+            return try Row.fetchAll(
+                db, sql: "SELECT * FROM versions WHERE document = ? ORDER BY id",
+                arguments: [document.rawValue]
+            )
+            .map(Self.version)
         }
     }
 
     static func version(_ db: Database, _ id: VersionID) throws -> VersionInfo {
-        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM versions WHERE id = ?", arguments: [id.rawValue]) else {
+        guard
+            let row = try Row.fetchOne(
+                db, sql: "SELECT * FROM versions WHERE id = ?", arguments: [id.rawValue])
+        else {
             throw DocumentStoreError.noSuchVersion(id)
         }
         return version(row)
@@ -793,12 +939,16 @@ public final class SQLiteStore: DocumentStore, Sendable {
     static func version(_ row: Row) -> VersionInfo {
         VersionInfo(
             id: VersionID(rawValue: row["id"]), document: DocumentID(rawValue: row["document"]),
-            base: (row["base"] as Int64?).map(VersionID.init(rawValue:)), created: Timestamp(rawValue: row["created"]),
-            origin: row["origin"], isConflict: (row["branch"] as Int64) != 0, isResolved: (row["resolved"] as Int64) != 0,
+            base: (row["base"] as Int64?).map(VersionID.init(rawValue:)),
+            created: Timestamp(rawValue: row["created"]),
+            origin: row["origin"], isConflict: (row["branch"] as Int64) != 0,
+            isResolved: (row["resolved"] as Int64) != 0,
             bytesWritten: row["bytes_written"])
     }
 
-    public func restore(_ version: VersionID, of document: DocumentID, origin: String = "restore") throws -> SaveResult {
+    public func restore(_ version: VersionID, of document: DocumentID, origin: String = "restore") throws
+        -> SaveResult
+    {
         try write { db in
             let info = try Self.version(db, version)
             guard info.document == document else { throw DocumentStoreError.noSuchVersion(version) }
@@ -813,14 +963,17 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 unchanged.version = current[id]?.version ?? unchanged.version
                 if current[id] != unchanged { changes.nodes.append(record) }
                 if record.kind == .regularFile {
-                    changes.contents[id] = .replace(StoreContentsSource(store: self, node: id, version: version, count: record.size))
+                    changes.contents[id] = .replace(
+                        StoreContentsSource(store: self, node: id, version: version, count: record.size))
                 }
             }
             // Remove what the old version did not have, deepest-first order does not matter:
             // removal takes subtrees.
             changes.removedNodes = current.keys.filter { target[$0] == nil }
             var result = try self.save(db, changes)
-            try db.execute(sql: "UPDATE events SET kind = 'restored' WHERE sequence = (SELECT MAX(sequence) FROM events)")
+            try db.execute(
+                sql: "UPDATE events SET kind = 'restored' WHERE sequence = (SELECT MAX(sequence) FROM events)"
+            )
             result.version = try Self.version(db, result.version.id)
             return result
         }
@@ -830,7 +983,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
         try write { db in
             let info = try Self.version(db, version)
             guard info.isConflict else { return }  // FV-2: not a conflict, already resolved
-            try db.execute(sql: "UPDATE versions SET resolved = 1 WHERE id = ?", arguments: [version.rawValue])
+            try db.execute(
+                sql: "UPDATE versions SET resolved = 1 WHERE id = ?", arguments: [version.rawValue])
         }
     }
 
@@ -851,20 +1005,27 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 report.versionsRemoved += try pruneVersions(db, document, policy: policy, horizon: horizon)
             }
             let unreferenced = try Row.fetchAll(
-                db, sql: "SELECT id, size FROM chunks WHERE NOT EXISTS (SELECT 1 FROM chunk_map WHERE chunk = chunks.id)")
+                db,
+                sql:
+                    "SELECT id, size FROM chunks WHERE NOT EXISTS (SELECT 1 FROM chunk_map WHERE chunk = chunks.id)"
+            )
             for row in unreferenced {
                 try db.execute(sql: "DELETE FROM chunks WHERE id = ?", arguments: [row["id"] as Int64])
                 report.chunksRemoved += 1
                 report.bytesFreed += row["size"] as Int64
             }
-            try db.execute(sql: "DELETE FROM events WHERE time < ?", arguments: [now.rawValue - 7 * 24 * 3600 * 1_000_000_000])
+            try db.execute(
+                sql: "DELETE FROM events WHERE time < ?",
+                arguments: [now.rawValue - 7 * 24 * 3600 * 1_000_000_000])
             return report
         }
     }
 
     private func removeDocument(_ db: Database, _ document: DocumentID) throws {
         let d = document.rawValue
-        try db.execute(sql: "DELETE FROM chunk_map WHERE node IN (SELECT DISTINCT node FROM nodes WHERE document = ?)", arguments: [d])
+        try db.execute(
+            sql: "DELETE FROM chunk_map WHERE node IN (SELECT DISTINCT node FROM nodes WHERE document = ?)",
+            arguments: [d])
         try db.execute(sql: "DELETE FROM nodes WHERE document = ?", arguments: [d])
         try db.execute(sql: "DELETE FROM versions WHERE document = ?", arguments: [d])
         try db.execute(sql: "DELETE FROM documents WHERE id = ?", arguments: [d])
@@ -872,23 +1033,30 @@ public final class SQLiteStore: DocumentStore, Sendable {
 
     /// Drops main-line versions older than the policy keeps, folding their rows into the oldest
     /// kept version; returns how many were dropped.
-    private func pruneVersions(_ db: Database, _ document: DocumentID, policy: RetentionPolicy, horizon: Int64) throws -> Int {
+    private func pruneVersions(
+        _ db: Database, _ document: DocumentID, policy: RetentionPolicy, horizon: Int64
+    ) throws -> Int {
         let d = document.rawValue
         let mainline = try Row.fetchAll(
-            db, sql: "SELECT id, created FROM versions WHERE document = ? AND branch = 0 ORDER BY id DESC", arguments: [d])
+            db, sql: "SELECT id, created FROM versions WHERE document = ? AND branch = 0 ORDER BY id DESC",
+            arguments: [d])
         guard mainline.count > policy.keepLast else { return 0 }
         var keep = mainline.prefix(policy.keepLast).map { $0["id"] as Int64 }
-        keep += mainline.dropFirst(policy.keepLast).filter { ($0["created"] as Int64) >= horizon }.map { $0["id"] as Int64 }
+        keep += mainline.dropFirst(policy.keepLast).filter { ($0["created"] as Int64) >= horizon }.map {
+            $0["id"] as Int64
+        }
         var cutoff = keep.min() ?? 0
         // An unresolved conflict version reads the main line as of its base: keep that.
         if let base = try Int64.fetchOne(
-            db, sql: "SELECT MIN(base) FROM versions WHERE document = ? AND branch != 0 AND resolved = 0", arguments: [d])
+            db, sql: "SELECT MIN(base) FROM versions WHERE document = ? AND branch != 0 AND resolved = 0",
+            arguments: [d])
         {
             cutoff = min(cutoff, base)
         }
         // Resolved conflict versions go, with their rows.
         let resolved = try Int64.fetchAll(
-            db, sql: "SELECT id FROM versions WHERE document = ? AND branch != 0 AND resolved = 1", arguments: [d])
+            db, sql: "SELECT id FROM versions WHERE document = ? AND branch != 0 AND resolved = 1",
+            arguments: [d])
         for branch in resolved {
             try db.execute(sql: "DELETE FROM chunk_map WHERE branch = ?", arguments: [branch])
             try db.execute(sql: "DELETE FROM nodes WHERE branch = ?", arguments: [branch])
@@ -917,14 +1085,18 @@ public final class SQLiteStore: DocumentStore, Sendable {
             arguments: [d, cutoff])
         for node in gone {
             let newer = try Bool.fetchOne(
-                db, sql: "SELECT 1 FROM nodes WHERE node = ? AND branch = 0 AND version > ?", arguments: [node, cutoff])
+                db, sql: "SELECT 1 FROM nodes WHERE node = ? AND branch = 0 AND version > ?",
+                arguments: [node, cutoff])
             if newer == true { continue }
             try db.execute(sql: "DELETE FROM chunk_map WHERE node = ? AND branch = 0", arguments: [node])
             try db.execute(sql: "DELETE FROM nodes WHERE node = ? AND branch = 0", arguments: [node])
         }
-        let removed = try Int.fetchOne(
-            db, sql: "SELECT COUNT(*) FROM versions WHERE document = ? AND branch = 0 AND id < ?", arguments: [d, cutoff]) ?? 0
-        try db.execute(sql: "DELETE FROM versions WHERE document = ? AND branch = 0 AND id < ?", arguments: [d, cutoff])
+        let removed =
+            try Int.fetchOne(
+                db, sql: "SELECT COUNT(*) FROM versions WHERE document = ? AND branch = 0 AND id < ?",
+                arguments: [d, cutoff]) ?? 0
+        try db.execute(
+            sql: "DELETE FROM versions WHERE document = ? AND branch = 0 AND id < ?", arguments: [d, cutoff])
         return removed + resolved.count
     }
 
@@ -932,12 +1104,15 @@ public final class SQLiteStore: DocumentStore, Sendable {
 
     public func events(after sequence: Int64) throws -> [StoreEvent] {
         try read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM events WHERE sequence > ? ORDER BY sequence", arguments: [sequence]).compactMap {
+            try Row.fetchAll(
+                db, sql: "SELECT * FROM events WHERE sequence > ? ORDER BY sequence", arguments: [sequence]
+            ).compactMap {
                 row -> StoreEvent? in
                 guard let kind = StoreEvent.Kind(rawValue: row["kind"]) else { return nil }
                 return StoreEvent(
                     sequence: row["sequence"], kind: kind, document: DocumentID(rawValue: row["document"]),
-                    version: (row["version"] as Int64?).map(VersionID.init(rawValue:)), name: row["name"], origin: row["origin"])
+                    version: (row["version"] as Int64?).map(VersionID.init(rawValue:)), name: row["name"],
+                    origin: row["origin"])
             }
         }
     }
@@ -959,7 +1134,9 @@ public final class SQLiteStore: DocumentStore, Sendable {
 enum XattrCoding {
     static func encode(_ xattrs: [String: Data]) -> Data {
         var out = Data()
-        func append<T: FixedWidthInteger>(_ v: T) { withUnsafeBytes(of: v.littleEndian) { out.append(contentsOf: $0) } }
+        func append<T: FixedWidthInteger>(_ v: T) {
+            withUnsafeBytes(of: v.littleEndian) { out.append(contentsOf: $0) }
+        }
         append(UInt32(xattrs.count))
         for (name, value) in xattrs.sorted(by: { $0.key < $1.key }) {
             let bytes = Data(name.utf8)
@@ -977,7 +1154,8 @@ enum XattrCoding {
         var offset = 0
         func take(_ n: Int) throws -> ArraySlice<UInt8> {
             guard n >= 0, n <= bytes.count - offset else {
-                throw DocumentStoreError.corrupt(path: "", reason: "extended attributes are truncated at byte \(offset)")
+                throw DocumentStoreError.corrupt(
+                    path: "", reason: "extended attributes are truncated at byte \(offset)")
             }
             defer { offset += n }
             return bytes[offset..<offset + n]
@@ -987,7 +1165,8 @@ enum XattrCoding {
         }
         let count = try integer(UInt32.self)
         guard Int(count) <= bytes.count / 6 else {
-            throw DocumentStoreError.corrupt(path: "", reason: "extended attribute count \(count) is too large")
+            throw DocumentStoreError.corrupt(
+                path: "", reason: "extended attribute count \(count) is too large")
         }
         var result: [String: Data] = [:]
         for _ in 0..<count {

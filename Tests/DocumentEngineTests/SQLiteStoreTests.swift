@@ -1,0 +1,408 @@
+import DocumentEngine
+import Foundation
+import Testing
+
+/// The SQLite store: documents, lazy reads, incremental and atomic saves, versions, conflicts.
+@Suite struct SQLiteStoreTests {
+    let tmp: TemporaryDirectory
+    let store: SQLiteStore
+
+    init() throws {
+        tmp = try TemporaryDirectory()
+        store = try SQLiteStore(path: tmp.path("Test.docstore"), options: .create, chunkSize: 64 * 1024)
+    }
+
+    /// Adds a regular file with `data` to a package document and saves it.
+    @discardableResult
+    func addFile(_ name: String, _ data: Data, to document: DocumentInfo, parent: StoreNodeID? = nil) throws
+        -> (StoreNodeID, SaveResult)
+    {
+        let id = try store.makeNodeIDs(count: 1)[0]
+        let current = try store.document(document.id)
+        var changes = DocumentChanges(document: document.id, base: current.currentVersion)
+        changes.nodes = [
+            NodeRecord(
+                id: id, document: document.id, parent: parent ?? document.root, name: name,
+                kind: .regularFile,
+                permissions: 0o644)
+        ]
+        changes.contents[id] = .replace(DataContentsSource(data))
+        return (id, try store.save(changes))
+    }
+
+    func contents(_ id: StoreNodeID, at version: VersionID? = nil) throws -> Data {
+        let size = try #require(try store.node(id, at: version)).size
+        return try store.readContents(of: id, at: version, offset: 0, count: Int(size))
+    }
+
+    @Test("Documents: create, list, find, rename, delete and undelete")
+    func documentLifecycle() throws {
+        let package = try store.createDocument(
+            named: "Things I Own.mystuff", kind: .package, type: nil, permissions: nil, origin: "test")
+        let flat = try store.createDocument(
+            named: "notes.txt", kind: .flat, type: nil, permissions: nil, origin: "test")
+        #expect(try store.documents().map(\.name) == ["Things I Own.mystuff", "notes.txt"])
+        #expect(flat.type == "public.plain-text")
+        #expect(try store.node(package.root)?.kind == .directory)
+        #expect(try store.node(flat.root)?.kind == .regularFile)
+        #expect(throws: DocumentStoreError.documentExists("notes.txt")) {
+            try store.createDocument(named: "notes.txt", kind: .flat, type: nil, permissions: nil, origin: "")
+        }
+        for bad in ["", "..", "a/b"] {
+            #expect(throws: DocumentStoreError.self) {
+                try store.createDocument(named: bad, kind: .flat, type: nil, permissions: nil, origin: "")
+            }
+        }
+        let renamed = try store.renameDocument(flat.id, to: "Notes.txt")
+        #expect(renamed.name == "Notes.txt" && renamed.id == flat.id)
+        #expect(try store.document(named: "notes.txt") == nil)
+        try store.deleteDocument(package.id, origin: "test")
+        #expect(try store.documents().map(\.name) == ["Notes.txt"])
+        #expect(try store.deletedDocuments().map(\.id) == [package.id])
+        let back = try store.undeleteDocument(package.id, as: nil)
+        #expect(back.name == "Things I Own.mystuff")
+        #expect(try store.documents().count == 2)
+    }
+
+    @Test("Lazy: listing documents and wrappers reads no contents; a ranged read reads only its chunks")
+    func lazyReads() throws {
+        let doc = try store.createDocument(
+            named: "Big.pkg", kind: .package, type: nil, permissions: nil, origin: "")
+        let big = (0..<10).map { sampleBytes(64 * 1024, seed: UInt64($0)) }.reduce(Data(), +)
+        let (id, _) = try addFile("big.bin", big, to: doc)
+        for i in 0..<20 { try addFile("small\(i).txt", Data("file \(i)".utf8), to: doc) }
+        store.purgeCache()
+        let before = store.statistics
+        _ = try store.documents()
+        let nodes = try store.nodes(of: doc.id)
+        #expect(nodes.count == 22)
+        #expect(
+            store.statistics.bytesRead == before.bytesRead && store.statistics.chunksRead == before.chunksRead
+        )
+
+        // 100 bytes in the middle of chunk 5: one chunk read.
+        let slice = try store.readContents(of: id, at: nil, offset: 5 * 65536 + 1000, count: 100)
+        #expect(slice == big.subdata(in: (5 * 65536 + 1000)..<(5 * 65536 + 1100)))
+        #expect(store.statistics.chunksRead == before.chunksRead + 1)
+        #expect(store.statistics.bytesRead == before.bytesRead + 65536)
+        // A range across a boundary reads the two chunks that cover it, the first from cache.
+        _ = try store.readContents(of: id, at: nil, offset: 6 * 65536 - 10, count: 20)
+        #expect(store.statistics.chunksRead == before.chunksRead + 2)
+        #expect(try contents(id) == big)
+    }
+
+    @Test("Incremental: appending one byte to a 1 GiB wrapper writes one chunk plus metadata")
+    func appendToHugeFile() throws {
+        let store = try SQLiteStore(path: tmp.path("Huge.docstore"), options: .create)
+        let chunk = store.chunkSize
+        let doc = try store.createDocument(
+            named: "Huge.pkg", kind: .package, type: nil, permissions: nil, origin: "")
+        let id = try store.makeNodeIDs(count: 1)[0]
+        let size: Int64 = 1 << 30
+        var changes = DocumentChanges(document: doc.id, base: doc.currentVersion)
+        changes.nodes = [
+            NodeRecord(
+                id: id, document: doc.id, parent: doc.root, name: "huge.bin", kind: .regularFile,
+                permissions: 0o644)
+        ]
+        changes.contents[id] = .replace(DistinctChunks(count: size, chunkSize: chunk))
+        let first = try store.save(changes)
+        #expect(first.chunksWritten == Int(size) / chunk)
+
+        try store.checkpoint()  // empty the WAL so its size measures the next save
+        let databaseBefore = try FileFacts(store.path).size
+        var record = try #require(try store.node(id))
+        let lastIndex = Int((size - 1) / Int64(chunk))
+        var last = try store.readContents(of: id, at: nil, offset: Int64(lastIndex * chunk), count: chunk)
+        last.append(0x2A)
+        record.size = size + 1
+        var append = DocumentChanges(document: doc.id, base: first.version.id)
+        append.nodes = [record]
+        append.contents[id] = .chunks(
+            size: size + 1, [lastIndex: last.prefix(chunk), lastIndex + 1: Data([0x2A])])
+        let result = try store.save(append)
+
+        #expect(result.chunksWritten == 1)  // the full last chunk is unchanged; the byte starts a new one
+        #expect(result.bytesWritten <= Int64(chunk) + 1)
+        let wal = try FileFacts(store.path + "-wal").size
+        #expect(wal <= Int64(chunk) + 192 * 1024, "the save wrote \(wal) bytes of WAL")
+        #expect(try FileFacts(store.path).size == databaseBefore)
+        #expect(try store.readContents(of: id, at: nil, offset: size - 1, count: 10).count == 2)
+        #expect(try store.readContents(of: id, at: nil, offset: size, count: 10) == Data([0x2A]))
+    }
+
+    @Test("Incremental: replacing one 1 MB image of 100 writes that image's chunks and metadata only")
+    func replaceOneImage() throws {
+        let doc = try store.createDocument(
+            named: "Album.pkg", kind: .package, type: nil, permissions: nil, origin: "")
+        var changes = DocumentChanges(document: doc.id, base: doc.currentVersion)
+        let ids = try store.makeNodeIDs(count: 100)
+        for (i, id) in ids.enumerated() {
+            changes.nodes.append(
+                NodeRecord(
+                    id: id, document: doc.id, parent: doc.root, name: "image\(i).png", kind: .regularFile,
+                    permissions: 0o644))
+            changes.contents[id] = .replace(DataContentsSource(sampleBytes(1_000_000, seed: UInt64(i))))
+        }
+        let saved = try store.save(changes)
+        try store.checkpoint()
+        var replace = DocumentChanges(document: doc.id, base: saved.version.id)
+        replace.contents[ids[42]] = .replace(DataContentsSource(sampleBytes(1_000_000, seed: 4242)))
+        let result = try store.save(replace)
+        #expect(result.bytesWritten == 1_000_000)
+        #expect(result.nodesWritten == 1)
+        let wal = try FileFacts(store.path + "-wal").size
+        #expect(wal <= 1_100_000 + 64 * 1024, "the save wrote \(wal) bytes of WAL")
+        #expect(try contents(ids[42]) == sampleBytes(1_000_000, seed: 4242))
+        #expect(try contents(ids[41]) == sampleBytes(1_000_000, seed: 41))
+    }
+
+    @Test("Identical contents are stored once (content-addressed chunks)")
+    func deduplication() throws {
+        let doc = try store.createDocument(
+            named: "Dups.pkg", kind: .package, type: nil, permissions: nil, origin: "")
+        let data = sampleBytes(200_000, seed: 9)
+        let (_, first) = try addFile("a.bin", data, to: doc)
+        let (_, second) = try addFile("b.bin", data, to: doc)
+        #expect(first.bytesWritten == 200_000)
+        #expect(second.bytesWritten == 0)
+    }
+
+    @Test("Truncation and growth: bytes past a shrink read back as zeros")
+    func truncateAndGrow() throws {
+        let doc = try store.createDocument(
+            named: "T.pkg", kind: .package, type: nil, permissions: nil, origin: "")
+        let data = sampleBytes(200_000, seed: 3)
+        let (id, saved) = try addFile("t.bin", data, to: doc)
+        var record = try #require(try store.node(id))
+        record.size = 70_000
+        var shrink = DocumentChanges(document: doc.id, base: saved.version.id)
+        shrink.nodes = [record]
+        shrink.contents[id] = .chunks(size: 70_000, [:])
+        let shrunk = try store.save(shrink)
+        #expect(try contents(id) == data.prefix(70_000))
+        var grow = DocumentChanges(document: doc.id, base: shrunk.version.id)
+        record.size = 150_000
+        grow.nodes = [record]
+        grow.contents[id] = .chunks(size: 150_000, [:])
+        try store.save(grow)
+        #expect(try contents(id) == data.prefix(70_000) + Data(count: 80_000))
+        #expect(try store.checkIntegrity().isClean)
+    }
+
+    @Test("Versions: every save is one; old versions read as they were; restore is a new save")
+    func versions() throws {
+        let doc = try store.createDocument(
+            named: "V.pkg", kind: .package, type: nil, permissions: nil, origin: "app")
+        let (a, v1) = try addFile("a.txt", Data("one".utf8), to: doc)
+        var change = DocumentChanges(document: doc.id, base: v1.version.id)
+        change.contents[a] = .replace(DataContentsSource(Data("two".utf8)))
+        change.origin = "mount"
+        let v2 = try store.save(change)
+        let (b, v3) = try addFile("b.txt", Data("bee".utf8), to: doc)
+
+        let versions = try store.versions(of: doc.id)
+        #expect(versions.map(\.id) == [doc.currentVersion, v1.version.id, v2.version.id, v3.version.id])
+        #expect(versions[2].base == v1.version.id && versions[2].origin == "mount")
+        #expect(try contents(a, at: v1.version.id) == Data("one".utf8))
+        #expect(try contents(a) == Data("two".utf8))
+        #expect(try store.nodes(of: doc.id, at: v1.version.id).map(\.name).sorted() == ["V.pkg", "a.txt"])
+        #expect(try store.node(b, at: v2.version.id) == nil)
+
+        let restored = try store.restore(v1.version.id, of: doc.id, origin: "restore")
+        #expect(try store.document(doc.id).currentVersion == restored.version.id)
+        #expect(try contents(a) == Data("one".utf8))
+        #expect(try store.node(b) == nil)
+        #expect(try contents(b, at: v3.version.id) == Data("bee".utf8))  // history is intact
+        #expect(try store.events(after: 0).last?.kind == .restored)
+    }
+
+    @Test("Conflicts: a save based on an old version keeps both; rebase and fail policies")
+    func conflicts() throws {
+        let doc = try store.createDocument(
+            named: "C.pkg", kind: .package, type: nil, permissions: nil, origin: "")
+        let (a, v1) = try addFile("a.txt", Data("base".utf8), to: doc)
+        let (b, v2) = try addFile("b.txt", Data("b".utf8), to: doc)
+
+        // Another writer still at v1 changes a.txt: b.txt was added since, a.txt was not changed.
+        var disjoint = DocumentChanges(document: doc.id, base: v1.version.id)
+        disjoint.contents[a] = .replace(DataContentsSource(Data("theirs".utf8)))
+        disjoint.conflictPolicy = .rebaseIfDisjoint
+        let rebased = try store.save(disjoint)
+        #expect(!rebased.isConflict)
+        #expect(try contents(a) == Data("theirs".utf8) && (try contents(b)) == Data("b".utf8))
+
+        // A third writer at v2 also changed a.txt: that conflicts.
+        var mine = DocumentChanges(document: doc.id, base: v2.version.id)
+        mine.contents[a] = .replace(DataContentsSource(Data("mine".utf8)))
+        mine.conflictPolicy = .rebaseIfDisjoint
+        let conflict = try store.save(mine)
+        #expect(conflict.isConflict)
+        #expect(try contents(a) == Data("theirs".utf8))  // nothing overwritten
+        #expect(try contents(a, at: conflict.version.id) == Data("mine".utf8))  // both kept
+        #expect(try contents(b, at: conflict.version.id) == Data("b".utf8))
+        #expect(
+            try store.versions(of: doc.id).filter { $0.isConflict && !$0.isResolved }.map(\.id) == [
+                conflict.version.id
+            ])
+
+        var strict = DocumentChanges(document: doc.id, base: v1.version.id)
+        strict.contents[a] = .replace(DataContentsSource(Data("x".utf8)))
+        strict.conflictPolicy = .fail
+        #expect(throws: DocumentStoreError.self) { try store.save(strict) }
+
+        try store.resolveConflict(conflict.version.id)
+        #expect(try store.versions(of: doc.id).first { $0.id == conflict.version.id }?.isResolved == true)
+    }
+
+    @Test("A save is validated: unique names, existing directory parents, no root removal")
+    func invalidSaves() throws {
+        let doc = try store.createDocument(
+            named: "I.pkg", kind: .package, type: nil, permissions: nil, origin: "")
+        let (a, saved) = try addFile("a.txt", Data("a".utf8), to: doc)
+        let id = try store.makeNodeIDs(count: 1)[0]
+        var duplicate = DocumentChanges(document: doc.id, base: saved.version.id)
+        duplicate.nodes = [
+            NodeRecord(
+                id: id, document: doc.id, parent: doc.root, name: "a.txt", kind: .regularFile,
+                permissions: 0o644)
+        ]
+        #expect(throws: DocumentStoreError.self) { try store.save(duplicate) }
+        var underFile = DocumentChanges(document: doc.id, base: saved.version.id)
+        underFile.nodes = [
+            NodeRecord(id: id, document: doc.id, parent: a, name: "x", kind: .regularFile, permissions: 0o644)
+        ]
+        #expect(throws: DocumentStoreError.self) { try store.save(underFile) }
+        var dots = DocumentChanges(document: doc.id, base: saved.version.id)
+        dots.nodes = [
+            NodeRecord(
+                id: id, document: doc.id, parent: doc.root, name: "..", kind: .regularFile, permissions: 0o644
+            )
+        ]
+        #expect(throws: DocumentStoreError.self) { try store.save(dots) }
+        var root = DocumentChanges(document: doc.id, base: saved.version.id)
+        root.removedNodes = [doc.root]
+        #expect(throws: DocumentStoreError.self) { try store.save(root) }
+        // A failed save changed nothing.
+        #expect(try store.document(doc.id).currentVersion == saved.version.id)
+        #expect(try store.nodes(of: doc.id).count == 2)
+    }
+
+    @Test("Removing a directory removes its subtree; renames and moves are record changes")
+    func treeChanges() throws {
+        let doc = try store.createDocument(
+            named: "Tree.pkg", kind: .package, type: nil, permissions: nil, origin: "")
+        let ids = try store.makeNodeIDs(count: 2)
+        var mkdir = DocumentChanges(document: doc.id, base: doc.currentVersion)
+        mkdir.nodes = [
+            NodeRecord(
+                id: ids[0], document: doc.id, parent: doc.root, name: "Resources", kind: .directory,
+                permissions: 0o755),
+            NodeRecord(
+                id: ids[1], document: doc.id, parent: doc.root, name: "link", kind: .symbolicLink,
+                permissions: 0o777, linkTarget: "Resources/x"),
+        ]
+        try store.save(mkdir)
+        let (x, saved) = try addFile("x", Data("x".utf8), to: doc, parent: ids[0])
+        #expect(try store.node(ids[1])?.linkTarget == "Resources/x")
+        var move = DocumentChanges(document: doc.id, base: saved.version.id)
+        var record = try #require(try store.node(x))
+        record.parent = doc.root
+        record.name = "moved"
+        move.nodes = [record]
+        let moved = try store.save(move)
+        #expect(try store.node(x)?.name == "moved")
+        #expect(try contents(x) == Data("x".utf8))
+        let (y, withY) = try addFile("y", Data("y".utf8), to: doc, parent: ids[0])
+        var remove = DocumentChanges(document: doc.id, base: withY.version.id)
+        remove.removedNodes = [ids[0]]
+        try store.save(remove)
+        #expect(try store.node(ids[0]) == nil && (try store.node(y)) == nil)
+        #expect(try store.node(x) != nil)
+        #expect(try store.node(y, at: withY.version.id) != nil)
+        _ = moved
+        #expect(try store.checkIntegrity().isClean)
+    }
+
+    @Test("Metadata round-trips exactly: modes, owners, nanosecond times, preferred names, xattrs")
+    func metadata() throws {
+        let doc = try store.createDocument(
+            named: "M.pkg", kind: .package, type: "com.example.m", permissions: 0o700, origin: "")
+        #expect(doc.type == "com.example.m")
+        #expect(try store.node(doc.root)?.permissions == 0o700)
+        let id = try store.makeNodeIDs(count: 1)[0]
+        let time = Timestamp(seconds: 1_700_000_000, nanoseconds: 123_456_789)
+        let record = NodeRecord(
+            id: id, document: doc.id, parent: doc.root, name: "1__#$!@%!#__image.png",
+            preferredName: "image.png",
+            kind: .regularFile, permissions: 0o4750, uid: 1234, gid: 5678, modified: time,
+            changed: Timestamp(rawValue: time.rawValue + 1), accessed: Timestamp(rawValue: time.rawValue + 2),
+            created: Timestamp(rawValue: time.rawValue - 5),
+            extendedAttributes: ["user.a": Data([0, 1, 2]), "user.b": Data()])
+        var changes = DocumentChanges(document: doc.id, base: doc.currentVersion)
+        changes.nodes = [record]
+        let saved = try store.save(changes)
+        var back = try #require(try store.node(id))
+        #expect(back.version == saved.version.id)
+        back.version = record.version
+        #expect(back == record)
+        #expect(abs(time.date.timeIntervalSince1970 - 1_700_000_000.123456789) < 1e-6)
+        #expect(abs(Timestamp(time.date).rawValue - time.rawValue) < 1000)  // a Date holds ~0.1 µs
+    }
+
+    @Test("Several connections (as several processes) see each other's saves and events")
+    func sharedStore() throws {
+        let other = try SQLiteStore(path: store.path)
+        let doc = try store.createDocument(
+            named: "Shared.txt", kind: .flat, type: nil, permissions: nil, origin: "app")
+        let start = try other.latestEventSequence()
+        var changes = DocumentChanges(document: doc.id, base: doc.currentVersion)
+        changes.contents[doc.root] = .replace(DataContentsSource(Data("hello".utf8)))
+        changes.origin = "app"
+        let saved = try store.save(changes)
+        #expect(try other.document(doc.id).currentVersion == saved.version.id)
+        #expect(try other.readContents(of: doc.root, at: nil, offset: 0, count: 100) == Data("hello".utf8))
+        _ = try other.renameDocument(doc.id, to: "Renamed.txt")
+        let events = try store.events(after: start - 1)
+        #expect(events.map(\.kind) == [.created, .saved, .renamed])
+        #expect(events.last?.name == "Renamed.txt")
+        #expect(events[1].version == saved.version.id && events[1].origin == "app")
+    }
+
+    @Test("The default store lives in docfs's Documents folder (XDG-3)")
+    func defaultLocation() {
+        let path = SQLiteStore.defaultStorePath(environment: ["HOME": "/home/u", "XDG_DATA_HOME": "/data"])
+        #expect(path == "/data/docfs/Documents/Default.docstore")
+        let fallback = SQLiteStore.defaultStorePath(environment: [
+            "HOME": "/home/u", "XDG_DATA_HOME": "relative",
+        ])
+        #expect(fallback == "/home/u/.local/share/docfs/Documents/Default.docstore")
+    }
+}
+
+/// `count` bytes in chunks whose bytes differ from chunk to chunk, generated without storing them:
+/// each chunk is filled with one byte value and starts with its own index.
+struct DistinctChunks: ContentsSource {
+    let count: Int64
+    let chunkSize: Int
+
+    func chunk(_ index: Int64) -> Data {
+        var data = Data(repeating: UInt8(truncatingIfNeeded: index % 251 + 1), count: chunkSize)
+        withUnsafeBytes(of: index.littleEndian) { data.replaceSubrange(0..<8, with: $0) }
+        return data
+    }
+
+    func read(offset: Int64, count: Int) throws -> Data {
+        let end = min(self.count, offset + Int64(count))
+        var result = Data()
+        var position = offset
+        while position < end {
+            let index = position / Int64(chunkSize)
+            let start = Int(position - index * Int64(chunkSize))
+            let take = Int(min(end - position, Int64(chunkSize - start)))
+            result.append(chunk(index)[start..<start + take])
+            position += Int64(take)
+        }
+        return result
+    }
+}
