@@ -406,3 +406,42 @@ struct DistinctChunks: ContentsSource {
         return result
     }
 }
+
+/// Observing a store from another connection, as another process would.
+@Suite struct StoreObserverTests {
+    @Test("An observer sees another connection's saves, renames and deletions within a second")
+    func observer() async throws {
+        let tmp = try TemporaryDirectory()
+        let writer = try SQLiteStore(path: tmp.path("O.docstore"), options: .create)
+        let reader = try SQLiteStore(path: tmp.path("O.docstore"))
+        let seen = Locked<[StoreEvent]>([])
+        let observer = try StoreObserver(store: reader, interval: .milliseconds(20)) { events in
+            seen.withLock { $0 += events }
+        }
+        defer { observer.stop() }
+        let doc = try writer.createDocument(
+            named: "a.txt", kind: .flat, type: nil, permissions: nil, origin: "app")
+        var changes = DocumentChanges(document: doc.id, base: doc.currentVersion)
+        changes.contents[doc.root] = .replace(DataContentsSource(Data("x".utf8)))
+        try writer.save(changes)
+        _ = try writer.renameDocument(doc.id, to: "b.txt")
+        try writer.deleteDocument(doc.id, origin: "app")
+        let deadline = ContinuousClock.now + .seconds(1)
+        while seen.withLock({ $0.count }) < 4 && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(seen.withLock { $0.map(\.kind) } == [.created, .saved, .renamed, .deleted])
+        #expect(seen.withLock { $0.map(\.document) }.allSatisfy { $0 == doc.id })
+    }
+
+    @Test("changes() streams events as an AsyncSequence")
+    func stream() async throws {
+        let tmp = try TemporaryDirectory()
+        let store = try SQLiteStore(path: tmp.path("S.docstore"), options: .create)
+        let stream = try store.changes(interval: .milliseconds(20))
+        _ = try store.createDocument(named: "n.txt", kind: .flat, type: nil, permissions: nil, origin: "")
+        var iterator = stream.makeAsyncIterator()
+        let event = await iterator.next()
+        #expect(event?.kind == .created && event?.name == "n.txt")
+    }
+}

@@ -1,0 +1,70 @@
+import Foundation
+import Synchronization
+
+/// Delivers a store's events — saves, creations, renames, deletions by this or any other process —
+/// to a handler on a dedicated thread, never on a caller's or a request handler's thread.
+///
+/// It polls the store's event log (for SQLite, one indexed read of the latest sequence number per
+/// interval), so it works across processes without a server.
+public final class StoreObserver: Sendable {
+    private let store: any DocumentStore
+    private let interval: Duration
+    private let handler: @Sendable ([StoreEvent]) -> Void
+    private let failure = Mutex<String?>(nil)
+    private let stopped = Atomic<Bool>(false)
+
+    /// Starts observing events after `sequence` (the latest when nil), polling every `interval`.
+    public init(
+        store: any DocumentStore, after sequence: Int64? = nil, interval: Duration = .milliseconds(100),
+        handler: @escaping @Sendable ([StoreEvent]) -> Void
+    ) throws {
+        self.store = store
+        self.interval = interval
+        self.handler = handler
+        let start = try sequence ?? store.latestEventSequence()
+        let thread = Thread { [weak self] in self?.run(after: start) }
+        thread.name = "docfs.store-observer"
+        thread.start()
+    }
+
+    deinit { stop() }
+
+    /// Stops observing; no handler call starts after this returns.
+    public func stop() {
+        stopped.store(true, ordering: .sequentiallyConsistent)
+    }
+
+    /// The last error the poller met, if any (it keeps polling: a busy or briefly unreachable
+    /// store is retried).
+    public var lastError: String? { failure.withLock { $0 } }
+
+    private func run(after start: Int64) {
+        var last = start
+        let pause = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
+        while !stopped.load(ordering: .sequentiallyConsistent) {
+            do {
+                if try store.latestEventSequence() > last {
+                    let events = try store.events(after: last)
+                    if let newest = events.last?.sequence { last = newest }
+                    if !events.isEmpty && !stopped.load(ordering: .sequentiallyConsistent) { handler(events) }
+                }
+                failure.withLock { $0 = nil }
+            } catch {
+                failure.withLock { $0 = String(describing: error) }
+            }
+            Thread.sleep(forTimeInterval: pause)
+        }
+    }
+}
+
+extension DocumentStore {
+    /// The store's events after now, as an async sequence, until the consumer stops iterating.
+    public func changes(interval: Duration = .milliseconds(100)) throws -> AsyncStream<StoreEvent> {
+        let (stream, continuation) = AsyncStream<StoreEvent>.makeStream()
+        let observer = try StoreObserver(store: self, interval: interval) { events in
+            for event in events { continuation.yield(event) }
+        }
+        continuation.onTermination = { _ in observer.stop() }
+        return stream
+    }
+}
