@@ -195,7 +195,7 @@ import Testing
         let url = tmp.url("doc")
         let w = try FileWrapper(url: url)
         w.addRegularFile(withContents: Data("b".utf8), preferredFilename: "b.txt")
-        let report = try FileWrapper.$simulatedMissingExchange.withValue(true) {
+        let report = try ScratchArea.$simulatedMissingExchange.withValue(true) {
             try w.write(to: url, options: .atomic, originalContentsURL: url)
         }
         #expect(report.replacement == .movedAside)
@@ -204,7 +204,7 @@ import Testing
 
         let flat = try tmp.write("flat.txt", "old")
         let inode = try FileFacts(flat.path).inode
-        let fileReport = try FileWrapper.$simulatedMissingExchange.withValue(true) {
+        let fileReport = try ScratchArea.$simulatedMissingExchange.withValue(true) {
             try FileWrapper(regularFileWithContents: Data("new".utf8)).write(to: flat, options: .atomic)
         }
         #expect(fileReport.replacement == .exchanged)  // rename(2) over a file is atomic

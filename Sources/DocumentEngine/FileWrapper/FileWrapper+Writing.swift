@@ -64,103 +64,30 @@ extension FileWrapper {
         try FileName.validate(name)
         let plan = try WritePlan(self, key: name)
         var writer = TreeWriter(
-            umask: POSIX.currentUmask(), durable: options.contains(.atomic), euid: geteuid(), egid: getegid())
-        let parentPath = url.deletingLastPathComponent().path
-        let parentFD: Int32
-        do { parentFD = try POSIX.open(parentPath, O_RDONLY | O_DIRECTORY) } catch {
-            throw FileWrapperError.writeFailed(path: parentPath, error)
-        }
-        defer { POSIX.close(parentFD) }
+            umask: POSIX.currentUmask(), durable: options.contains(.atomic) || options.contains(.durable),
+            euid: geteuid(), egid: getegid())
         let original = originalContentsURL.map { OriginalItem(path: $0.path, fd: nil) }
 
         if options.contains(.atomic) {
-            try writeAtomically(
-                plan, name: name, parentFD: parentFD, parentPath: parentPath, original: original,
-                writer: &writer)
+            let scratch = try ScratchArea(replacing: url)
+            try writer.write(plan, in: scratch.fd, at: scratch.itemPath, original: original, topLevel: false)
+            writer.report.replacement = try scratch.commit()
         } else {
+            let parentPath = url.deletingLastPathComponent().path
+            let parentFD: Int32
+            do { parentFD = try POSIX.open(parentPath, O_RDONLY | O_DIRECTORY) } catch {
+                throw FileWrapperError.writeFailed(path: parentPath, error)
+            }
+            defer { POSIX.close(parentFD) }
             try writer.write(plan, in: parentFD, at: url.path, original: original, topLevel: true)
+            if options.contains(.durable) {
+                do { try POSIX.fsync(parentFD) } catch {
+                    throw FileWrapperError.writeFailed(path: parentPath, error)
+                }
+            }
         }
         finishWrite(plan, finalPath: url.path, options: options, results: writer.results, isRoot: true)
         return writer.report
-    }
-
-    private func writeAtomically(
-        _ plan: WritePlan, name: String, parentFD: Int32, parentPath: String, original: OriginalItem?,
-        writer: inout TreeWriter
-    ) throws {
-        let scratchName = ".docfs-save-\(getpid())-\(UInt64.random(in: 0...UInt64.max) & 0xFFFF_FFFF_FFFF)"
-        let scratchPath = parentPath + "/" + scratchName
-        do { try POSIX.mkdirat(parentFD, scratchName, 0o700) } catch {
-            throw FileWrapperError.writeFailed(path: scratchPath, error)
-        }
-        defer { try? POSIX.removeTree(parentFD, scratchName) }
-        let scratchFD: Int32
-        do { scratchFD = try POSIX.openat(parentFD, scratchName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) } catch
-        {
-            throw FileWrapperError.writeFailed(path: scratchPath, error)
-        }
-        defer { POSIX.close(scratchFD) }
-
-        try writer.write(
-            plan, in: scratchFD, at: scratchPath + "/" + name, original: original, topLevel: false)
-        let target = parentPath + "/" + name
-        do {
-            try POSIX.fsync(scratchFD)
-            writer.report.replacement = try Self.swapIntoPlace(
-                name: name, from: scratchFD, to: parentFD, scratchPath: scratchPath)
-            try POSIX.fsync(parentFD)
-        } catch let error as Errno {
-            throw FileWrapperError.writeFailed(path: target, error)
-        }
-    }
-
-    /// Tests set this to run the fallback for file systems without RENAME_EXCHANGE on a real one.
-    @TaskLocal static var simulatedMissingExchange = false
-
-    /// Puts `scratch/name` at `parent/name`, atomically where the file system allows (LX-1).
-    private static func swapIntoPlace(
-        name: String, from scratchFD: Int32, to parentFD: Int32, scratchPath: String
-    )
-        throws -> Replacement
-    {
-        let exchangeError: Errno
-        do throws(Errno) {
-            if simulatedMissingExchange { throw Errno.invalidArgument }
-            try POSIX.renameat2(scratchFD, name, parentFD, name, flags: POSIX.renameExchange)
-            return .exchanged  // the old item is now in the scratch folder, removed with it
-        } catch {
-            exchangeError = error
-        }
-        if exchangeError == .noSuchFileOrDirectory {
-            do {
-                try POSIX.renameat2(scratchFD, name, parentFD, name, flags: POSIX.renameNoReplace)
-            } catch {
-                guard error == .invalidArgument else { throw error }
-                try POSIX.renameat(scratchFD, name, parentFD, name)
-            }
-            return .renamed
-        }
-        guard [.invalidArgument, .noFunction, .notSupported].contains(exchangeError) else {
-            throw exchangeError
-        }
-        // No RENAME_EXCHANGE on this file system. rename(2) still replaces a non-directory
-        // atomically; a directory can only be moved aside first.
-        let newIsDirectory = ((try? POSIX.fstatat(scratchFD, name))?.st_mode ?? 0) & S_IFMT == S_IFDIR
-        guard let old = try? POSIX.fstatat(parentFD, name) else {
-            try POSIX.renameat(scratchFD, name, parentFD, name)
-            return .renamed
-        }
-        if !newIsDirectory && (old.st_mode & S_IFMT) != S_IFDIR {
-            try POSIX.renameat(scratchFD, name, parentFD, name)
-            return .exchanged
-        }
-        let aside = name + ".old"
-        try POSIX.renameat(parentFD, name, scratchFD, aside)
-        do { try POSIX.renameat(scratchFD, name, parentFD, name) } catch {
-            try? POSIX.renameat(scratchFD, aside, parentFD, name)
-            throw error
-        }
-        return .movedAside
     }
 
     /// Bookkeeping after a successful write: attributes are clean, names updated (W-7), lazy

@@ -46,6 +46,9 @@ public final class FileWrapper: @unchecked Sendable {
         public static let atomic = WritingOptions(rawValue: 1)
         /// Afterwards, every descendant's `filename` is its key (W-7).
         public static let withNameUpdating = WritingOptions(rawValue: 2)
+        /// fsync every file and folder written, without the atomic swap (Document's safe-save
+        /// builds in its own scratch folder).
+        static let durable = WritingOptions(rawValue: 1 << 16)
     }
 
     static let logger = Logger(label: "docfs.filewrapper")
