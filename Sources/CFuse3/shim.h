@@ -5,7 +5,9 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 // Helpers for what Swift cannot express directly: the FUSE_BUFVEC_INIT macro (its one-element
 // array imports as a tuple) and the open(2) flags glibc only exposes under _GNU_SOURCE.
@@ -49,14 +51,17 @@ static inline int docfs_o_noatime(void) {
 #endif
 }
 
+static inline int docfs_o_path(void) {
+#ifdef O_PATH
+    return O_PATH;
+#else
+    return 010000000;
+#endif
+}
+
 // Declared here because glibc only declares them under _GNU_SOURCE.
 int pthread_setname_np(pthread_t thread, const char *name);
 int pipe2(int pipefd[2], int flags);
-
-/// Names the calling thread (at most 15 bytes are kept).
-static inline int docfs_set_thread_name(const char *name) {
-    return pthread_setname_np(pthread_self(), name);
-}
 
 /// A close-on-exec pipe.
 static inline int docfs_pipe_cloexec(int fds[2]) {

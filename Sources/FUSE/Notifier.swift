@@ -108,7 +108,9 @@ final class NotificationQueue: Sendable {
     }
 
     private let state = Monitor(State())
-    private let pending = Mutex<(next: UInt64, waiting: [UInt64: @Sendable (Result<[UInt8], Errno>) -> Void])>(
+    private let pending = Mutex<
+        (next: UInt64, waiting: [UInt64: @Sendable (Result<[UInt8], Errno>) -> Void])
+    >(
         (1, [:]))
     private let logger: Logger
 

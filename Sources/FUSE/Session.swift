@@ -239,14 +239,28 @@ public final class Session: Sendable {
         case .running:
             guard let se = core.session else { return }
             fuse_session_exit(se)
-            // The loop's main thread sleeps until a worker finishes, and workers sleep in
-            // read(2) on /dev/fuse: ask the kernel for a (zero-byte) retrieve so one worker gets
-            // a request, sees the exit flag and ends the loop. If the connection is already
-            // gone, the workers are ending anyway.
-            _ = fuse_lowlevel_notify_retrieve(se, NodeID.root.rawValue, 0, 0, nil)
+            wakeLoop()
         case .stopping, .finished:
             break
         }
+    }
+
+    /// libfuse's loop sleeps until a worker ends, and workers sleep in read(2) on /dev/fuse,
+    /// so after `fuse_session_exit` one request must arrive for a worker to see the flag.
+    /// STATFS is never answered from the kernel's caches; it is sent from a short-lived thread
+    /// because the caller may be a request handler, and it cannot be sent before the mount is
+    /// served. If the connection is already gone, the workers are ending anyway.
+    private func wakeLoop() {
+        let mountpoint = mountpoint
+        let thread = startThread(name: "fuse-wake") {
+            // O_PATH: no OPEN request; the mount's root needs no lookup.
+            let fd = open(mountpoint, docfs_o_path() | O_DIRECTORY | O_CLOEXEC)
+            guard fd >= 0 else { return }
+            var st = statvfs()
+            _ = fstatvfs(fd, &st)
+            close(fd)
+        }
+        if let thread { pthread_detach(thread) }
     }
 
     /// Ends the session (see the type's documentation) and waits until it has ended and the

@@ -91,7 +91,7 @@ func startThread(name: String, _ body: @escaping @Sendable () -> Void) -> pthrea
         { raw in
             guard let raw else { return nil }
             let start = Unmanaged<ThreadStart>.fromOpaque(raw).takeRetainedValue()
-            _ = docfs_set_thread_name(String(start.name.utf8.prefix(15)) ?? "fuse")
+            _ = pthread_setname_np(pthread_self(), String(start.name.utf8.prefix(15)) ?? "fuse")
             start.body()
             return nil
         }, start)

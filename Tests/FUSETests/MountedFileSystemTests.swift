@@ -1,0 +1,538 @@
+import FUSE
+import Foundation
+import SystemPackage
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Tests that mount real filesystems. Serialized: the thread and descriptor counts of the
+/// leak test must not see another test's mount, and each mount holds worker threads.
+@Suite(.serialized)
+struct MountedFileSystemTests {
+    @Test func linksAgainstLibfuse3() {
+        #expect(libfuseVersion >= 314)
+    }
+
+    @Test func mountOptionsAndKernelConfig() async throws {
+        try await withMount { mount in
+            let line = try #require(mountLines(mount.path).first)
+            #expect(line.hasPrefix("memoryfs \(mount.path) fuse.memoryfs "))
+            #expect(line.contains("default_permissions"))
+            let report = mount.fs.configReport
+            #expect(report.contains("posixLocks+flock: ok"))
+            #expect(report.contains("readdirplus: ok"))
+            #expect(
+                report.contains(
+                    "parallelDirops: droppedByLibfuse(FUSE.KernelConfig.Capabilities(rawValue: 262144))"))
+            #expect(report.contains { $0.hasPrefix("maxWrite 1GiB: outOfRange") })
+            #expect(report.contains("maxWrite 128KiB: ok"))
+            #expect(report.contains("timeGran 3: notPowerOfTen(3)"))
+            #expect(report.contains("timeGran 1000: ok"))
+            #expect(report.contains("maxBackground 64: ok"))
+            #expect(report.contains { $0.hasPrefix("congestion 100: outOfRange") })
+        }
+        try await withMount(configure: { $0.readOnly = true }) { mount in
+            #expect(mountLines(mount.path).first?.contains(" ro,") == true)
+            let path = mount.url("x")
+            let error = try await offThread { errnoOf { try writeFile(path, "x") } }
+            #expect(error == .readOnlyFileSystem)
+        }
+    }
+
+    @Test func fileOperationsRoundTripInProcess() async throws {
+        try await withMount { mount in
+            let p = mount.path
+            try await offThread {
+                // create, write, read, stat
+                try writeFile(p + "/a.txt", "hello fuse")
+                #expect(try readFile(p + "/a.txt") == "hello fuse")
+                var st = try lstatOf(p + "/a.txt")
+                #expect(st.st_size == 10)
+                #expect(st.st_mode & 0o777 == 0o600)
+                #expect(st.st_mode & S_IFMT == S_IFREG)
+
+                // setattr: chmod, truncate, utimens
+                try sys(chmod(p + "/a.txt", 0o640))
+                try sys(truncate(p + "/a.txt", 5))
+                var times = [
+                    timespec(tv_sec: 1_000_000, tv_nsec: 5), timespec(tv_sec: 2_000_000, tv_nsec: 7000),
+                ]
+                try sys(utimensat(AT_FDCWD, p + "/a.txt", &times, 0))
+                st = try lstatOf(p + "/a.txt")
+                #expect(st.st_mode & 0o777 == 0o640)
+                #expect(st.st_size == 5)
+                #expect(st.st_mtim.tv_sec == 2_000_000 && st.st_mtim.tv_nsec == 7000)  // time_gran is 1 µs here
+                #expect(try readFile(p + "/a.txt") == "hello")
+
+                // directories, readdir, symlinks, hard links
+                try sys(mkdir(p + "/dir", 0o755))
+                try writeFile(p + "/dir/b", "b")
+                try sys(symlink("../a.txt", p + "/dir/link"))
+                #expect(
+                    try FileManager.default.destinationOfSymbolicLink(atPath: p + "/dir/link") == "../a.txt")
+                #expect(try readFile(p + "/dir/link") == "hello")
+                try sys(link(p + "/a.txt", p + "/dir/hard"))
+                #expect(try lstatOf(p + "/a.txt").st_nlink == 2)
+                #expect(try lstatOf(p + "/dir/hard").st_ino == lstatOf(p + "/a.txt").st_ino)
+                #expect(
+                    try FileManager.default.contentsOfDirectory(atPath: p + "/dir").sorted() == [
+                        "b", "hard", "link",
+                    ])
+                #expect(try lstatOf(p + "/dir").st_nlink == 2)
+
+                // rename (plain, over an existing file), unlink, rmdir
+                try sys(rename(p + "/dir/b", p + "/b2"))
+                try writeFile(p + "/c", "c")
+                try sys(rename(p + "/c", p + "/b2"))
+                #expect(try readFile(p + "/b2") == "c")
+                try sys(unlink(p + "/dir/hard"))
+                try sys(unlink(p + "/dir/link"))
+                try sys(rmdir(p + "/dir"))
+                #expect(try FileManager.default.contentsOfDirectory(atPath: p).sorted() == ["a.txt", "b2"])
+
+                // mknod (fifo), statfs
+                try sys(mkfifo(p + "/fifo", 0o644))
+                #expect(try lstatOf(p + "/fifo").st_mode & S_IFMT == S_IFIFO)
+                var vfs = statvfs()
+                try sys(statvfs(p, &vfs))
+                #expect(vfs.f_bsize == 4096 && vfs.f_blocks == 1000 && vfs.f_bavail == 600)
+                #expect(vfs.f_files == 500 && vfs.f_ffree == 400 && vfs.f_namemax == 255)
+            }
+            #expect(mount.fs.count("flush") > 0)
+        }
+    }
+
+    @Test func openFileOperations() async throws {
+        try await withMount { mount in
+            let p = mount.path
+            try await offThread {
+                let fd = try FileDescriptor.open(
+                    p + "/f", .readWrite, options: [.create, .exclusiveCreate], permissions: [.ownerReadWrite]
+                )
+                defer { try? fd.close() }
+                _ = try fd.writeAll(toAbsoluteOffset: 0, Array("0123456789".utf8))
+                try sys(fsync(fd.rawValue))
+                try sys(fdatasync(fd.rawValue))
+                // fallocate: extend, keep size, punch a hole
+                try sys(fallocate(fd.rawValue, 0, 0, 16))
+                var st = stat()
+                try sys(fstat(fd.rawValue, &st))
+                #expect(st.st_size == 16)
+                try sys(fallocate(fd.rawValue, 0x03, 2, 3))  // PUNCH_HOLE | KEEP_SIZE
+                var buffer = [UInt8](repeating: 0xff, count: 16)
+                let n = try buffer.withUnsafeMutableBytes { try fd.read(fromAbsoluteOffset: 0, into: $0) }
+                #expect(n == 16)
+                #expect(Array(buffer[0..<6]) == [0x30, 0x31, 0, 0, 0, 0x35])
+                #expect(errnoOf { try sys(fallocate(fd.rawValue, 0x10, 0, 4)) } != nil)  // ZERO_RANGE
+
+                // lseek with SEEK_DATA / SEEK_HOLE reaches the filesystem
+                #expect(lseek(fd.rawValue, 3, 3) == 3)
+                #expect(lseek(fd.rawValue, 3, 4) == 16)
+
+                // copy_file_range between two files of the mount
+                let out = try FileDescriptor.open(
+                    p + "/g", .readWrite, options: [.create], permissions: [.ownerReadWrite])
+                defer { try? out.close() }
+                var inOff: Int = 5
+                var outOff: Int = 0
+                let copied = copy_file_range(fd.rawValue, &inOff, out.rawValue, &outOff, 5, 0)
+                #expect(copied == 5)
+                #expect(try readFile(p + "/g") == "56789")
+            }
+            #expect(mount.fs.count("fsync") >= 1)
+            #expect(mount.fs.count("fdatasync") >= 1)
+            #expect(mount.fs.count("copy_file_range") == 1)
+        }
+    }
+
+    @Test func errorsReachTheCallerAsErrno() async throws {
+        try await withMount { mount in
+            let p = mount.path
+            try await offThread {
+                #expect(errnoOf { _ = try lstatOf(p + "/missing") } == .noSuchFileOrDirectory)
+                try sys(mkdir(p + "/d", 0o755))
+                try writeFile(p + "/d/f", "x")
+                #expect(errnoOf { try sys(mkdir(p + "/d", 0o755)) } == .fileExists)
+                #expect(
+                    errnoOf {
+                        _ = try FileDescriptor.open(
+                            p + "/d/f", .writeOnly, options: [.create, .exclusiveCreate],
+                            permissions: [.ownerReadWrite])
+                    } == .fileExists)
+                #expect(errnoOf { try sys(rmdir(p + "/d")) } == .directoryNotEmpty)
+                #expect(errnoOf { try sys(rmdir(p + "/d/f")) } == .notDirectory)
+                #expect(errnoOf { try sys(unlink(p + "/d")) } == .isDirectory)
+                #expect(errnoOf { _ = try lstatOf(p + "/d/f/x") } == .notDirectory)
+                #expect(errnoOf { try sys(link(p + "/d", p + "/dlink")) } == .notPermitted)
+                var buffer = [UInt8](repeating: 0, count: 4)
+                #expect(errnoOf { try sys(getxattr(p + "/d/f", "user.none", &buffer, 4)) } == .noData)
+                #expect(
+                    errnoOf { try sys(setxattr(p + "/d/f", "trusted.x", buffer, 1, 0)) } == .notSupported)
+            }
+        }
+    }
+
+    @Test func renameFlags() async throws {
+        try await withMount { mount in
+            let p = mount.path
+            try await offThread {
+                try writeFile(p + "/a", "A")
+                try writeFile(p + "/b", "B")
+                // RENAME_NOREPLACE refuses an existing target and works for a new one.
+                #expect(errnoOf { try renameat2(p + "/a", p + "/b", flags: 1) } == .fileExists)
+                try renameat2(p + "/a", p + "/c", flags: 1)
+                #expect(try readFile(p + "/c") == "A")
+                // RENAME_EXCHANGE swaps both names atomically.
+                try renameat2(p + "/b", p + "/c", flags: 2)
+                #expect(try readFile(p + "/b") == "A")
+                #expect(try readFile(p + "/c") == "B")
+                #expect(errnoOf { try renameat2(p + "/b", p + "/none", flags: 2) } == .noSuchFileOrDirectory)
+                // RENAME_WHITEOUT is refused with EINVAL (the kernel may refuse it first: EPERM
+                // without CAP_MKNOD, or EINVAL).
+                let whiteout = errnoOf { try renameat2(p + "/b", p + "/d", flags: 4) }
+                #expect(whiteout == .invalidArgument || whiteout == .notPermitted)
+                #expect(try readFile(p + "/b") == "A")
+            }
+        }
+    }
+
+    @Test func childProcessesSeeTheFilesystem() async throws {
+        try await withMount { mount in
+            let result = try await sh(
+                """
+                set -e
+                echo hello > f
+                cat f
+                mkdir d
+                mv f d/g
+                ln -s d/g s
+                readlink s
+                cat s
+                ls -1 . d | tr '\\n' ' '; echo
+                stat -c '%s %F %a' d/g
+                setfattr -n user.color -v blue d/g
+                getfattr --only-values -n user.color d/g; echo
+                getfattr -d d/g | grep -c user.color
+                setfattr -x user.color d/g
+                getfattr -n user.color d/g 2>&1 || echo "no attr: $?"
+                rm s d/g
+                rmdir d
+                ls -A | wc -l
+                """, in: mount.path)
+            #expect(result.status == 0, "\(result.error)")
+            let lines = result.output.split(separator: "\n", omittingEmptySubsequences: false).map(
+                String.init)
+            #expect(lines.count >= 10, "\(result.output)")
+            guard lines.count >= 10 else { return }
+            #expect(lines[0] == "hello")
+            #expect(lines[1] == "d/g")
+            #expect(lines[2] == "hello")
+            #expect(lines[3] == ".: d s  d: g ")
+            #expect(lines[4] == "6 regular file 644")
+            #expect(lines[5] == "blue")
+            #expect(lines[6] == "1")
+            #expect(lines[7].contains("No such attribute"))
+            #expect(lines.contains("no attr: 1"))
+            #expect(lines.last(where: { !$0.isEmpty }) == "0")
+        }
+    }
+
+    @Test func extendedAttributesInProcess() async throws {
+        try await withMount { mount in
+            let f = mount.url("x")
+            try await offThread {
+                try writeFile(f, "")
+                let value = Array("value".utf8)
+                try sys(setxattr(f, "user.a", value, value.count, 0))
+                #expect(errnoOf { try sys(setxattr(f, "user.a", value, value.count, 1)) } == .fileExists)
+                #expect(errnoOf { try sys(setxattr(f, "user.b", value, value.count, 2)) } == .noData)
+                try sys(setxattr(f, "user.b", value, 2, 1))
+                // Size probe, then fetch; too small a buffer is ERANGE.
+                #expect(getxattr(f, "user.a", nil, 0) == 5)
+                var buffer = [UInt8](repeating: 0, count: 16)
+                #expect(getxattr(f, "user.a", &buffer, 16) == 5)
+                #expect(Array(buffer[0..<5]) == value)
+                #expect(errnoOf { try sys(getxattr(f, "user.a", &buffer, 2)) } == .outOfRange)
+                #expect(listxattr(f, nil, 0) == 14)
+                var names = [CChar](repeating: 0, count: 64)
+                let n = listxattr(f, &names, 64)
+                #expect(n == 14)
+                let list = names[0..<max(0, n)].split(separator: 0).map {
+                    String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                }
+                #expect(list == ["user.a", "user.b"])
+                try sys(removexattr(f, "user.a"))
+                #expect(errnoOf { try sys(removexattr(f, "user.a")) } == .noData)
+            }
+        }
+    }
+
+    @Test func unlinkedButOpenFileKeepsItsData() async throws {
+        try await withMount { mount in
+            let p = mount.path
+            let before = mount.fs.inodeCount
+            try await offThread {
+                try writeFile(p + "/tmp", "still here")
+                let fd = try FileDescriptor.open(p + "/tmp", .readWrite)
+                defer { try? fd.close() }
+                try sys(unlink(p + "/tmp"))
+                #expect(errnoOf { _ = try lstatOf(p + "/tmp") } == .noSuchFileOrDirectory)
+                var buffer = [UInt8](repeating: 0, count: 32)
+                let n = try buffer.withUnsafeMutableBytes { try fd.read(fromAbsoluteOffset: 0, into: $0) }
+                #expect(String(decoding: buffer[..<n], as: UTF8.self) == "still here")
+                _ = try fd.writeAll(toAbsoluteOffset: 0, Array("STILL".utf8))
+                var st = stat()
+                try sys(fstat(fd.rawValue, &st))
+                #expect(st.st_nlink == 0)
+                #expect(mount.fs.inodeCount == before + 1)
+            }
+            // After the close, release and forget let the filesystem free the inode.
+            #expect(eventually { mount.fs.inodeCount == before })
+        }
+    }
+
+    @Test func locksReachTheFilesystem() async throws {
+        try await withMount { mount in
+            let f = mount.url("locked")
+            try await offThread { try writeFile(f, "data") }
+            // flock: held by this process, a child's non-blocking attempt fails.
+            let fd = try FileDescriptor.open(f, .readWrite)
+            defer { try? fd.close() }
+            try sys(flock(fd.rawValue, LOCK_EX | LOCK_NB))
+            var child = try await sh("flock -n -E 42 locked true; echo $?", in: mount.path)
+            #expect(child.output == "42\n")
+            try sys(flock(fd.rawValue, LOCK_UN))
+            child = try await sh("flock -n -E 42 locked true; echo $?", in: mount.path)
+            #expect(child.output == "0\n")
+
+            // POSIX record locks: a child sees this process's write lock through getlk/setlk.
+            var lock = Glibc.flock()
+            lock.l_type = Int16(F_WRLCK)
+            lock.l_whence = Int16(SEEK_SET)
+            lock.l_start = 0
+            lock.l_len = 2
+            try sys(fcntl(fd.rawValue, F_SETLK, &lock))
+            let perl = """
+                perl -MFcntl -e 'open(my $f, "+<", "locked") or die; \
+                my $l = pack("s s x4 q q i x4", F_WRLCK, 0, 1, 1, 0); \
+                print fcntl($f, F_SETLK, $l) ? "granted" : ($!{EAGAIN} ? "EAGAIN" : "other $!"), "\\n"; \
+                fcntl($f, F_GETLK, $l); my @r = unpack("s s x4 q q i", $l); print "$r[0] $r[4]\\n";'
+                """
+            child = try await sh(perl, in: mount.path)
+            #expect(child.output == "EAGAIN\n\(F_WRLCK) \(getpid())\n", "\(child.error)")
+            lock.l_type = Int16(F_UNLCK)
+            try sys(fcntl(fd.rawValue, F_SETLK, &lock))
+            child = try await sh(perl, in: mount.path)
+            #expect(child.output.hasPrefix("granted\n"), "\(child.error)")
+        }
+    }
+
+    @Test func readdirplusCountsLookupsAndForgetReturnsThem() async throws {
+        try await withMount { mount in
+            let p = mount.path
+            try await offThread {
+                try sys(mkdir(p + "/dir", 0o755))
+                for i in 0..<20 { try writeFile(p + "/dir/file\(i)", "\(i)") }
+            }
+            // Fresh kernel state for the directory's children: drop their dentries.
+            let dirNode = try #require(mount.fs.table.node(for: 2))
+            for i in 0..<20 {
+                mount.session.notifier.invalidateEntry(parent: dirNode, name: FileName("file\(i)"))
+            }
+            #expect(eventually { mount.fs.table.count == 2 })  // root and dir
+            let listing = try await sh("ls -l dir | tail -n +2 | wc -l", in: p)
+            #expect(listing.output == "20\n")
+            #expect(mount.fs.count("readdirplus") >= 1)
+            #expect(mount.fs.table.count == 22)
+            let node = try #require(mount.fs.table.node(for: 3))
+            #expect(mount.fs.table.lookupCount(of: node) >= 1)
+            // Invalidating the names makes the kernel forget the nodes.
+            let notified = Counter()
+            for i in 0..<20 {
+                mount.session.notifier.invalidateEntry(parent: dirNode, name: FileName("file\(i)")) {
+                    if case .success = $0 { notified.increment() }
+                }
+            }
+            #expect(eventually { notified.value == 20 })
+            #expect(eventually { mount.fs.table.count == 2 })
+        }
+    }
+
+    @Test func notifierStoreRetrieveAndInvalidate() async throws {
+        let fs = MemoryFS(behaviour: .init(openOptions: [.keepCache]))
+        try await withMount(fs) { mount in
+            let f = mount.url("cached")
+            try await offThread {
+                try writeFile(f, "original")
+                #expect(try readFile(f) == "original")
+            }
+            let node = try #require(mount.fs.table.node(for: 2))
+            // store puts data into the page cache: the next read is served from it.
+            let stored = try await storeAndWait(mount.session.notifier, node, Array("STORED!!".utf8))
+            #expect(stored)
+            let reads = mount.fs.count("read")
+            #expect(try await offThread { try readFile(f) } == "STORED!!")
+            #expect(mount.fs.count("read") == reads)
+            // retrieve reads the kernel's cached copy back.
+            let retrieved = try await mount.session.notifier.retrieve(node, offset: 0, size: 8)
+            #expect(retrieved == Array("STORED!!".utf8))
+            // inval_inode drops the cache: the next read reaches the filesystem again.
+            mount.session.notifier.invalidateInode(node)
+            #expect(eventually { (try? readFile(f)) == "original" })
+            #expect(mount.fs.count("read") > reads)
+        }
+    }
+
+    @Test func eightSlowReadsRunConcurrently() async throws {
+        let fs = MemoryFS(behaviour: .init(openOptions: [.directIO], slowDelay: .milliseconds(300)))
+        try await withMount(fs, configure: { $0.maxThreads = 16 }) { mount in
+            try await offThread { try writeFile(mount.url("slow"), "slow data") }
+            let start = Date()
+            let results = try await withThrowingTaskGroup(of: String.self) { group in
+                for _ in 0..<8 {
+                    group.addTask { try await offThread { try readFile(mount.url("slow")) } }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            let elapsed = Date().timeIntervalSince(start)
+            #expect(results == Array(repeating: "slow data", count: 8))
+            // Serial would be 8 × 2 reads × 0.3 s; concurrent is about 2 × 0.3 s.
+            #expect(elapsed < 1.6, "8 slow reads took \(elapsed) s")
+        }
+    }
+
+    @Test func repliesAreAnsweredExactlyOnce() async throws {
+        try await withMount { mount in
+            let p = mount.path
+            try await offThread {
+                try writeFile(p + "/twice", "first answer")
+                try writeFile(p + "/drop", "never sent")
+                // A second reply is ignored: the caller sees the first.
+                #expect(try readFile(p + "/twice") == "first answer")
+                // A dropped reply answers EIO.
+                #expect(errnoOf { _ = try readFile(p + "/drop") } == .ioError)
+            }
+        }
+    }
+
+    @Test func unmountWhileBusyEndsCleanly() async throws {
+        let fs = MemoryFS(behaviour: .init(openOptions: [.directIO]))
+        let mount = try TestMount(fs) { $0.drainTimeout = .milliseconds(300) }
+        defer { mount.close() }
+        try await offThread { try writeFile(mount.url("block"), "never read") }
+        let idle = try FileDescriptor.open(mount.url("block"), .readOnly)
+        // A reader blocked in read(2) on a request the filesystem never answers.
+        let reader = Task {
+            try await offThread { errnoOf { _ = try readOnce(mount.url("block")) } }
+        }
+        #expect(eventually { fs.parkedCount == 1 })
+        let start = Date()
+        mount.session.unmount()
+        #expect(Date().timeIntervalSince(start) < 5)
+        #expect(!isMounted(mount.path))
+        #expect(!mount.session.isActive)
+        let readerError = try await reader.value
+        // The connection is aborted under the blocked request.
+        #expect(readerError == .connectionAbort, "\(String(describing: readerError))")
+        #expect(fs.destroyed.load(ordering: .relaxed) == 1)
+        // The descriptor opened on the mount still closes (reporting the lost connection).
+        let closeError = errnoOf { try idle.close() }
+        #expect(closeError == nil || closeError == .socketNotConnected)
+        fs.releaseParked(with: [])  // late answers are dropped, not sent
+    }
+
+    @Test func destroyRunsAndRepliesDrainOnUnmount() async throws {
+        let fs = MemoryFS(behaviour: .init(openOptions: [.directIO]))
+        let mount = try TestMount(fs)
+        defer { mount.close() }
+        try await offThread { try writeFile(mount.url("block"), "drained") }
+        let reader = Task { try await offThread { try readOnce(mount.url("block")) } }
+        #expect(eventually { fs.parkedCount == 1 })
+        // Answer the parked read while the session ends: it is still delivered.
+        let answer = Thread { fs.releaseParked(with: Array("drained".utf8)) }
+        mount.session.requestUnmount()
+        answer.start()
+        mount.session.unmount()
+        #expect(try await reader.value == "drained")
+        #expect(fs.destroyed.load(ordering: .relaxed) == 1)
+    }
+
+    @Test func fusermountUnmountEndsTheSession() async throws {
+        let fs = MemoryFS()
+        let mount = try TestMount(fs)
+        defer { mount.close() }
+        let result = try await offThread { try run("/bin/fusermount3", ["-u", mount.path]) }
+        #expect(result.status == 0, "\(result.error)")
+        let ended = try await offThread { mount.session.waitUntilFinished() }
+        #expect((try? ended.get()) != nil)
+        #expect(!isMounted(mount.path))
+        #expect(fs.destroyed.load(ordering: .relaxed) == 1)
+    }
+
+    @Test func sigtermUnmounts() async throws {
+        var current = sigaction()
+        sigaction(SIGTERM, nil, &current)
+        try #require(current.__sigaction_handler.sa_handler == nil, "SIGTERM is not at SIG_DFL here")
+        let fs = MemoryFS()
+        let mount = try TestMount(fs) { $0.handleSignals = true }
+        defer { mount.close() }
+        var installed = sigaction()
+        sigaction(SIGTERM, nil, &installed)
+        // Never send SIGTERM unless the session took it over: it would end the test run.
+        try #require(installed.__sigaction_handler.sa_handler != nil)
+        kill(getpid(), SIGTERM)
+        let ended = try await offThread { mount.session.waitUntilFinished() }
+        #expect((try? ended.get()) != nil)
+        #expect(!isMounted(mount.path))
+        #expect(fs.destroyed.load(ordering: .relaxed) == 1)
+        var after = sigaction()
+        sigaction(SIGTERM, nil, &after)
+        #expect(after.__sigaction_handler.sa_handler == nil)
+    }
+
+    @Test func hundredMountCyclesLeakNoThreadsOrDescriptors() async throws {
+        @Sendable func cycle() throws {
+            let mount = try TestMount()
+            defer { mount.close() }
+            _ = try lstatOf(mount.path) as stat
+            try writeFile(mount.url("f"), "x")
+        }
+        let (tasksBefore, fdsBefore) = try await offThread { () -> (Int, Int) in
+            try cycle()  // warm up lazily created threads of the runtime and Foundation
+            return (procEntries("task").count, procEntries("fd").count)
+        }
+        try await offThread {
+            for _ in 0..<100 { try cycle() }
+        }
+        #expect(fuseDescriptorCount() == 0)
+        #expect(!threadNames().contains { $0.hasPrefix("fuse-") })
+        // offThread's own thread may still be exiting: give it a moment.
+        #expect(eventually { procEntries("task").count <= tasksBefore }, "threads: \(threadNames())")
+        #expect(eventually { procEntries("fd").count <= fdsBefore })
+        let leftovers =
+            (try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8))?
+            .split(separator: "\n").filter { $0.hasPrefix("memoryfs ") } ?? []
+        #expect(leftovers.isEmpty)
+    }
+}
+
+final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func increment() { lock.withLock { count += 1 } }
+    var value: Int { lock.withLock { count } }
+}
+
+private func storeAndWait(_ notifier: Notifier, _ node: NodeID, _ data: [UInt8]) async throws -> Bool {
+    await withCheckedContinuation { continuation in
+        notifier.store(node, offset: 0, data: data) {
+            if case .success = $0 {
+                continuation.resume(returning: true)
+            } else {
+                continuation.resume(returning: false)
+            }
+        }
+    }
+}
