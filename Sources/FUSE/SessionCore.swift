@@ -28,6 +28,8 @@ final class SessionCore: @unchecked Sendable {
     nonisolated(unsafe) var session: OpaquePointer?
     private let gate = Monitor(Gate())
     private let destroyed = Atomic<Bool>(false)
+    /// Set once the kernel's INIT has been handled; `destroy` pairs with it.
+    let initialized = Atomic<Bool>(false)
     let notifications: NotificationQueue
 
     init(filesystem: any FileSystem, options: MountOptions, logger: Logger) {
@@ -81,6 +83,7 @@ final class SessionCore: @unchecked Sendable {
 
     /// Runs the filesystem's `destroy` once, whoever asks first (our teardown or libfuse).
     func runDestroy() {
+        guard initialized.load(ordering: .acquiring) else { return }
         guard
             destroyed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing)
                 .exchanged
@@ -128,6 +131,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         var config = KernelConfig(conn.pointee)
         core.filesystem.initialize(&config)
         config.apply(to: &conn.pointee)
+        core.initialized.store(true, ordering: .releasing)
         core.logger.debug(
             "FUSE \(config.protocolVersion.major).\(config.protocolVersion.minor) connected",
             metadata: ["want": "\(String(config.wanted.rawValue, radix: 16))"])

@@ -509,8 +509,10 @@ struct MountedFileSystemTests {
         #expect(fuseDescriptorCount() == 0)
         #expect(!threadNames().contains { $0.hasPrefix("fuse-") })
         // offThread's own thread may still be exiting: give it a moment.
-        #expect(eventually { procEntries("task").count <= tasksBefore }, "threads: \(threadNames())")
-        #expect(eventually { procEntries("fd").count <= fdsBefore })
+        // Totals too (other suites of the same process may hold some for a moment).
+        #expect(
+            eventually(timeout: 5) { procEntries("task").count <= tasksBefore }, "threads: \(threadNames())")
+        #expect(eventually(timeout: 5) { procEntries("fd").count <= fdsBefore })
         let leftovers =
             (try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8))?
             .split(separator: "\n").filter { $0.hasPrefix("memoryfs ") } ?? []
