@@ -22,6 +22,34 @@ func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async th
     }
 }
 
+/// Blocking work started on its own thread at once (a `Task` would wait for a free
+/// cooperative thread, and the pool may be busy with other suites); await ``value`` later.
+final class Background<T: Sendable>: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var result: Result<T, any Error>?
+
+    init(_ body: @escaping @Sendable () throws -> T) {
+        Thread.detachNewThread { [self] in
+            let outcome = Result { try body() }
+            condition.lock()
+            result = outcome
+            condition.broadcast()
+            condition.unlock()
+        }
+    }
+
+    private func wait() throws -> T {
+        condition.lock()
+        defer { condition.unlock() }
+        while result == nil { condition.wait() }
+        return try result!.get()
+    }
+
+    var value: T {
+        get async throws { try await offThread { try self.wait() } }
+    }
+}
+
 /// Lines of /proc/self/mounts whose mountpoint is `path`.
 func mountLines(_ path: String) -> [String] {
     guard let mounts = try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8) else { return [] }
