@@ -681,6 +681,7 @@ public enum DocumentError: Error, Sendable, Equatable, CustomStringConvertible, 
     case outsideStore(String, store: String)
     case noSuchVersion(String)
     case cannotRemoveCurrentVersion
+    case saveFailed(String)
 
     public var description: String {
         switch self {
@@ -691,6 +692,7 @@ public enum DocumentError: Error, Sendable, Equatable, CustomStringConvertible, 
         case .outsideStore(let path, let store): return "\(path) is not a document of the store \(store)"
         case .noSuchVersion(let what): return "no such version: \(what)"
         case .cannotRemoveCurrentVersion: return "the current version cannot be removed (FV-3)"
+        case .saveFailed(let name): return "\(name) could not be saved"
         }
     }
 
