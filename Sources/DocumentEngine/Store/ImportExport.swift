@@ -1,0 +1,441 @@
+import CLinuxSupport
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// How far a long import or export has got.
+public struct ProgressReport: Sendable, Equatable {
+    /// Content bytes copied so far.
+    public var completedByteCount: Int64
+    /// Content bytes to copy in all.
+    public var totalByteCount: Int64
+    /// Items (files, folders and links) done so far.
+    public var fileCompletedCount: Int
+    /// Items in all.
+    public var fileTotalCount: Int
+    /// The item being copied, relative to the top of the document.
+    public var currentName: String
+
+    public init(
+        completedByteCount: Int64 = 0, totalByteCount: Int64 = 0, fileCompletedCount: Int = 0,
+        fileTotalCount: Int = 0, currentName: String = ""
+    ) {
+        self.completedByteCount = completedByteCount
+        self.totalByteCount = totalByteCount
+        self.fileCompletedCount = fileCompletedCount
+        self.fileTotalCount = fileTotalCount
+        self.currentName = currentName
+    }
+
+    /// The fraction done, by bytes, or by items when there are no bytes; 0...1.
+    public var fractionCompleted: Double {
+        if totalByteCount > 0 { return min(1, max(0, Double(completedByteCount) / Double(totalByteCount))) }
+        if fileTotalCount > 0 { return min(1, max(0, Double(fileCompletedCount) / Double(fileTotalCount))) }
+        return 1
+    }
+}
+
+/// A one-line progress bar on standard error, drawn only when standard error is a terminal.
+///
+/// Redraws at most ten times a second, and always for the final report.
+public final class TerminalProgressBar: Sendable {
+    /// The text before the bar, e.g. "Importing".
+    public let title: String
+    /// Whether the bar draws anything: standard error is a terminal.
+    public let isEnabled: Bool
+    private let lastDraw = Mutex<ContinuousClock.Instant?>(nil)
+
+    /// A bar titled `title`; disabled unless standard error is a terminal.
+    public init(title: String) {
+        self.title = title
+        isEnabled = isatty(STDERR_FILENO) == 1
+    }
+
+    /// Draws `report`, replacing the previous line.
+    public func update(_ report: ProgressReport) {
+        guard isEnabled else { return }
+        let now = ContinuousClock.now
+        let done = report.fractionCompleted >= 1
+        let due = lastDraw.withLock { last -> Bool in
+            if !done, let last, now - last < .milliseconds(100) { return false }
+            last = now
+            return true
+        }
+        guard due else { return }
+        Self.writeToStandardError(
+            "\r" + Self.render(report, title: title, columns: Self.terminalColumns()) + "\u{1B}[K")
+    }
+
+    /// Ends the bar's line.
+    public func finish() {
+        guard isEnabled else { return }
+        Self.writeToStandardError("\n")
+    }
+
+    /// The bar's line for `report`, at most `columns` characters wide:
+    /// `title [#####-----]  42%  4.2 MB/10.0 MB  3/7  name`.
+    public static func render(_ report: ProgressReport, title: String, columns: Int = 80) -> String {
+        let fraction = report.fractionCompleted
+        let percent = Int((fraction * 100).rounded(.down))
+        let counts =
+            " " + String(format: "%3d%%", percent) + "  "
+            + "\(formatBytes(report.completedByteCount))/\(formatBytes(report.totalByteCount))  "
+            + "\(report.fileCompletedCount)/\(report.fileTotalCount)"
+        let name = report.currentName
+        // The bar gives way to the name, down to ten cells.
+        let nameRoom = name.isEmpty ? 0 : 2 + min(name.count, 20)
+        let barWidth = max(10, min(30, columns - title.count - 3 - counts.count - nameRoom))
+        let filled = min(barWidth, Int((fraction * Double(barWidth)).rounded(.down)))
+        var line =
+            "\(title) [" + String(repeating: "#", count: filled)
+            + String(repeating: "-", count: barWidth - filled) + "]" + counts
+        let room = columns - line.count - 2
+        if !name.isEmpty, room >= 4 {
+            line += "  " + (name.count <= room ? name : "…" + name.suffix(room - 1))
+        }
+        return line
+    }
+
+    /// `bytes` in decimal units with one decimal: "512 B", "1.5 kB", "3.0 MB", "2.1 GB".
+    public static func formatBytes(_ bytes: Int64) -> String {
+        if bytes < 1000 { return "\(bytes) B" }
+        let units = ["kB", "MB", "GB", "TB", "PB", "EB"]
+        var value = Double(bytes) / 1000
+        var unit = 0
+        while value >= 999.95, unit < units.count - 1 {
+            value /= 1000
+            unit += 1
+        }
+        return String(format: "%.1f", value) + " " + units[unit]
+    }
+
+    private static func terminalColumns() -> Int {
+        var size = winsize()
+        let result = withUnsafeMutablePointer(to: &size) { ioctl(STDERR_FILENO, UInt(TIOCGWINSZ), $0) }
+        return result == 0 && size.ws_col > 20 ? Int(size.ws_col) : 80
+    }
+
+    private static func writeToStandardError(_ text: String) {
+        try? FileHandle.standardError.write(contentsOf: Data(text.utf8))
+    }
+}
+
+extension DocumentStore {
+    /// Imports the item at `url` as a new document named `name` (its last path component when
+    /// nil): a folder becomes a package document, a regular file a flat document.
+    ///
+    /// Keeps permissions, owners, modification and access times (to the nanosecond), `user.`
+    /// extended attributes and symbolic links (never followed). Contents are copied chunk by
+    /// chunk, never loaded whole, in one save. Other kinds of file (devices, sockets, fifos)
+    /// are refused, as is a symbolic link at `url` itself.
+    @discardableResult
+    public func importItem(
+        at url: URL, as name: String? = nil, progress: ((ProgressReport) -> Void)? = nil
+    ) throws -> DocumentInfo {
+        let name = name ?? url.lastPathComponent
+        if let reason = FileName.problem(with: name) {
+            throw DocumentStoreError.invalidName(name, reason: reason)
+        }
+        let path = url.path
+        let items = try ImportScan(path: path).items
+        guard let top = items.first else { throw DocumentStoreError.io("cannot read \(path)") }
+        let kind: DocumentKind
+        switch top.kind {
+        case .directory: kind = .package
+        case .regularFile: kind = .flat
+        case .symbolicLink:
+            throw DocumentStoreError.invalidChange("\(path) is a symbolic link; import the item it points to")
+        }
+        let info = try createDocument(
+            named: name, kind: kind, type: nil, permissions: top.record.permissions, origin: "import")
+        do {
+            let ids = try items.count > 1 ? makeNodeIDs(count: items.count - 1) : []
+            let nodeIDs = [info.root] + ids
+            let meter = ProgressMeter(
+                total: ProgressReport(
+                    totalByteCount: items.reduce(0) { $0 + ($1.kind == .regularFile ? $1.record.size : 0) },
+                    fileTotalCount: items.count),
+                handler: progress)
+            var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+            changes.origin = "import"
+            changes.conflictPolicy = .fail
+            for (index, item) in items.enumerated() {
+                var record = item.record
+                record.id = nodeIDs[index]
+                record.document = info.id
+                record.parent = item.parent.map { nodeIDs[$0] }
+                if index == 0 { record.name = name }
+                changes.nodes.append(record)
+                if item.kind == .regularFile, record.size > 0 {
+                    let disk: DiskContentsSource
+                    do { disk = try DiskContentsSource(path: item.path) } catch {
+                        throw DocumentStoreError.io(String(describing: error))
+                    }
+                    guard disk.count == record.size else {
+                        throw DocumentStoreError.io("\(item.path) changed while it was being imported")
+                    }
+                    changes.contents[record.id] = .replace(
+                        MeteredContentsSource(base: disk, name: item.relativePath, meter: meter))
+                } else {
+                    if item.kind == .regularFile { changes.contents[record.id] = .chunks(size: 0, [:]) }
+                    meter.itemDone(item.relativePath)
+                }
+            }
+            _ = try save(changes)
+            meter.finish()
+            return try document(info.id)
+        } catch {
+            // The empty document would only be in the way of a retry.
+            try? deleteDocument(info.id, origin: "import")
+            throw error
+        }
+    }
+
+    /// Writes `id` as it is at `version` (current when nil) to `url`: a package document as a
+    /// folder, a flat one as a file, replacing what is at `url` atomically.
+    ///
+    /// Byte-identical contents, permissions (exactly, not less the umask), owners where
+    /// permitted, modification and access times to the nanosecond, `user.` extended attributes
+    /// and symbolic links. A name that could leave the target folder ("..", "/") is refused, as
+    /// is a destination whose parent folder is a symbolic link.
+    public func exportDocument(
+        _ id: DocumentID, at version: VersionID? = nil, to url: URL,
+        progress: ((ProgressReport) -> Void)? = nil
+    ) throws {
+        let name = url.lastPathComponent
+        if let reason = FileName.problem(with: name) {
+            throw DocumentStoreError.invalidName(name, reason: reason)
+        }
+        let parentPath = url.deletingLastPathComponent().path
+        var st = stat()
+        guard lstat(parentPath, &st) == 0 else {
+            throw DocumentStoreError.io("cannot export to \(url.path): \(String(cString: strerror(errno)))")
+        }
+        guard (st.st_mode & S_IFMT) == S_IFDIR else {
+            let what = (st.st_mode & S_IFMT) == S_IFLNK ? "a symbolic link" : "not a folder"
+            throw DocumentStoreError.invalidName(url.path, reason: "its parent \(parentPath) is \(what)")
+        }
+        let info = try document(id)
+        let pinned = version ?? info.currentVersion
+        let records = try nodes(of: id, at: pinned)
+        let tree = try StoredTree(records: records, root: info.root, location: location)
+        for record in records where record.id != info.root {
+            if let reason = FileName.problem(with: record.name) {
+                throw DocumentStoreError.invalidName(record.name, reason: reason)
+            }
+        }
+        let meter = ProgressMeter(
+            total: ProgressReport(
+                totalByteCount: records.reduce(0) { $0 + ($1.kind == .regularFile ? $1.size : 0) },
+                fileTotalCount: records.count),
+            handler: progress)
+        var paths: [StoreNodeID: String] = [:]
+        func relativePath(_ record: NodeRecord) -> String {
+            if let known = paths[record.id] { return known }
+            var path = record.name
+            if let parent = record.parent, parent != info.root, let parentRecord = tree.records[parent] {
+                path = relativePath(parentRecord) + "/" + record.name
+            }
+            paths[record.id] = path
+            return path
+        }
+        let wrapper = try tree.makeWrapper { record in
+            let source = StoreContentsSource(
+                store: self, node: record.id, version: pinned, count: record.size)
+            if record.kind == .regularFile && record.size > 0 {
+                return (MeteredContentsSource(base: source, name: relativePath(record), meter: meter), nil)
+            }
+            meter.itemDone(relativePath(record))
+            return (source, nil)
+        }
+        do {
+            try wrapper.write(to: url, options: .atomic)
+        } catch let error as FileWrapperError {
+            if case .invalidFilename(let bad, let reason) = error {
+                throw DocumentStoreError.invalidName(bad, reason: reason)
+            }
+            throw DocumentStoreError.io(error.description)
+        }
+        // A Date cannot hold every nanosecond, and the writer applies the umask: set both exactly.
+        try ExactAttributes.apply(tree, parentPath: parentPath, name: name)
+        meter.finish()
+    }
+}
+
+/// Progress shared by the sources of one import or export.
+///
+/// Unchecked: the handler is not `Sendable`, but sources are read only on the thread that runs
+/// the import or export, which is the caller's.
+final class ProgressMeter: @unchecked Sendable {
+    private let state: Mutex<ProgressReport>
+    private let handler: ((ProgressReport) -> Void)?
+
+    init(total: ProgressReport, handler: ((ProgressReport) -> Void)?) {
+        state = Mutex(total)
+        self.handler = handler
+    }
+
+    func add(bytes: Int, name: String, itemDone: Bool) {
+        let report = state.withLock { r -> ProgressReport in
+            r.completedByteCount += Int64(bytes)
+            if itemDone { r.fileCompletedCount += 1 }
+            r.currentName = name
+            return r
+        }
+        handler?(report)
+    }
+
+    func itemDone(_ name: String) { add(bytes: 0, name: name, itemDone: true) }
+
+    func finish() {
+        let report = state.withLock { r -> ProgressReport in
+            r.completedByteCount = r.totalByteCount
+            r.fileCompletedCount = r.fileTotalCount
+            r.currentName = ""
+            return r
+        }
+        handler?(report)
+    }
+}
+
+/// A source that reports the bytes read through it; an item is done when its last byte is read.
+struct MeteredContentsSource: ContentsSource {
+    let base: any ContentsSource
+    let name: String
+    let meter: ProgressMeter
+
+    var count: Int64 { base.count }
+
+    func read(offset: Int64, count: Int) throws -> Data {
+        let data = try base.read(offset: offset, count: count)
+        meter.add(
+            bytes: data.count, name: name, itemDone: offset + Int64(data.count) >= base.count && !data.isEmpty
+        )
+        return data
+    }
+}
+
+/// The items under a path, read without following links, parents before children.
+struct ImportScan {
+    struct Item {
+        var path: String
+        var relativePath: String
+        var parent: Int?
+        var kind: FileWrapper.Kind
+        /// Metadata with placeholder ids.
+        var record: NodeRecord
+    }
+
+    var items: [Item] = []
+
+    init(path: String) throws {
+        try add(
+            path: path, relativePath: "", name: (path as NSString).lastPathComponent, parent: nil, depth: 0)
+    }
+
+    private mutating func add(path: String, relativePath: String, name: String, parent: Int?, depth: Int)
+        throws
+    {
+        guard depth < 4096 else { throw DocumentStoreError.invalidChange("\(path) nests too deep") }
+        let st: stat
+        do { st = try POSIX.lstat(path) } catch {
+            throw DocumentStoreError.io("cannot read \(path): \(error)")
+        }
+        guard let kind = st.fileKind else {
+            throw DocumentStoreError.invalidChange(
+                "\(path) is not a regular file, folder or symbolic link, so it cannot be imported")
+        }
+        var xattrs: [String: Data] = [:]
+        var linkTarget: String?
+        if kind == .symbolicLink {
+            do { linkTarget = try POSIX.readlinkat(AT_FDCWD, path) } catch {
+                throw DocumentStoreError.io("cannot read the link \(path): \(error)")
+            }
+        } else {
+            do { xattrs = try FileWrapper.readUserXattrs(path: path) } catch {
+                throw DocumentStoreError.io(String(describing: error))
+            }
+        }
+        func time(_ t: timespec) -> Timestamp {
+            Timestamp(seconds: Int64(t.tv_sec), nanoseconds: Int64(t.tv_nsec))
+        }
+        let record = NodeRecord(
+            id: StoreNodeID(rawValue: 0), document: DocumentID(rawValue: 0), parent: nil, name: name,
+            kind: kind,
+            permissions: Int(st.st_mode & 0o7777), uid: UInt32(st.st_uid), gid: UInt32(st.st_gid),
+            modified: time(st.st_mtim), changed: time(st.st_ctim), accessed: time(st.st_atim),
+            created: time(st.st_ctim), size: kind == .regularFile ? Int64(st.st_size) : 0,
+            linkTarget: linkTarget,
+            extendedAttributes: xattrs)
+        let index = items.count
+        items.append(Item(path: path, relativePath: relativePath, parent: parent, kind: kind, record: record))
+        guard kind == .directory else { return }
+        let (fd, names): (Int32, [String])
+        do { (fd, names) = try FileWrapper.entries(ofDirectoryAt: path) } catch {
+            throw DocumentStoreError.io(String(describing: error))
+        }
+        POSIX.close(fd)
+        for child in names {
+            try add(
+                path: path + "/" + child,
+                relativePath: relativePath.isEmpty ? child : relativePath + "/" + child,
+                name: child, parent: index, depth: depth + 1)
+        }
+    }
+}
+
+/// Sets exported items' permissions and times exactly, through directory descriptors and
+/// without following links.
+enum ExactAttributes {
+    static func apply(_ tree: StoredTree, parentPath: String, name: String) throws {
+        let parentFD: Int32
+        do { parentFD = try POSIX.open(parentPath, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) } catch {
+            throw DocumentStoreError.io("cannot open \(parentPath): \(error)")
+        }
+        defer { POSIX.close(parentFD) }
+        guard let root = tree.records[tree.root] else { return }
+        try apply(root, tree, in: parentFD, name: name, path: parentPath + "/" + name)
+    }
+
+    private static func apply(
+        _ record: NodeRecord, _ tree: StoredTree, in dirfd: Int32, name: String, path: String
+    )
+        throws
+    {
+        if record.kind == .directory {
+            let fd: Int32
+            do { fd = try POSIX.openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW) } catch {
+                throw DocumentStoreError.io("cannot open \(path): \(error)")
+            }
+            defer { POSIX.close(fd) }
+            for (childName, id) in tree.children[record.id] ?? [:] {
+                guard let child = tree.records[id] else { continue }
+                try apply(child, tree, in: fd, name: childName, path: path + "/" + childName)
+            }
+        }
+        let st: stat
+        do { st = try POSIX.fstatat(dirfd, name) } catch {
+            throw DocumentStoreError.io("cannot read \(path): \(error)")
+        }
+        guard st.fileKind == record.kind else {
+            throw DocumentStoreError.io("\(path) was replaced while it was being exported")
+        }
+        if record.kind != .symbolicLink, Int(st.st_mode & 0o7777) != record.permissions & 0o7777 {
+            if fchmodat(dirfd, name, mode_t(record.permissions & 0o7777), AT_SYMLINK_NOFOLLOW) != 0 {
+                throw DocumentStoreError.io(
+                    "cannot set the permissions of \(path): \(String(cString: strerror(errno)))")
+            }
+        }
+        var times = [
+            timespec(tv_sec: Int(record.accessed.seconds), tv_nsec: Int(record.accessed.nanoseconds)),
+            timespec(tv_sec: Int(record.modified.seconds), tv_nsec: Int(record.modified.nanoseconds)),
+        ]
+        if utimensat(dirfd, name, &times, AT_SYMLINK_NOFOLLOW) != 0 {
+            throw DocumentStoreError.io(
+                "cannot set the times of \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+}
