@@ -1,0 +1,127 @@
+// store-torture <store-path> <document-name> <rounds>
+//
+// Saves `rounds` new versions of a package document, one after another, as fast as it can, so
+// that a test can kill it with SIGKILL at arbitrary points of a save. Every file of round N holds
+// bytes derived from N (see `TortureContents`), so a reader can tell which round each file is
+// from; "saved N" is printed (unbuffered) only after round N's save has committed. Every fifth
+// round it also collects garbage, so kills land in garbage collection too.
+
+import DocumentEngine
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The files of a round. Kept in step with the copy in StoreRobustnessTests.swift.
+enum TortureContents {
+    static let fileCount = 20
+
+    /// File `index`'s name, and whether it is in the `sub` folder rather than at the top.
+    static func place(_ index: Int) -> (inSub: Bool, name: String) {
+        (index >= 10, String(format: "f%02d.bin", index))
+    }
+
+    /// A header naming the round and file, then bytes derived from both.
+    static func contents(round: Int, index: Int) -> Data {
+        let size = index % 7 == 0 ? 300_000 : 1_000 + index * 517
+        var bytes = Array("round \(round) file \(index)\n".utf8)
+        bytes.reserveCapacity(size)
+        var state = UInt64(truncatingIfNeeded: round) &* 0x9E37_79B9_7F4A_7C15 &+ UInt64(index)
+        while bytes.count < size {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            var word = state
+            for _ in 0..<min(8, size - bytes.count) {
+                bytes.append(UInt8(truncatingIfNeeded: word))
+                word >>= 8
+            }
+        }
+        return Data(bytes)
+    }
+
+    /// The round a file's header names, if it has one.
+    static func round(of data: Data) -> Int? {
+        // The header is text; the bytes after it are not.
+        guard let end = data.prefix(64).firstIndex(of: 0x0A),
+            let line = String(data: data[data.startIndex..<end], encoding: .utf8), line.hasPrefix("round ")
+        else { return nil }
+        return Int(line.dropFirst(6).split(separator: " ").first ?? "")
+    }
+}
+
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data(("store-torture: " + message + "\n").utf8))
+    exit(1)
+}
+
+let arguments = CommandLine.arguments
+guard arguments.count == 4, let rounds = Int(arguments[3]), rounds >= 0 else {
+    fail("usage: store-torture <store-path> <document-name> <rounds>")
+}
+
+do {
+    let store = try SQLiteStore(path: arguments[1], options: .create)
+    let name = arguments[2]
+    var info =
+        try store.document(named: name)
+        ?? store.createDocument(
+            named: name, kind: .package, type: nil, permissions: nil, origin: "store-torture")
+    // Continue after the round the document is at, so rounds only grow across runs.
+    var round = 1
+    let current = try store.fileWrapper(for: info.id)
+    if let first = current.fileWrappers?["f00.bin"],
+        let last = TortureContents.round(of: try first.readContents(offset: 0, count: 64))
+    {
+        round = last + 1
+    }
+    for _ in 0..<rounds {
+        let tree: FileWrapper
+        if round % 2 == 0 {
+            // A tree built from scratch: the store matches new wrappers to nodes by place.
+            tree = FileWrapper(directoryWithFileWrappers: [:])
+            let sub = FileWrapper(directoryWithFileWrappers: [:])
+            sub.preferredFilename = "sub"
+            tree.addFileWrapper(sub)
+            for index in 0..<TortureContents.fileCount {
+                let (inSub, key) = TortureContents.place(index)
+                (inSub ? sub : tree).addRegularFile(
+                    withContents: TortureContents.contents(round: round, index: index), preferredFilename: key
+                )
+            }
+        } else {
+            // The stored tree, with every file replaced in place.
+            tree = try store.fileWrapper(for: info.id, at: info.currentVersion)
+            let sub: FileWrapper
+            if let existing = tree.fileWrappers?["sub"] {
+                sub = existing
+            } else {
+                sub = FileWrapper(directoryWithFileWrappers: [:])
+                sub.preferredFilename = "sub"
+                tree.addFileWrapper(sub)
+            }
+            for index in 0..<TortureContents.fileCount {
+                let (inSub, key) = TortureContents.place(index)
+                let directory = inSub ? sub : tree
+                if let old = directory.fileWrappers?[key] { directory.removeFileWrapper(old) }
+                directory.addRegularFile(
+                    withContents: TortureContents.contents(round: round, index: index), preferredFilename: key
+                )
+            }
+        }
+        let result = try store.save(
+            tree, to: info.id, base: info.currentVersion, origin: "store-torture", conflictPolicy: .fail)
+        info.currentVersion = result.version.id
+        say("saved \(round)")
+        if round % 5 == 0 {
+            _ = try store.collectGarbage(RetentionPolicy(keepLast: 3, keepFor: .zero))
+            say("collected")
+        }
+        round += 1
+    }
+} catch {
+    fail(String(describing: error))
+}
