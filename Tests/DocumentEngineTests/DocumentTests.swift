@@ -489,3 +489,58 @@ final class RichTextDocument: Document {
         #expect(schedule.delay(now: .seconds(301), pending: true) == .zero)
     }
 }
+
+/// UD-30: the undo manager drives change counting.
+@MainActor
+@Suite struct DocumentUndoTests {
+    @Test("UD-30: registered undo makes the document dirty; undo cleans it; redo dirties it")
+    func undoCounting() async throws {
+        let tmp = try TemporaryDirectory()
+        let doc = TextDocument(fileURL: try tmp.write("u.txt", "a"))
+        doc.monitoringInterval = .seconds(3600)
+        #expect(await doc.open())
+        let manager = try #require(doc.undoManager)
+        #expect(doc.undoManager === manager)  // created once
+        func setText(_ new: String) {
+            let old = doc.text
+            doc.text = new
+            manager.registerUndo(withTarget: doc) { target in setTextUndoable(target, old, manager) }
+        }
+        setText("ab")
+        manager.endEventGrouping()  // what the main queue's next turn does
+        #expect(doc.hasUnsavedChanges)
+        manager.undo()
+        #expect(doc.text == "a" && !doc.hasUnsavedChanges)
+        manager.redo()
+        #expect(doc.text == "ab" && doc.hasUnsavedChanges)
+
+        // An explicit group inside the implicit event group counts once.
+        #expect(await doc.save(to: doc.fileURL, for: .forOverwriting))
+        #expect(!doc.hasUnsavedChanges)
+        manager.beginUndoGrouping()
+        setText("abc")
+        setText("abcd")
+        manager.endUndoGrouping()
+        manager.endEventGrouping()
+        manager.undo()
+        #expect(doc.text == "ab" && !doc.hasUnsavedChanges)
+
+        // A save closes the open group first, so its edit counts as saved (UD-21).
+        setText("saved")
+        #expect(await doc.save(to: doc.fileURL, for: .forOverwriting))
+        #expect(!doc.hasUnsavedChanges)
+        #expect(manager.canUndo)
+
+        // A revert removes the undo history (UD-16).
+        #expect(await doc.revert(toContentsOf: doc.fileURL))
+        #expect(!manager.canUndo && !manager.canRedo)
+        await doc.close()
+    }
+}
+
+@MainActor
+private func setTextUndoable(_ doc: TextDocument, _ text: String, _ manager: UndoManager) {
+    let old = doc.text
+    doc.text = text
+    manager.registerUndo(withTarget: doc) { target in setTextUndoable(target, old, manager) }
+}

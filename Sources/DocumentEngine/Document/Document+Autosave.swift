@@ -104,8 +104,9 @@ extension Document {
         }
     }
 
-    /// Installs SIGTERM and SIGINT handlers that save every open document, then exit with
-    /// 128 + the signal number. The handlers run on the main actor, not in signal context.
+    /// Installs SIGTERM and SIGINT handlers that save every open document and flush every
+    /// ``AutosavedValue``, then exit with 128 + the signal number. The handlers run on the main
+    /// actor, not in signal context. Use it instead of `AutosavedValue.installExitHandlers()`.
     public static func saveOpenDocumentsOnTermination() {
         TerminationHandler.install()
     }
@@ -139,6 +140,7 @@ enum TerminationHandler {
             source.setEventHandler {
                 Task { @MainActor in
                     await Document.saveAllOpenDocuments()
+                    _ = AutosavedValue.flushAll()  // one handler for both, so neither pre-empts the other
                     exit(128 + signo)
                 }
             }

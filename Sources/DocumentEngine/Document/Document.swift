@@ -272,8 +272,57 @@ open class Document {
         return true
     }
 
-    /// Called when a revert clears the change count; the undo integration removes its actions.
-    func willRevertClearUndo() {}
+    /// UD-16: a revert removes the undo actions but keeps registration disabled if it was.
+    func willRevertClearUndo() {
+        guard let manager = createdUndoManager else { return }
+        let wasEnabled = manager.isUndoRegistrationEnabled
+        manager.removeAllActions()
+        if !wasEnabled { manager.disableUndoRegistration() }
+    }
+
+    // MARK: Undo (UD-30)
+
+    private var createdUndoManager: UndoManager?
+    private var undoObservation: (manager: UndoManager, token: UndoManager.ObserverToken)?
+
+    /// The document's undo manager, created on first access; setting it (nil resets to a new one
+    /// on next access) wires it into change counting (UD-30): a closed, non-empty top-level group
+    /// counts as `.done`, an undo as `.undone`, a redo as `.redone`. A document that uses it does
+    /// not call ``updateChangeCount(_:)`` itself.
+    ///
+    /// Only top-level closes count (Apple's rule reads "grouping level ≤ 1" as seen inside its
+    /// notification), so an app's explicit group nested in the implicit event group counts once.
+    public var undoManager: UndoManager! {
+        get {
+            if let createdUndoManager { return createdUndoManager }
+            let manager = UndoManager()
+            attach(manager)
+            return manager
+        }
+        set {
+            if let undoObservation { undoObservation.manager.removeObserver(undoObservation.token) }
+            undoObservation = nil
+            createdUndoManager = nil
+            if let newValue { attach(newValue) }
+        }
+    }
+
+    private func attach(_ manager: UndoManager) {
+        createdUndoManager = manager
+        let token = manager.addObserver { [weak self] event in
+            MainActor.assumeIsolated {
+                guard let self else { return }
+                switch event {
+                case .didCloseGroup(let isEmpty, let level) where !isEmpty && level == 0:
+                    self.updateChangeCount(.done)
+                case .didUndo: self.updateChangeCount(.undone)
+                case .didRedo: self.updateChangeCount(.redone)
+                default: break
+                }
+            }
+        }
+        undoObservation = (manager, token)
+    }
 
     // MARK: Reading (UD-17..UD-20)
 
@@ -407,8 +456,11 @@ open class Document {
         return true
     }
 
-    /// Called before a save takes its token; the undo integration closes an open group (UD-21).
-    func willSaveCloseUndoGroup() {}
+    /// UD-21: the open undo group is closed before the save takes its token, so the edit it holds
+    /// counts as saved.
+    func willSaveCloseUndoGroup() {
+        createdUndoManager?.endEventGrouping()
+    }
 
     /// UD-22: a save to a new URL is a move: the old item is removed and the location updated.
     private func movedAfterSave(from old: URL, to new: URL) async {
