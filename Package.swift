@@ -62,11 +62,24 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // A child process the store's kill test saves with and kills mid-save.
+        .executableTarget(name: "store-torture", dependencies: ["DocumentEngine"]),
+        // The seeds' document types (MyStuff, ImageNotes, text), used by the demo store and tests.
+        .target(name: "SampleDocuments", dependencies: ["DocumentEngine"]),
         .testTarget(
             name: "DocumentEngineTests",
             dependencies: [
                 "DocumentEngine",
                 "CLinuxSupport",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .testTarget(name: "SampleDocumentsTests", dependencies: ["SampleDocuments", "DocumentEngine"]),
+        // Micro-benchmark of the FUSE layer (scripts/fuse-bench.sh).
+        .executableTarget(
+            name: "FUSEBench",
+            dependencies: [
+                "FUSE",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
