@@ -153,6 +153,7 @@ import Testing
                 return
             }
             #expect(reported == path, sourceLocation: sourceLocation)
+            print("\(path): refused: \(error)")
             return
         }
         do {
