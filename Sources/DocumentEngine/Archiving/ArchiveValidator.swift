@@ -188,13 +188,14 @@ struct ArchiveValidator {
                 try Self.checkDictionaryShape(dictionary, at: at)
                 dictionaries.append(index)
                 if mutable { mutableDictionaryClasses.insert(classIndex) }
-            case .orderedSet:
-                // Without NS.objects, NSOrderedSet's init(coder:) force-casts each NS.object.n,
-                // and a nil one crashes.
-                guard dictionary["NS.objects"] is [Any] else {
-                    throw ArchiveError.malformedObject(
-                        at: at, reason: "NS.objects is missing or not an array")
+            case .orderedSet(let mutable):
+                // NSOrderedSet's init(coder:) force-casts each NS.object.n, and a nil one crashes,
+                // so ordered sets are decoded by ArchivedOrderedSet.
+                if let list = dictionary["NS.objects"], !(list is [Any]) {
+                    throw ArchiveError.malformedObject(at: at, reason: "NS.objects is not an array")
                 }
+                orderedSets.append(index)
+                if mutable { mutableOrderedSetClasses.insert(classIndex) }
             case .string:
                 // NSString's init(coder:) force-casts NS.string to String.
                 guard let string = dictionary["NS.string"], string is String else {
