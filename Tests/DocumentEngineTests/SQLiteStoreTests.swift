@@ -445,3 +445,38 @@ struct DistinctChunks: ContentsSource {
         #expect(event?.kind == .created && event?.name == "n.txt")
     }
 }
+
+/// Fixes from review: retention granularity and incremental restore.
+@Suite struct SQLiteStoreRetentionDetailTests {
+    @Test("keepFor honours fractions of a second; restore reads only files that differ")
+    func details() throws {
+        let tmp = try TemporaryDirectory()
+        let store = try SQLiteStore(path: tmp.path("R.docstore"), options: .create)
+        let doc = try store.createDocument(
+            named: "R.pkg", kind: .package, type: nil, permissions: nil, origin: "")
+        let ids = try store.makeNodeIDs(count: 2)
+        var changes = DocumentChanges(document: doc.id, base: doc.currentVersion)
+        for (i, id) in ids.enumerated() {
+            changes.nodes.append(
+                NodeRecord(
+                    id: id, document: doc.id, parent: doc.root, name: "f\(i)", kind: .regularFile,
+                    permissions: 0o644))
+            changes.contents[id] = .replace(DataContentsSource(sampleBytes(300_000, seed: UInt64(i))))
+        }
+        let v1 = try store.save(changes)
+        var edit = DocumentChanges(document: doc.id, base: v1.version.id)
+        edit.contents[ids[0]] = .replace(DataContentsSource(Data("small".utf8)))
+        try store.save(edit)
+        store.purgeCache()
+        let before = store.statistics.bytesRead
+        let restored = try store.restore(v1.version.id, of: doc.id, origin: "test")
+        // f1 did not change: not read. f0 is read from v1 (300,000 bytes) and compared.
+        #expect(store.statistics.bytesRead - before <= 300_000 + Int64(store.chunkSize))
+        #expect(restored.bytesWritten == 0)  // v1's chunks are still stored
+        #expect(try store.readContents(of: ids[0], at: nil, offset: 0, count: 10) == sampleBytes(10, seed: 0))
+
+        // A 1.5 s horizon keeps versions younger than 1.5 s.
+        let report = try store.collectGarbage(RetentionPolicy(keepLast: 1, keepFor: .milliseconds(1500)))
+        #expect(report.versionsRemoved == 0)
+    }
+}

@@ -292,12 +292,8 @@ import Testing
         let conflict = try store.save(theirs, to: info.id, base: first.version.id, origin: "theirs")
         #expect(conflict.isConflict)
         #expect(try store.document(info.id).currentVersion == saved.version.id)
-        withKnownIssue(
-            "SQLiteStore.save tombstones children moved out of a removed folder in a conflict save"
-        ) {
-            let kept = try store.fileWrapper(for: info.id, at: conflict.version.id)
-            #expect(try kept.fileWrappers?["x.txt"]?.contents() == Data("survivor".utf8))
-        }
+        let kept = try store.fileWrapper(for: info.id, at: conflict.version.id)
+        #expect(try kept.fileWrappers?["x.txt"]?.contents() == Data("survivor".utf8))
     }
 
     /// SQLiteStore validates new names against wrappers the same save removes.
@@ -317,10 +313,8 @@ import Testing
         ])
         folder.preferredFilename = "item"
         read.addFileWrapper(folder)
-        withKnownIssue("SQLiteStore.save rejects a new wrapper named like one removed in the same save") {
-            try store.save(read, to: info.id, base: first.version.id, origin: "test")
-            #expect(try store.fileWrapper(for: info.id).fileWrappers?["item"]?.isDirectory == true)
-        }
+        try store.save(read, to: info.id, base: first.version.id, origin: "test")
+        #expect(try store.fileWrapper(for: info.id).fileWrappers?["item"]?.isDirectory == true)
     }
 
     // MARK: Import and export

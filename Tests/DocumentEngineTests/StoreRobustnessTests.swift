@@ -105,12 +105,8 @@ import Testing
             let before = try Data(contentsOf: URL(fileURLWithPath: path))
             expectNotAStore(path, mentioning: "another application")
             #expect(try StoreTestTools.sqlite(path, "SELECT name FROM recipes;") == "soup")
-            withKnownIssue(
-                "SQLiteStore opens a database whose application_id is 0 with a DatabasePool, which switches it to WAL"
-            ) {
-                let unchanged = try Data(contentsOf: URL(fileURLWithPath: path)) == before
-                #expect(unchanged, "\(name) is not modified")
-            }
+            let unchanged = try Data(contentsOf: URL(fileURLWithPath: path)) == before
+            #expect(unchanged, "\(name) is not modified")
         }
     }
 

@@ -370,8 +370,10 @@ public final class FileWrapper: @unchecked Sendable {
 
     /// Remembers a lazy-read failure and logs it once per process.
     func noteLoadFailure(_ error: any Error) -> FileWrapperError {
+        // Keep another layer's message (a damaged store chunk, say) rather than a bare EIO.
         let failure =
-            (error as? FileWrapperError) ?? .readFailed(path: filename ?? "(unnamed wrapper)", .ioError)
+            (error as? FileWrapperError)
+            ?? .missingContents(path: filename ?? "(unnamed wrapper)", reason: String(describing: error))
         state.withLock { $0.loadError = failure }
         Self.logOnce(failure)
         return failure

@@ -14,9 +14,13 @@ enum SQLiteSchema {
     /// `PRAGMA application_id`: "DocF", so other SQLite files are recognised as foreign.
     static let applicationID: Int32 = 0x446F_6346
 
-    static var migrator: DatabaseMigrator {
+    /// The migrations. `chunkSize` is recorded when the store is created (v1), in the same
+    /// transaction as the schema and the application id, so a crash while creating a store leaves
+    /// either nothing or a complete store.
+    static func migrator(chunkSize: Int) -> DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
+            try db.execute(sql: "PRAGMA application_id = \(applicationID)")
             try db.execute(
                 sql: """
                     CREATE TABLE store_meta (
@@ -95,6 +99,10 @@ enum SQLiteSchema {
                         time INTEGER NOT NULL
                     );
                     """)
+            try db.execute(
+                sql:
+                    "INSERT INTO store_meta(key, value) VALUES ('format', ?), ('chunk_size', ?), ('next_node', 1)",
+                arguments: [formatVersion, chunkSize])
         }
         return migrator
     }

@@ -58,34 +58,23 @@ public final class SQLiteStore: DocumentStore, Sendable {
         }
         var storedChunkSize = chunkSize
         do {
+            let migrator = SQLiteSchema.migrator(chunkSize: chunkSize)
             try pool.write { db in
-                let migrator = SQLiteSchema.migrator
                 if try migrator.hasBeenSuperseded(db) {
                     throw DocumentStoreError.newerFormat(
                         path: path, found: SQLiteSchema.formatVersion + 1,
                         supported: SQLiteSchema.formatVersion)
                 }
-                let applied = try migrator.appliedIdentifiers(db)
                 if !isNew {
                     let applicationID = try Int32.fetchOne(db, sql: "PRAGMA application_id") ?? 0
-                    if applicationID != SQLiteSchema.applicationID {
-                        throw DocumentStoreError.notAStore(
-                            path: path, reason: "it is another application's SQLite database")
-                    }
-                    if applied.isEmpty {
+                    let applied = try migrator.appliedIdentifiers(db)
+                    if applicationID != SQLiteSchema.applicationID || applied.isEmpty {
                         throw DocumentStoreError.notAStore(path: path, reason: "it has no DocFS schema")
                     }
                 }
             }
-            try SQLiteSchema.migrator.migrate(pool)
-            storedChunkSize = try pool.write { db -> Int in
-                if isNew {
-                    try db.execute(sql: "PRAGMA application_id = \(SQLiteSchema.applicationID)")
-                    try db.execute(
-                        sql:
-                            "INSERT OR IGNORE INTO store_meta(key, value) VALUES ('format', ?), ('chunk_size', ?), ('next_node', 1)",
-                        arguments: [SQLiteSchema.formatVersion, chunkSize])
-                }
+            try migrator.migrate(pool)
+            storedChunkSize = try pool.read { db -> Int in
                 guard
                     let format = try Int.fetchOne(
                         db, sql: "SELECT value FROM store_meta WHERE key = 'format'"),
@@ -108,7 +97,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
         cache = Mutex(ChunkCache(capacity: 64 << 20))
         if isNew {
             // Put the header (with the application id) into the file itself, not just the log.
-            try? pool.writeWithoutTransaction { try $0.checkpoint(.truncate) }
+            _ = try? pool.writeWithoutTransaction { try $0.checkpoint(.truncate) }
         }
     }
 
@@ -148,13 +137,20 @@ public final class SQLiteStore: DocumentStore, Sendable {
             throw DocumentStoreError.corrupt(
                 path: path, reason: "the file is truncated (\(st.st_size) bytes)")
         }
-        // In WAL mode a fresh header may still be in the log: 0 is decided after opening.
         let applicationID = header[68..<72].reduce(0) { $0 << 8 | Int32($1) }
-        guard applicationID == SQLiteSchema.applicationID || applicationID == 0 else {
-            throw DocumentStoreError.notAStore(
-                path: path, reason: "it is another application's SQLite database")
+        if applicationID == SQLiteSchema.applicationID { return false }
+        // 0 in the file's header: another application's database, or a DocFS store whose header
+        // is still only in the write-ahead log. Ask a read-only connection, so that a foreign file
+        // is never switched to WAL or otherwise touched.
+        if applicationID == 0 {
+            var readOnly = Configuration()
+            readOnly.readonly = true
+            let probed = try? DatabaseQueue(path: path, configuration: readOnly).read { db in
+                try Int32.fetchOne(db, sql: "PRAGMA application_id")
+            }
+            if probed == SQLiteSchema.applicationID { return false }
         }
-        return false
+        throw DocumentStoreError.notAStore(path: path, reason: "it is another application's SQLite database")
     }
 
     /// Turns SQLite's errors into ones that name the problem.
@@ -542,7 +538,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
     /// Copies the write-ahead log into the database file and truncates the log, so that the
     /// log's size afterwards measures exactly what later transactions write.
     public func checkpoint() throws {
-        do { try pool.writeWithoutTransaction { try $0.checkpoint(.truncate) } } catch {
+        do { _ = try pool.writeWithoutTransaction { try $0.checkpoint(.truncate) } } catch {
             throw Self.storeError(error, path: path)
         }
     }
@@ -636,33 +632,37 @@ public final class SQLiteStore: DocumentStore, Sendable {
             written.bytes += result.bytes
             records[id] = record
         }
-        try validate(db, records: records, document: document, lineage: before)
-        for record in records.values {
-            try Self.insertNode(db, record, branch: branch, version: version)
-            written.nodes += 1
-        }
+        // What this save removes: the listed wrappers and their subtrees as they were before,
+        // except wrappers the save keeps (moved out of a removed folder in the same save).
+        var removed: [StoreNodeID: NodeRecord] = [:]
         if !changes.removedNodes.isEmpty {
-            var subtree = Set(changes.removedNodes)
-            var frontier = changes.removedNodes
+            if let kept = changes.removedNodes.first(where: { records[$0] != nil }) {
+                throw DocumentStoreError.invalidChange("\(kept) is both changed and removed")
+            }
             let all = try Self.nodes(db, document: document.id, lineage: before)
             var children: [StoreNodeID: [StoreNodeID]] = [:]
             for record in all.values {
                 if let parent = record.parent { children[parent, default: []].append(record.id) }
             }
+            var frontier = changes.removedNodes
+            var seen: Set<StoreNodeID> = []
             while let next = frontier.popLast() {
-                for child in children[next] ?? []
-                where subtree.insert(child).inserted && records[child] == nil {
-                    frontier.append(child)
-                }
-            }
-            for id in subtree {
-                if id == document.root {
+                guard seen.insert(next).inserted, records[next] == nil else { continue }
+                if next == document.root {
                     throw DocumentStoreError.invalidChange("the document's root cannot be removed")
                 }
-                guard let record = all[id] ?? records[id] else { continue }
-                try Self.insertTombstone(db, record, branch: branch, version: version)
-                written.nodes += 1
+                if let record = all[next] { removed[next] = record }
+                frontier += children[next] ?? []
             }
+        }
+        try validate(db, records: records, removed: Set(removed.keys), document: document, lineage: before)
+        for record in records.values {
+            try Self.insertNode(db, record, branch: branch, version: version)
+            written.nodes += 1
+        }
+        for record in removed.values {
+            try Self.insertTombstone(db, record, branch: branch, version: version)
+            written.nodes += 1
         }
         try db.execute(
             sql: "UPDATE versions SET bytes_written = ? WHERE id = ?",
@@ -689,7 +689,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
     /// Checks that changed records form a valid tree: parents exist and are directories, names are
     /// valid and unique among siblings.
     private func validate(
-        _ db: Database, records: [StoreNodeID: NodeRecord], document: DocumentInfo, lineage: Lineage
+        _ db: Database, records: [StoreNodeID: NodeRecord], removed: Set<StoreNodeID>, document: DocumentInfo,
+        lineage: Lineage
     ) throws {
         for record in records.values {
             if record.id == document.root {
@@ -704,7 +705,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
             guard let parentID = record.parent else {
                 throw DocumentStoreError.invalidChange("\(record.id) has no parent")
             }
-            guard let parent = try records[parentID] ?? Self.node(db, parentID, lineage: lineage),
+            guard !removed.contains(parentID),
+                let parent = try records[parentID] ?? Self.node(db, parentID, lineage: lineage),
                 parent.document == document.id, parent.kind == .directory
             else {
                 throw DocumentStoreError.invalidChange(
@@ -718,7 +720,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
             let candidates = try Int64.fetchAll(
                 db, sql: "SELECT DISTINCT node FROM nodes WHERE parent = ? AND name = ? AND node != ?",
                 arguments: [parentID.rawValue, record.name, record.id.rawValue])
-            for candidate in candidates.map(StoreNodeID.init(rawValue:)) {
+            for candidate in candidates.map(StoreNodeID.init(rawValue:)) where !removed.contains(candidate) {
                 let current = try records[candidate] ?? Self.node(db, candidate, lineage: lineage)
                 if let current, current.parent == parentID, current.name == record.name {
                     throw DocumentStoreError.invalidChange(
@@ -958,14 +960,25 @@ public final class SQLiteStore: DocumentStore, Sendable {
             var changes = DocumentChanges(document: document, base: doc.currentVersion)
             changes.origin = origin
             changes.conflictPolicy = .fail
+            let targetLineage = try Self.lineage(db, version)
             for (id, record) in target {
                 var unchanged = record
                 unchanged.version = current[id]?.version ?? unchanged.version
                 if current[id] != unchanged { changes.nodes.append(record) }
-                if record.kind == .regularFile {
-                    changes.contents[id] = .replace(
-                        StoreContentsSource(store: self, node: id, version: version, count: record.size))
+                guard record.kind == .regularFile else { continue }
+                // Only files whose chunks differ are read and compared: a restore costs the change.
+                if let now = current[id], now.kind == .regularFile, now.size == record.size {
+                    let last = max(0, (record.size - 1) / Int64(chunkSize))
+                    let then = try Self.chunkMap(db, node: id, lineage: targetLineage, from: 0, through: last)
+                    let present = try Self.chunkMap(db, node: id, lineage: .current, from: 0, through: last)
+                    if then.mapValues({ $0 ?? -1 }).filter({ $0.value != -1 })
+                        == present.mapValues({ $0 ?? -1 }).filter({ $0.value != -1 })
+                    {
+                        continue
+                    }
                 }
+                changes.contents[id] = .replace(
+                    StoreContentsSource(store: self, node: id, version: version, count: record.size))
             }
             // Remove what the old version did not have, deepest-first order does not matter:
             // removal takes subtrees.
@@ -994,7 +1007,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
         try write { db in
             var report = CollectionReport()
             let now = Timestamp.now
-            let horizon = now.rawValue - Int64(policy.keepFor.components.seconds) * 1_000_000_000
+            let keep = policy.keepFor.components
+            let horizon = now.rawValue - keep.seconds * 1_000_000_000 - keep.attoseconds / 1_000_000_000
             for row in try Row.fetchAll(db, sql: "SELECT id, deleted FROM documents") {
                 let document = DocumentID(rawValue: row["id"])
                 if let deleted = row["deleted"] as Int64?, deleted < horizon {
