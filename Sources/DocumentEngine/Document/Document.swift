@@ -123,15 +123,34 @@ open class Document {
     // MARK: Creating
 
     /// A document at `url` (UD-1). The URL must be a non-empty file URL.
-    public init(fileURL url: URL) {
+    public required init(fileURL url: URL) {
         precondition(url.isFileURL && !url.path.isEmpty, "Document requires a non-empty file URL (UD-1)")
         shared = Mutex(Shared(location: .file(url), fileType: Self.typeIdentifier(for: url)))
     }
 
     /// The document named `name` in `store`.
-    public init(store: any DocumentStore, name: String) {
+    public required init(store: any DocumentStore, name: String) {
         let location = DocumentLocation.store(store, name: name)
         shared = Mutex(Shared(location: location, fileType: Self.typeIdentifier(for: location.url)))
+    }
+
+    /// The seeds' open-or-create (`documentAtURL:`): opens the document at `url` if something is
+    /// there, else creates it there from the new instance's contents; returns it open, or nil if
+    /// neither worked (the error went through ``handleError(_:userInteractionPermitted:)``).
+    public static func documentAtURL(_ url: URL) async -> Self? {
+        let document = Self(fileURL: url)
+        let exists = FileManager.default.fileExists(atPath: url.path)
+        let ready = exists ? await document.open() : await document.save(to: url, for: .forCreating)
+        return ready ? document : nil
+    }
+
+    /// Open-or-create for the document named `name` in `store`.
+    public static func document(named name: String, in store: any DocumentStore) async -> Self? {
+        let document = Self(store: store, name: name)
+        let exists = (try? store.document(named: name)) != nil
+        let ready =
+            exists ? await document.open() : await document.save(to: document.fileURL, for: .forCreating)
+        return ready ? document : nil
     }
 
     /// The type identifier for a URL's extension (UD-2); directories without one are packages.
