@@ -3,7 +3,8 @@
 # Usage: scripts/install-deps.sh [extra-package ...]
 set -euo pipefail
 
-packages=(libfuse3-dev fuse3 pkg-config attr "$@")
+# sqlite3: the store tests inspect and damage store files with the sqlite3 command.
+packages=(libfuse3-dev fuse3 pkg-config attr sqlite3 "$@")
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -220,7 +220,7 @@ import Testing
     @Test("Every single-byte change throws (the CRC-32 catches all bursts up to 32 bits)")
     func byteFlips() throws {
         let data = try smallTree().serialized()
-        var random = SplitMix(seed: 42)
+        var random = SplitMix64(seed: 42)
         for index in 0..<data.count {
             for mask in [0x01, 0x80, 0xFF, UInt8.random(in: 1...255, using: &random)] as [UInt8] {
                 var flipped = data
@@ -238,7 +238,7 @@ import Testing
         "Random damage behind a valid checksum reaches the parser, which throws or decodes but never crashes")
     func fuzzBehindChecksum() throws {
         let body = Array(try smallTree().serialized().dropLast(4))
-        var random = SplitMix(seed: 2024)
+        var random = SplitMix64(seed: 2024)
         var decodedCount = 0
         for _ in 0..<3000 {
             var e = HandEncoding()
@@ -862,7 +862,7 @@ private func entries(_ url: URL) throws -> [String] {
 
 /// Deterministic bytes that differ from run to run of `seed` only.
 private func patternBytes(_ count: Int, seed: UInt64) -> Data {
-    var generator = SplitMix(seed: seed)
+    var generator = SplitMix64(seed: seed)
     var data = Data(count: count)
     data.withUnsafeMutableBytes { (raw: UnsafeMutableRawBufferPointer) in
         var i = 0
@@ -878,15 +878,3 @@ private func patternBytes(_ count: Int, seed: UInt64) -> Data {
     return data
 }
 
-/// A seeded generator, so that "random" flips are the same on every run.
-private struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
