@@ -231,12 +231,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
     ) throws -> DocumentInfo {
         try Self.validateDocumentName(name)
         return try write { db in
-            if try Bool.fetchOne(
-                db, sql: "SELECT 1 FROM documents WHERE name = ? AND deleted IS NULL", arguments: [name])
-                == true
-            {
-                throw DocumentStoreError.documentExists(name)
-            }
+            try Self.requireFreeName(db, name)
             let now = Timestamp.now
             let root = try Self.allocateNodeIDs(db, count: 1)[0]
             try db.execute(
@@ -270,12 +265,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
         return try write { db in
             let current = try Self.fetchDocument(db, id)
             if current.name == name { return current }
-            if try Bool.fetchOne(
-                db, sql: "SELECT 1 FROM documents WHERE name = ? AND deleted IS NULL AND id != ?",
-                arguments: [name, id.rawValue]) == true
-            {
-                throw DocumentStoreError.documentExists(name)
-            }
+            try Self.requireFreeName(db, name, except: id)
             try db.execute(
                 sql: "UPDATE documents SET name = ?, modified = ? WHERE id = ?",
                 arguments: [name, Timestamp.now.rawValue, id.rawValue])
@@ -302,12 +292,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
             let current = try Self.fetchDocument(db, id)
             let newName = name ?? current.name
             try Self.validateDocumentName(newName)
-            if try Bool.fetchOne(
-                db, sql: "SELECT 1 FROM documents WHERE name = ? AND deleted IS NULL AND id != ?",
-                arguments: [newName, id.rawValue]) == true
-            {
-                throw DocumentStoreError.documentExists(newName)
-            }
+            try Self.requireFreeName(db, newName, except: id)
             try db.execute(
                 sql: "UPDATE documents SET deleted = NULL, name = ? WHERE id = ?",
                 arguments: [newName, id.rawValue])
@@ -315,6 +300,14 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 db, .restored, document: id, version: current.currentVersion, name: newName, origin: "")
             return try Self.fetchDocument(db, id)
         }
+    }
+
+    /// Throws unless no live document other than `except` is named `name`.
+    static func requireFreeName(_ db: Database, _ name: String, except id: DocumentID? = nil) throws {
+        let taken = try Bool.fetchOne(
+            db, sql: "SELECT 1 FROM documents WHERE name = ? AND deleted IS NULL AND id != ?",
+            arguments: [name, id?.rawValue ?? -1])
+        if taken == true { throw DocumentStoreError.documentExists(name) }
     }
 
     static func validateDocumentName(_ name: String) throws {
