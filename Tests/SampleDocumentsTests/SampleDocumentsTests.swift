@@ -3,6 +3,16 @@ import Foundation
 import SampleDocuments
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A file's inode number, or 0 if it cannot be read.
+func inode(_ path: String) -> UInt64 {
+    var st = stat()
+    return lstat(path, &st) == 0 ? UInt64(st.st_ino) : 0
+}
+
 @MainActor
 final class NotesDelegate: ImageNotesDocumentDelegate {
     var updates = 0
@@ -40,6 +50,15 @@ final class NotesDelegate: ImageNotesDocumentDelegate {
         #expect(reopened.things.map(\.name) == ["Bicycle", "Lamp"])
         #expect(reopened.things.map(\.location) == ["Garage", "Desk"])
         #expect(reopened.image(for: reopened.things[1]) == PNG.sample(seed: 2))
+
+        // A save while the other picture was never read: it is hard-linked, and must still be
+        // readable afterwards (its lazy source follows the package, not the scratch folder).
+        let bikeInode = inode(url.appendingPathComponent("image.png").path)
+        reopened.setImage(PNG.sample(seed: 9), for: reopened.things[1])
+        #expect(await reopened.save(to: url, for: .forOverwriting))
+        #expect(inode(url.appendingPathComponent("image.png").path) == bikeInode)
+        #expect(reopened.image(for: reopened.things[0]) == PNG.sample(seed: 1))
+        #expect(reopened.image(for: reopened.things[1]) == PNG.sample(seed: 9))
         await reopened.close()
     }
 

@@ -517,6 +517,9 @@ open class Document {
                 contents, to: URL(fileURLWithPath: scratch.itemPath), for: saveOperation,
                 originalContentsURL: original)
             _ = try scratch.commit()
+            // Wrappers written with name updating now read from the scratch folder, which is
+            // about to disappear: point them at the document.
+            (contents as? FileWrapper)?.relocateDiskSources(from: scratch.itemPath, to: url.path)
         case .store(let store, let currentName):
             try saveIntoStore(
                 store, currentName: currentName, contents: contents, to: url, for: saveOperation)

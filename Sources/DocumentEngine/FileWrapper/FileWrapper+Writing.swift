@@ -90,6 +90,24 @@ extension FileWrapper {
         return writer.report
     }
 
+    /// Tells the tree that the item written at `oldPath` was moved to `newPath` (Document's
+    /// safe-save writes into a scratch folder and swaps it in): lazily read files whose source is
+    /// under `oldPath` follow. Their inodes are unchanged by a rename, so identity checks still hold.
+    func relocateDiskSources(from oldPath: String, to newPath: String) {
+        state.withLock { s in
+            guard case .regular(var r) = s.storage, let disk = r.source as? DiskContentsSource,
+                disk.path == oldPath || disk.path.hasPrefix(oldPath + "/")
+            else { return }
+            r.source = DiskContentsSource(
+                path: newPath + disk.path.dropFirst(oldPath.count), identity: disk.identity,
+                mayMap: disk.mayMap)
+            s.storage = .regular(r)
+        }
+        for child in loadedChildrenIfAny()?.values ?? [:].values {
+            child.relocateDiskSources(from: oldPath, to: newPath)
+        }
+    }
+
     /// Bookkeeping after a successful write: attributes are clean, names updated (W-7), lazy
     /// sources follow the written files, and directories learn their new modification date.
     private func finishWrite(
