@@ -354,6 +354,8 @@ open class Document {
             switch location {
             case .file:
                 return try FileCoordinator().coordinate(readingItemAt: url) { url in
+                    // Never mapped: another process may truncate a file of the package in place,
+                    // and touching a mapping past the new end would crash the app (SIGBUS).
                     let wrapper = try FileWrapper(url: url, options: .withoutMapping)
                     return ContentsBox(
                         wrapper.isDirectory ? wrapper : try wrapper.contents(), version: nil, document: nil)
