@@ -1,0 +1,352 @@
+import DocumentEngine
+import DocumentFS
+import FUSE
+import Foundation
+import SampleDocuments
+import SystemPackage
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Mounts real stores and drives them with real syscalls and real tools (ls, find, stat, cat,
+/// dd, getfattr, df, touch, fusermount3), from threads and child processes. Serialized: each
+/// test holds a mount and its worker threads, and the statistics tests must see only their own
+/// reads.
+@Suite(.serialized)
+struct DocumentFileSystemTests {
+    @Test("the root lists documents, packages list wrappers, with real kinds, modes, sizes, times")
+    func listing() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let mountLine = try #require(mountLines(mount.path).first)
+            #expect(mountLine.hasPrefix("docfs \(mount.path) fuse.docfs ro,"))
+
+            let root = try await sh("ls -la", in: mount.path)
+            #expect(root.status == 0, "\(root.error)")
+            let rootLines = root.output.split(separator: "\n").map(String.init)
+            func line(_ name: String) -> String? { rootLines.first { $0.hasSuffix(" " + name) } }
+            #expect(line("Things I Own.mystuff")?.hasPrefix("drwxr-xr-x") == true)
+            #expect(line("Trip Notes.imagenote")?.hasPrefix("drwxr-xr-x") == true)
+            #expect(line("Project.pkg")?.hasPrefix("drwxr-xr-x") == true)
+            #expect(line("README.txt")?.hasPrefix("-rw-r--r--") == true)
+            #expect(line("Shopping List.txt")?.hasPrefix("-rw-r--r--") == true)
+            #expect(line(".")?.hasPrefix("drwxr-xr-x") == true)
+            #expect(rootLines.count == 1 + 2 + 5, "\(root.output)")  // total, . and .., 5 documents
+
+            let package = try await sh("ls -la Project.pkg", in: mount.path)
+            #expect(package.status == 0, "\(package.error)")
+            let names = try await sh("ls -1a Project.pkg", in: mount.path).output
+            #expect(names == ".\n..\nbig.bin\nmain-link\nnotes.txt\nsrc\n")
+            #expect(package.output.contains("lrwxrwxrwx"))
+            #expect(package.output.contains("main-link -> src/main.swift"))
+
+            let p = mount.path
+            let notes = try fixture.record("Project.pkg", "notes.txt")
+            let big = try fixture.record("Project.pkg", "big.bin")
+            try await offThread {
+                let st = try lstatOf(p + "/Project.pkg/notes.txt")
+                #expect(st.st_mode == S_IFREG | 0o640)
+                #expect(st.st_size == Int(notes.size) && notes.size == 35)
+                #expect(st.st_nlink == 1)
+                #expect(st.st_uid == notes.uid && st.st_gid == notes.gid)
+                #expect(st.st_mtim.tv_sec == 1_700_000_000 && st.st_mtim.tv_nsec == 123_456_789)
+                #expect(UInt64(st.st_ino) == UInt64(notes.id.rawValue) + 1)
+                #expect(try lstatOf(p + "/Project.pkg/big.bin").st_size == Fixture.bigSize)
+                #expect(try lstatOf(p + "/Project.pkg/big.bin").st_mode == S_IFREG | 0o600)
+                #expect(UInt64(try lstatOf(p + "/Project.pkg/big.bin").st_ino) == UInt64(big.id.rawValue) + 1)
+                // Directories: 2 + subdirectories.
+                #expect(try lstatOf(p + "/Project.pkg").st_nlink == 3)
+                #expect(try lstatOf(p + "/Project.pkg/src").st_nlink == 3)
+                #expect(try lstatOf(p + "/Project.pkg/src/deep").st_mode == S_IFDIR | 0o700)
+                #expect(try lstatOf(p + "/Project.pkg/src/deep/deeper").st_nlink == 2)
+                #expect(try lstatOf(p + "/Project.pkg/src/main.swift").st_mode == S_IFREG | 0o755)
+                let link = try lstatOf(p + "/Project.pkg/main-link")
+                #expect(link.st_mode & S_IFMT == S_IFLNK && link.st_size == 14)
+                // The mount root: inode 1, 2 + three packages.
+                let rootStat = try lstatOf(p)
+                #expect(rootStat.st_ino == 1 && rootStat.st_nlink == 5)
+                var missing = stat()
+                #expect(lstat(p + "/Project.pkg/nothing", &missing) == -1 && errno == ENOENT)
+                #expect(lstat(p + "/Nothing.txt", &missing) == -1 && errno == ENOENT)
+            }
+        }
+    }
+
+    @Test("ls -lR, find and stat read no wrapper contents")
+    func metadataReadsNoContents() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let before = fixture.store.statistics
+            let lsR = try await sh("ls -laR", in: mount.path)
+            #expect(lsR.status == 0, "\(lsR.error)")
+            #expect(lsR.output.contains("./Project.pkg/src/deep/deeper:"))
+            #expect(lsR.output.contains("leaf.txt"))
+            #expect(lsR.output.contains("image.png"))
+            let find = try await sh("find . -printf '%y %m %s %p\\n'", in: mount.path)
+            #expect(find.status == 0, "\(find.error)")
+            #expect(find.output.contains("f 644 5 ./Project.pkg/src/deep/deeper/leaf.txt"))
+            #expect(find.output.contains("l 777 14 ./Project.pkg/main-link"))
+            let stat = try await sh("find . -exec stat -c '%i %h %s %F %n' {} +", in: mount.path)
+            #expect(stat.status == 0, "\(stat.error)")
+            let lines = stat.output.split(separator: "\n")
+            #expect(lines.count == find.output.split(separator: "\n").count)
+            let after = fixture.store.statistics
+            #expect(
+                after.bytesRead == before.bytesRead,
+                "ls -lR/find/stat read \(after.bytesRead - before.bytesRead) bytes")
+            #expect(after.chunksRead == before.chunksRead)
+        }
+    }
+
+    @Test("inode numbers are stable across an unmount and a remount with a new store instance")
+    func stableInodes() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        let script = "find . -exec stat -c '%i %n' {} + | sort -k2"
+        let first = try await withMount(fixture.store) { mount in
+            try await sh(script, in: mount.path).output
+        }
+        let reopened = try SQLiteStore(path: fixture.path)
+        let second = try await withMount(reopened) { mount in
+            try await sh(script, in: mount.path).output
+        }
+        #expect(first.split(separator: "\n").count > 20)
+        #expect(first == second)
+        #expect(first.contains("\n1 .\n") || first.hasPrefix("1 .\n"))
+        let inodes = first.split(separator: "\n").map { $0.split(separator: " ")[0] }
+        #expect(Set(inodes).count == inodes.count, "inode numbers are unique")
+    }
+
+    @Test("cat returns the engine's bytes; a ranged dd reads only the chunk that covers it")
+    func reads() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        let store = fixture.store
+        let big = try fixture.record("Project.pkg", "big.bin")
+        let expected = Fixture.bigContents()
+        try await withMount(store) { mount in
+            // Cold: the store's chunk cache is empty and the kernel has never seen the file.
+            store.purgeCache()
+            let before = store.statistics
+            // Block 256 of 4 KiB is the start of chunk 4 (256 KiB chunks); kernel readahead
+            // (at most 128 KiB) stays inside that chunk.
+            let block = try await shBytes(
+                "dd if=Project.pkg/big.bin bs=4096 skip=256 count=1 2>/dev/null", in: mount.path)
+            let after = store.statistics
+            #expect(block == expected.subdata(in: 1_048_576..<1_048_576 + 4096))
+            #expect(after.chunksRead - before.chunksRead == 1)
+            #expect(after.bytesRead - before.bytesRead == Int64(Fixture.chunkSize))
+
+            let whole = try await shBytes("cat Project.pkg/big.bin", in: mount.path)
+            #expect(whole == expected)
+            let engine = try store.readContents(of: big.id, at: nil, offset: 0, count: Fixture.bigSize)
+            #expect(whole == engine)
+
+            for (document, path) in [
+                ("README.txt", [String]()), ("Shopping List.txt", []), ("Project.pkg", ["notes.txt"]),
+                ("Trip Notes.imagenote", []),
+            ] {
+                let info = try #require(try store.document(named: document))
+                let records = try store.nodes(of: info.id)
+                let files: [(String, NodeRecord)]
+                if path.isEmpty && info.kind == .package {
+                    // Every regular file directly in the package.
+                    files = records.filter { $0.parent == info.root && $0.kind == .regularFile }.map {
+                        ("\(document)/\($0.name)", $0)
+                    }
+                } else if path.isEmpty {
+                    files = [(document, try #require(records.first { $0.id == info.root }))]
+                } else {
+                    files = [
+                        ("\(document)/\(path.joined(separator: "/"))", try fixture.record(document, path[0]))
+                    ]
+                }
+                #expect(!files.isEmpty)
+                for (relative, record) in files {
+                    let bytes = try await shBytes("cat '\(relative)'", in: mount.path)
+                    let engine = try store.readContents(
+                        of: record.id, at: nil, offset: 0, count: Int(record.size))
+                    #expect(bytes == engine, "\(relative)")
+                    #expect(bytes.count == Int(record.size))
+                }
+            }
+            let readme = try await sh("cat README.txt", in: mount.path)
+            #expect(readme.output.hasPrefix("This store was made by `docfs create --demo`."))
+        }
+    }
+
+    @Test("readlink shows the target; getfattr shows the user. xattrs; others are absent")
+    func linksAndXattrs() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let p = mount.path
+            let target = try await sh("readlink Project.pkg/main-link", in: p)
+            #expect(target.output == "src/main.swift\n")
+            let through = try await sh("cat Project.pkg/main-link", in: p)
+            #expect(through.output == "print(\"hello\")\n")
+            let dump = try await sh("getfattr -d Project.pkg/notes.txt", in: p)
+            #expect(dump.status == 0, "\(dump.error)")
+            #expect(dump.output.contains("user.color=\"blue\""))
+            #expect(dump.output.contains("user.tag=\"draft\""))
+            let one = try await sh("getfattr --only-values -n user.color Project.pkg/notes.txt", in: p)
+            #expect(one.output == "blue")
+            let none = try await sh("getfattr -n user.nothing Project.pkg/notes.txt", in: p)
+            #expect(none.status != 0 && none.error.contains("No such attribute"))
+            let security = try await sh("getfattr -n security.capability Project.pkg/notes.txt", in: p)
+            #expect(security.status != 0 && security.error.contains("No such attribute"))
+            let empty = try await sh("getfattr -d Project.pkg/src .", in: p)
+            #expect(empty.status == 0 && empty.output.isEmpty)
+        }
+    }
+
+    @Test("df shows non-zero sizes; changes fail with EROFS")
+    func statfsAndReadOnly() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let p = mount.path
+            let df = try await sh("df -k -P \(p) | tail -1", in: "/")
+            let fields = df.output.split(separator: " ", omittingEmptySubsequences: true)
+            #expect(fields.first == "docfs")
+            #expect(
+                fields.count >= 6 && (Int(fields[1]) ?? 0) > 0 && (Int(fields[3]) ?? 0) > 0, "\(df.output)")
+            try await offThread {
+                var st = statvfs()
+                #expect(statvfs(p, &st) == 0)
+                #expect(st.f_bsize == 4096 && st.f_blocks > 0 && st.f_bfree > 0 && st.f_files > 0)
+                #expect(st.f_namemax == 255)
+            }
+            let touch = try await sh("touch new.txt", in: p)
+            #expect(touch.status != 0 && touch.error.contains("Read-only file system"))
+            let overwrite = try await sh("touch Project.pkg/notes.txt", in: p)
+            #expect(overwrite.status != 0 && overwrite.error.contains("Read-only file system"))
+            let errors = try await offThread { () -> [Int32] in
+                var result: [Int32] = []
+                let fd = open(p + "/README.txt", O_WRONLY)
+                result.append(fd < 0 ? errno : 0)
+                if fd >= 0 { close(fd) }
+                result.append(mkdir(p + "/New.pkg", 0o755) < 0 ? errno : 0)
+                result.append(unlink(p + "/README.txt") < 0 ? errno : 0)
+                result.append(rename(p + "/README.txt", p + "/READ.txt") < 0 ? errno : 0)
+                return result
+            }
+            #expect(errors == [EROFS, EROFS, EROFS, EROFS])
+        }
+    }
+
+    @Test("another connection's save, create and delete show up in the mount within a second")
+    func otherWriters() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let p = mount.path
+            #expect(try await sh("cat README.txt", in: p).output.hasPrefix("This store"))
+            #expect(try await sh("cat Project.pkg/src/main.swift", in: p).output == "print(\"hello\")\n")
+            _ = try await sh("ls -lR", in: p)
+
+            // As another process would: its own connection to the same file.
+            let other = try SQLiteStore(path: fixture.path)
+            let info = try #require(try other.document(named: "README.txt"))
+            var root = try #require(try other.node(info.root, at: nil))
+            let text = "Changed by another process, and longer than before.\nSecond line.\n"
+            root.modified = .now
+            var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+            changes.nodes = [root]
+            changes.contents = [info.root: .replace(DataContentsSource(Data(text.utf8)))]
+            changes.origin = "other process"
+            _ = try other.save(changes)
+
+            // A wrapper inside a package, and a new one beside it.
+            let project = try #require(try other.document(named: "Project.pkg"))
+            let main = try #require(try other.nodes(of: project.id).first { $0.name == "main.swift" })
+            let added = try other.makeNodeIDs(count: 1)[0]
+            var packageChanges = DocumentChanges(document: project.id, base: project.currentVersion)
+            packageChanges.nodes = [
+                main,
+                NodeRecord(
+                    id: added, document: project.id, parent: main.parent, name: "added.swift",
+                    kind: .regularFile, permissions: 0o644),
+            ]
+            packageChanges.contents = [
+                main.id: .replace(DataContentsSource(Data("print(\"changed\")\n".utf8))),
+                added: .replace(DataContentsSource(Data("// new\n".utf8))),
+            ]
+            _ = try other.save(packageChanges)
+            _ = try other.createDocument(
+                named: "New Note.txt", kind: .flat, type: nil, permissions: nil, origin: "other process")
+            let shopping = try #require(try other.document(named: "Shopping List.txt"))
+            try other.deleteDocument(shopping.id, origin: "other process")
+
+            let waited = try await offThread { () -> [Double?] in
+                [
+                    eventually(timeout: 3) { try readText(p + "/README.txt") == text },
+                    eventually(timeout: 3) {
+                        try readText(p + "/Project.pkg/src/main.swift") == "print(\"changed\")\n"
+                    },
+                    eventually(timeout: 3) {
+                        try FileManager.default.contentsOfDirectory(atPath: p + "/Project.pkg/src").contains(
+                            "added.swift")
+                    },
+                    eventually(timeout: 3) {
+                        let names = try FileManager.default.contentsOfDirectory(atPath: p)
+                        return names.contains("New Note.txt") && !names.contains("Shopping List.txt")
+                    },
+                ]
+            }
+            for (index, seconds) in waited.enumerated() {
+                let seconds = try #require(seconds, "change \(index) never showed up")
+                #expect(seconds < 1.5, "change \(index) took \(seconds) s")
+            }
+            let st = try lstatOf(p + "/README.txt")
+            #expect(st.st_size == text.utf8.count)
+            #expect(try await sh("cat 'Shopping List.txt'", in: p).status != 0)
+        }
+    }
+
+    @Test("fusermount3 -u with a file open ends the session cleanly")
+    func unmountWithOpenFile() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        let mount = try TestMount(fixture.store)
+        defer { mount.close() }
+        let p = mount.path
+        let fd = try await offThread { () -> Int32 in
+            let fd = open(p + "/Project.pkg/notes.txt", O_RDONLY)
+            guard fd >= 0 else { throw Errno(rawValue: errno) }
+            var buffer = [UInt8](repeating: 0, count: 5)
+            #expect(read(fd, &buffer, 5) == 5)
+            return fd
+        }
+        // A busy mount: a plain unmount is refused, a lazy one detaches it at once.
+        let busy = try await offThread { try run("/bin/fusermount3", ["-u", p]) }
+        if busy.status != 0 {
+            #expect(busy.error.contains("busy"), "\(busy.error)")
+            #expect(isMounted(p))
+            let lazy = try await offThread { try run("/bin/fusermount3", ["-u", "-z", p]) }
+            #expect(lazy.status == 0, "\(lazy.error)")
+        }
+        #expect(!isMounted(p))
+        // The open file still reads until it is closed; then the session ends by itself.
+        try await offThread {
+            var buffer = [UInt8](repeating: 0, count: 5)
+            #expect(read(fd, &buffer, 5) == 5)
+            #expect(close(fd) == 0)
+        }
+        let ended = try await offThread { () -> Bool in
+            eventually(timeout: 5) { !mount.mount.isActive } != nil
+        }
+        #expect(ended)
+        let result = try await offThread { mount.mount.waitUntilFinished() }
+        #expect((try? result.get()) != nil)
+    }
+}
+
+/// The whole file as UTF-8 (throws on errors).
+func readText(_ path: String) throws -> String {
+    String(decoding: try Data(contentsOf: URL(fileURLWithPath: path)), as: UTF8.self)
+}

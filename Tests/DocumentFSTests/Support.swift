@@ -1,0 +1,265 @@
+import DocumentEngine
+import DocumentFS
+import FUSE
+import Foundation
+import SampleDocuments
+import SystemPackage
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+struct TestFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Runs blocking work (syscalls on the mount, child processes) on a dedicated thread, so the
+/// cooperative pool is never blocked while the file system serves it from its own threads.
+func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread {
+            continuation.resume(with: Result { try body() })
+        }
+    }
+}
+
+/// Lines of /proc/self/mounts whose mountpoint is `path`.
+func mountLines(_ path: String) -> [String] {
+    guard let mounts = try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8) else { return [] }
+    return mounts.split(separator: "\n").map(String.init).filter {
+        $0.split(separator: " ").dropFirst().first.map(String.init) == path
+    }
+}
+
+func isMounted(_ path: String) -> Bool { !mountLines(path).isEmpty }
+
+/// A fresh directory from mkdtemp.
+func temporaryDirectory(_ prefix: String) throws -> String {
+    var template = Array("/tmp/\(prefix).XXXXXX".utf8CString)
+    guard let dir = mkdtemp(&template) else { throw Errno(rawValue: errno) }
+    return String(cString: dir)
+}
+
+/// A store mounted at a fresh directory, served on background threads.
+final class TestMount: Sendable {
+    let path: String
+    let mount: DocumentFSMount
+
+    init(_ store: any DocumentStore, configure: (inout DocumentFSMount.Options) -> Void = { _ in }) throws {
+        path = try temporaryDirectory("docfs-mnt")
+        var options = DocumentFSMount.Options()
+        options.drainTimeout = .seconds(2)
+        options.debug = ProcessInfo.processInfo.environment["FUSE_TEST_DEBUG"] != nil
+        configure(&options)
+        do {
+            mount = try DocumentFSMount(store: store, at: path, options: options)
+            try mount.start()
+        } catch {
+            rmdir(path)
+            throw error
+        }
+        // Until the mount is listed, paths would reach the directory underneath.
+        let deadline = Date().addingTimeInterval(5)
+        while !isMounted(path) {
+            guard Date() < deadline else {
+                mount.unmount()
+                rmdir(path)
+                throw TestFailure("\(path) never appeared in /proc/self/mounts")
+            }
+            usleep(1000)
+        }
+        var st = stat()
+        _ = lstat(path, &st)
+    }
+
+    func url(_ name: String) -> String { path + "/" + name }
+
+    /// Unmounts (idempotent) and removes the directory.
+    func close() {
+        mount.unmount()
+        if isMounted(path) {
+            // Last resort so a failing test never leaves a mount behind.
+            _ = try? run("/bin/fusermount3", ["-u", "-z", path])
+        }
+        rmdir(path)
+    }
+}
+
+/// Mounts `store`, runs `body`, and always unmounts.
+func withMount<T>(
+    _ store: any DocumentStore, configure: (inout DocumentFSMount.Options) -> Void = { _ in },
+    _ body: (TestMount) async throws -> T
+) async throws -> T {
+    let mount = try TestMount(store, configure: configure)
+    do {
+        let result = try await body(mount)
+        mount.close()
+        return result
+    } catch {
+        mount.close()
+        throw error
+    }
+}
+
+struct ProcessResult: Sendable {
+    var status: Int32
+    var output: String
+    var error: String
+}
+
+/// Runs a program to completion (call it off the cooperative pool).
+func run(_ executable: String, _ arguments: [String], directory: String? = nil) throws -> ProcessResult {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+    let out = Pipe()
+    let err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    try process.run()
+    let output = out.fileHandleForReading.readDataToEndOfFile()
+    let error = err.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return ProcessResult(
+        status: process.terminationStatus, output: String(decoding: output, as: UTF8.self),
+        error: String(decoding: error, as: UTF8.self))
+}
+
+/// Runs a shell script in `directory` on its own thread; C locale so outputs are stable.
+func sh(_ script: String, in directory: String) async throws -> ProcessResult {
+    try await offThread {
+        try run("/bin/sh", ["-c", "LC_ALL=C; export LC_ALL; " + script], directory: directory)
+    }
+}
+
+/// Runs a shell script and returns its raw standard output bytes.
+func shBytes(_ script: String, in directory: String) async throws -> Data {
+    try await offThread {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", script]
+        process.currentDirectoryURL = URL(fileURLWithPath: directory)
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return data
+    }
+}
+
+func lstatOf(_ path: String) throws -> stat {
+    var st = stat()
+    guard lstat(path, &st) == 0 else { throw Errno(rawValue: errno) }
+    return st
+}
+
+/// Polls `condition` every 20 ms for up to `timeout` seconds; returns the seconds it took, or
+/// nil if it never held.
+func eventually(timeout: Double, _ condition: () throws -> Bool) -> Double? {
+    let start = Date()
+    while Date().timeIntervalSince(start) < timeout {
+        if (try? condition()) == true { return Date().timeIntervalSince(start) }
+        usleep(20_000)
+    }
+    return (try? condition()) == true ? Date().timeIntervalSince(start) : nil
+}
+
+/// A store in a fresh directory: the demo documents plus `Project.pkg`, a package with nested
+/// folders, a symbolic link, extended attributes, an executable and a big file.
+struct Fixture: Sendable {
+    static let chunkSize = 256 * 1024
+    /// 8 chunks plus a partial one.
+    static let bigSize = 8 * chunkSize + 1000
+    static let modified = Timestamp(seconds: 1_700_000_000, nanoseconds: 123_456_789)
+
+    let directory: String
+    let path: String
+    let store: SQLiteStore
+
+    /// Deterministic bytes, different in every 4 KiB block.
+    static func bigContents() -> Data {
+        var bytes = [UInt8](repeating: 0, count: bigSize)
+        var x: UInt32 = 2_463_534_242
+        for i in 0..<bigSize {
+            x ^= x << 13
+            x ^= x >> 17
+            x ^= x << 5
+            bytes[i] = UInt8(truncatingIfNeeded: x)
+        }
+        return Data(bytes)
+    }
+
+    @MainActor
+    static func make() async throws -> Fixture {
+        let directory = try temporaryDirectory("docfs-store")
+        let path = directory + "/S.docstore"
+        let store = try SQLiteStore(path: path, options: .create, chunkSize: chunkSize)
+        try await DemoDocuments.populate(store)
+        try addProject(store)
+        return Fixture(directory: directory, path: path, store: store)
+    }
+
+    static func addProject(_ store: some DocumentStore) throws {
+        let info = try store.createDocument(
+            named: "Project.pkg", kind: .package, type: nil, permissions: 0o755, origin: "test")
+        let ids = try store.makeNodeIDs(count: 8)
+        let (notes, src, main, deep, deeper, leaf, link, big) = (
+            ids[0], ids[1], ids[2], ids[3], ids[4], ids[5], ids[6], ids[7]
+        )
+        func record(
+            _ id: StoreNodeID, _ parent: StoreNodeID, _ name: String, _ kind: FileWrapper.Kind,
+            _ permissions: Int, target: String? = nil, xattrs: [String: Data] = [:]
+        ) -> NodeRecord {
+            NodeRecord(
+                id: id, document: info.id, parent: parent, name: name, kind: kind,
+                permissions: permissions, modified: modified, linkTarget: target,
+                extendedAttributes: xattrs)
+        }
+        var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+        changes.origin = "test"
+        changes.nodes = [
+            record(
+                notes, info.root, "notes.txt", .regularFile, 0o640,
+                xattrs: ["user.color": Data("blue".utf8), "user.tag": Data("draft".utf8)]),
+            record(src, info.root, "src", .directory, 0o755),
+            record(main, src, "main.swift", .regularFile, 0o755),
+            record(deep, src, "deep", .directory, 0o700),
+            record(deeper, deep, "deeper", .directory, 0o755),
+            record(leaf, deeper, "leaf.txt", .regularFile, 0o644),
+            record(link, info.root, "main-link", .symbolicLink, 0o777, target: "src/main.swift"),
+            record(big, info.root, "big.bin", .regularFile, 0o600),
+        ]
+        changes.contents = [
+            notes: .replace(DataContentsSource(Data("Notes with ünïcode.\nSecond line.\n".utf8))),
+            main: .replace(DataContentsSource(Data("print(\"hello\")\n".utf8))),
+            leaf: .replace(DataContentsSource(Data("leaf\n".utf8))),
+            big: .replace(DataContentsSource(bigContents())),
+        ]
+        _ = try store.save(changes)
+    }
+
+    /// Removes the store's directory.
+    func remove() {
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// The record of a wrapper by path inside a document (for expectations).
+    func record(_ document: String, _ path: String...) throws -> NodeRecord {
+        guard let info = try store.document(named: document) else { throw TestFailure("no \(document)") }
+        let records = try store.nodes(of: info.id)
+        var current = info.root
+        for name in path {
+            guard let next = records.first(where: { $0.parent == current && $0.name == name }) else {
+                throw TestFailure("no \(name) in \(document)")
+            }
+            current = next.id
+        }
+        guard let found = records.first(where: { $0.id == current }) else { throw TestFailure("lost") }
+        return found
+    }
+}
