@@ -102,6 +102,28 @@ struct DocumentFileSystemTests {
         }
     }
 
+    @Test("every lookup and readdirplus entry is forgotten again when the kernel drops its caches")
+    func forgetBalancesLookups() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let fs = mount.mount.fileSystem
+            let listed = try await sh(
+                "ls -laR >/dev/null && find . -exec stat {} + >/dev/null", in: mount.path)
+            #expect(listed.status == 0, "\(listed.error)")
+            #expect(fs.referencedNodeCount > 20)
+            // Dentries and inodes go; the kernel forgets every node it was given.
+            let dropped = try await offThread { () -> Bool in
+                sync()
+                guard let file = fopen("/proc/sys/vm/drop_caches", "w") else { return false }
+                fputs("2\n", file)
+                fclose(file)
+                return eventually(timeout: 5) { fs.referencedNodeCount == 1 } != nil
+            }
+            #expect(dropped, "still referenced: \(fs.referencedNodeCount)")
+        }
+    }
+
     @Test("inode numbers are stable across an unmount and a remount with a new store instance")
     func stableInodes() async throws {
         let fixture = try await Fixture.make()
@@ -282,6 +304,14 @@ struct DocumentFileSystemTests {
             let shopping = try #require(try other.document(named: "Shopping List.txt"))
             try other.deleteDocument(shopping.id, origin: "other process")
 
+            // First a stat, before any open: only the observer's invalidation can make the
+            // kernel drop attributes it may cache for a second, so this measures that path.
+            let size = text.utf8.count
+            let attributes = try await offThread {
+                eventually(timeout: 3) { try lstatOf(p + "/README.txt").st_size == size }
+            }
+            let attributeSeconds = try #require(attributes, "the new size never showed up")
+            #expect(attributeSeconds < 0.6, "the new size took \(attributeSeconds) s")
             let waited = try await offThread { () -> [Double?] in
                 [
                     eventually(timeout: 3) { try readText(p + "/README.txt") == text },
