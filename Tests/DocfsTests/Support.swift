@@ -1,0 +1,175 @@
+import DocumentEngine
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// What one run of `docfs` did.
+struct DocfsResult: CustomStringConvertible {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+
+    /// Standard output's lines, without the empty last one.
+    var lines: [String] {
+        stdout.split(separator: "\n", omittingEmptySubsequences: false).map(String.init).filter {
+            !$0.isEmpty
+        }
+    }
+
+    /// Standard error's lines.
+    var errorLines: [String] { stderr.split(separator: "\n").map(String.init) }
+
+    var description: String { "exit \(status)\nstdout:\n\(stdout)\nstderr:\n\(stderr)" }
+}
+
+/// A private temporary home for one test: `HOME` and the XDG folders of the `docfs` child
+/// processes point into it, so the default store is the test's own. Removed on deinit.
+final class Sandbox {
+    let url: URL
+
+    init() throws {
+        var template = Array("\(FileManager.default.temporaryDirectory.path)/docfs-cli-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
+        url = URL(fileURLWithPath: String(cString: made), isDirectory: true)
+    }
+
+    deinit { try? FileManager.default.removeItem(at: url) }
+
+    var path: String { url.path }
+
+    func path(_ relative: String) -> String { url.appendingPathComponent(relative).path }
+
+    /// Where `docfs` puts the default store for this sandbox.
+    var defaultStore: String { path("home/.local/share/docfs/Documents/Default.docstore") }
+
+    /// The child's environment: the test's, with the home and XDG folders in the sandbox.
+    var environment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["HOME"] = path("home")
+        for name in ["XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"] {
+            environment.removeValue(forKey: name)
+        }
+        environment["XDG_DATA_HOME"] = path("home/.local/share")
+        return environment
+    }
+
+    @discardableResult
+    func write(_ relative: String, _ contents: Data) throws -> String {
+        let target = url.appendingPathComponent(relative)
+        try FileManager.default.createDirectory(
+            at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try contents.write(to: target)
+        return target.path
+    }
+
+    /// Runs `docfs` with `arguments`; with `prefix`, runs `prefix + [docfs] + arguments` (to run
+    /// it as another user). Output goes through files, so a chatty child cannot fill a pipe.
+    func run(_ arguments: [String], prefix: [String] = [], directory: String? = nil) throws -> DocfsResult {
+        let program = try #require(
+            Docfs.program, "docfs is not built next to the tests; run `swift build --build-tests`")
+        let process = Process()
+        if let first = prefix.first {
+            process.executableURL = URL(fileURLWithPath: first)
+            process.arguments = Array(prefix.dropFirst()) + [program.path] + arguments
+        } else {
+            process.executableURL = program
+            process.arguments = arguments
+        }
+        process.environment = environment
+        process.currentDirectoryURL = URL(fileURLWithPath: directory ?? path)
+        let outPath = path("stdout-\(UUID().uuidString)")
+        let errPath = path("stderr-\(UUID().uuidString)")
+        _ = FileManager.default.createFile(atPath: outPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: errPath, contents: nil)
+        defer {
+            try? FileManager.default.removeItem(atPath: outPath)
+            try? FileManager.default.removeItem(atPath: errPath)
+        }
+        let out = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
+        let err = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        try out.close()
+        try err.close()
+        return DocfsResult(
+            status: process.terminationStatus,
+            stdout: String(decoding: try Data(contentsOf: URL(fileURLWithPath: outPath)), as: UTF8.self),
+            stderr: String(decoding: try Data(contentsOf: URL(fileURLWithPath: errPath)), as: UTF8.self))
+    }
+}
+
+enum Docfs {
+    /// The `docfs` program, built next to the test bundle by `swift build --build-tests`
+    /// (found the way the store tests find `store-torture`).
+    static let program: URL? = {
+        let candidates = [
+            URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent(),
+            Bundle.main.bundleURL,
+            Bundle.main.bundleURL.deletingLastPathComponent(),
+        ]
+        return candidates.map { $0.appendingPathComponent("docfs") }.first {
+            FileManager.default.isExecutableFile(atPath: $0.path)
+        }
+    }()
+}
+
+/// Runs the sqlite3 command on `path`; returns its output.
+@discardableResult
+func sqlite(_ path: String, _ sql: String) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+    process.arguments = ["-bail", path, sql]
+    let output = Pipe()
+    process.standardOutput = output
+    try process.run()
+    let data = output.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else { throw DocumentStoreError.io("sqlite3 failed: \(sql)") }
+    return String(decoding: data, as: UTF8.self)
+}
+
+/// Deterministic pseudo-random bytes.
+func sampleBytes(_ count: Int, seed: UInt64) -> Data {
+    var state = seed &+ 0x9E37_79B9_7F4A_7C15
+    var data = Data(count: count)
+    data.withUnsafeMutableBytes { (raw: UnsafeMutableRawBufferPointer) in
+        for i in 0..<count {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            raw[i] = UInt8(truncatingIfNeeded: state >> 33)
+        }
+    }
+    return data
+}
+
+extension SQLiteStore {
+    /// A regular file's whole contents.
+    func wholeContents(of id: StoreNodeID, at version: VersionID? = nil) throws -> Data {
+        let size = try #require(try node(id, at: version)).size
+        return try readContents(of: id, at: version, offset: 0, count: Int(size))
+    }
+
+    /// Replaces a flat document's contents in one save, as an app would.
+    @discardableResult
+    func replaceContents(of name: String, with data: Data) throws -> SaveResult {
+        let info = try #require(try document(named: name))
+        var record = try #require(try node(info.root))
+        record.size = Int64(data.count)
+        var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+        changes.nodes = [record]
+        changes.contents[info.root] = .replace(DataContentsSource(data))
+        changes.origin = "DocfsTests"
+        return try save(changes)
+    }
+}
+
+/// The permission bits of `path`, not following links.
+func permissions(_ path: String) -> Int {
+    var st = stat()
+    return lstat(path, &st) == 0 ? Int(st.st_mode & 0o7777) : -1
+}
