@@ -316,3 +316,44 @@ struct DocfsCommandTests {
             result.stdout.range(of: #"^\d+\.\d+\.\d+\n$"#, options: .regularExpression) != nil, "\(result)")
     }
 }
+
+/// The progress bar of import and export, which draws only on a terminal.
+@Suite("docfs progress")
+struct DocfsProgressTests {
+    @Test(
+        "import and export draw a progress bar on a terminal, and end its line",
+        .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/script")))
+    func progressOnATerminal() throws {
+        let sandbox = try Sandbox()
+        let program = try #require(Docfs.program)
+        let store = sandbox.path("Bar.docstore")
+        #expect(try sandbox.run(["create", store]).status == 0)
+        let file = try sandbox.write("big.bin", sampleBytes(1_000_000, seed: 3))
+        // script(1) gives the command a pseudo-terminal; its output is what the terminal shows.
+        for command in [
+            "\(program.path) import \(store) \(file)",
+            "\(program.path) export \(store) big.bin \(sandbox.path("out.bin"))",
+        ] {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+            process.arguments = ["-q", "-e", "-c", command, "/dev/null"]
+            process.environment = sandbox.environment
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardInput = FileHandle.nullDevice
+            try process.run()
+            let data = output.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            let text = String(decoding: data, as: UTF8.self)
+            #expect(process.terminationStatus == 0, "\(command): \(text)")
+            #expect(text.contains("ing [") && text.contains("100%"), "\(text.debugDescription)")
+            // The summary starts a line of its own after the bar.
+            #expect(
+                text.contains("\n" + (command.contains(" import ") ? "imported " : "exported ")),
+                "\(text.debugDescription)")
+        }
+        #expect(
+            try Data(contentsOf: URL(fileURLWithPath: sandbox.path("out.bin")))
+                == sampleBytes(1_000_000, seed: 3))
+    }
+}
