@@ -167,6 +167,11 @@ struct DocumentFileSystemTests {
             #expect(whole == expected)
             let engine = try store.readContents(of: big.id, at: nil, offset: 0, count: Fixture.bigSize)
             #expect(whole == engine)
+            // Unchanged since the last open: keep_cache lets the kernel serve it from its cache.
+            store.purgeCache()
+            let cachedBefore = store.statistics
+            #expect(try await shBytes("cat Project.pkg/big.bin", in: mount.path) == expected)
+            #expect(store.statistics.chunksRead == cachedBefore.chunksRead)
 
             for (document, path) in [
                 ("README.txt", [String]()), ("Shopping List.txt", []), ("Project.pkg", ["notes.txt"]),
@@ -335,6 +340,42 @@ struct DocumentFileSystemTests {
             let st = try lstatOf(p + "/README.txt")
             #expect(st.st_size == text.utf8.count)
             #expect(try await sh("cat 'Shopping List.txt'", in: p).status != 0)
+        }
+    }
+
+    @Test("a handle reads the version it was opened at; a new open sees the new one")
+    func handlesKeepTheirVersion() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let p = mount.path
+            let fd = try await offThread { () -> Int32 in
+                let fd = open(p + "/Shopping List.txt", O_RDONLY)
+                guard fd >= 0 else { throw Errno(rawValue: errno) }
+                return fd
+            }
+            defer { close(fd) }
+            // Same length, so the kernel's size does not cut the old handle's read short.
+            let other = try SQLiteStore(path: fixture.path)
+            let info = try #require(try other.document(named: "Shopping List.txt"))
+            var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+            changes.contents = [info.root: .replace(DataContentsSource(Data("MILK\nEGGS\nBREAD\n".utf8)))]
+            _ = try other.save(changes)
+            // The observer drops the kernel's cached pages; the old handle's next read reaches
+            // the file system, which reads the version the handle was opened at. (The page
+            // cache is per inode, so this holds until a new open fills it with the new bytes.)
+            _ = try await offThread { usleep(500_000) }
+            let old = try await offThread { () -> String in
+                var buffer = [UInt8](repeating: 0, count: 64)
+                let n = pread(fd, &buffer, 64, 0)
+                guard n >= 0 else { throw Errno(rawValue: errno) }
+                return String(decoding: buffer[..<n], as: UTF8.self)
+            }
+            #expect(old == "milk\neggs\nbread\n")
+            let fresh = try await offThread { () -> Double? in
+                eventually(timeout: 3) { try readText(p + "/Shopping List.txt") == "MILK\nEGGS\nBREAD\n" }
+            }
+            #expect(fresh != nil)
         }
     }
 
