@@ -17,8 +17,7 @@ enum LogLevel: String, CaseIterable, ExpressibleByArgument {
 
 /// Options every subcommand takes.
 struct GlobalOptions: ParsableArguments {
-    @Option(
-        help: "How much the engine and the command log on standard error.")
+    @Option(help: "How much the engine and the command log on standard error.")
     var logLevel: LogLevel = .warning
 
     /// Sends every logger (the command's and the engine's) to standard error at `logLevel`.
@@ -101,17 +100,13 @@ struct VersionArgument: ExpressibleByArgument {
         guard let raw = Int64(digits), raw > 0 else { return nil }
         id = VersionID(rawValue: raw)
     }
-
-    static var defaultCompletionKind: CompletionKind { .default }
 }
 
 /// A length of time such as `30d`, `12h`, `90m`, `45s`, `2w` or `1d12h`; `0` means none.
 struct DurationArgument: ExpressibleByArgument {
     var duration: Duration
-    var text: String
 
     init?(argument: String) {
-        text = argument
         if argument == "0" {
             duration = .zero
             return
