@@ -308,6 +308,8 @@ struct DocumentFileSystemTests {
                 named: "New Note.txt", kind: .flat, type: nil, permissions: nil, origin: "other process")
             let shopping = try #require(try other.document(named: "Shopping List.txt"))
             try other.deleteDocument(shopping.id, origin: "other process")
+            let trip = try #require(try other.document(named: "Trip Notes.imagenote"))
+            _ = try other.renameDocument(trip.id, to: "Trip Notes (renamed).imagenote")
 
             // First a stat, before any open: only the observer's invalidation can make the
             // kernel drop attributes it may cache for a second, so this measures that path.
@@ -330,6 +332,8 @@ struct DocumentFileSystemTests {
                     eventually(timeout: 3) {
                         let names = try FileManager.default.contentsOfDirectory(atPath: p)
                         return names.contains("New Note.txt") && !names.contains("Shopping List.txt")
+                            && names.contains("Trip Notes (renamed).imagenote")
+                            && !names.contains("Trip Notes.imagenote")
                     },
                 ]
             }
@@ -340,6 +344,10 @@ struct DocumentFileSystemTests {
             let st = try lstatOf(p + "/README.txt")
             #expect(st.st_size == text.utf8.count)
             #expect(try await sh("cat 'Shopping List.txt'", in: p).status != 0)
+            // The kernel's cached names went with the listing: the old name is gone at once.
+            #expect(try await sh("ls 'Trip Notes.imagenote'", in: p).status != 0)
+            let renamed = try await sh("ls 'Trip Notes (renamed).imagenote'", in: p)
+            #expect(renamed.status == 0 && renamed.output.contains("Text.txt"), "\(renamed.output)")
         }
     }
 
