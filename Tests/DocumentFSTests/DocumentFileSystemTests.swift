@@ -3,6 +3,7 @@ import DocumentFS
 import FUSE
 import Foundation
 import SampleDocuments
+import Synchronization
 import SystemPackage
 import Testing
 
@@ -385,6 +386,43 @@ struct DocumentFileSystemTests {
             }
             #expect(fresh != nil)
         }
+    }
+
+    @Test("a foreground session serves until fusermount3 -u, with the options asked for")
+    func foregroundSession() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        let path = try temporaryDirectory("docfs-mnt")
+        defer { rmdir(path) }
+        var options = DocumentFSMount.Options()
+        options.fsName = "docfs-test"
+        options.drainTimeout = .seconds(2)
+        let mount = try DocumentFSMount(store: fixture.store, at: path, options: options)
+        // run() blocks until the mount goes away, so it gets a thread of its own.
+        let finished = Atomic<Int>(0)
+        Thread.detachNewThread {
+            let ok = (try? mount.run()) != nil
+            finished.store(ok ? 1 : 2, ordering: .sequentiallyConsistent)
+        }
+        defer {
+            if isMounted(path) { _ = try? run("/bin/fusermount3", ["-u", "-z", path]) }
+        }
+        let listed = try await offThread { () -> String in
+            guard eventually(timeout: 5, { isMounted(path) }) != nil else { throw TestFailure("not mounted") }
+            return try FileManager.default.contentsOfDirectory(atPath: path).sorted().joined(separator: ",")
+        }
+        #expect(listed.contains("README.txt"))
+        let line = try #require(mountLines(path).first)
+        #expect(line.hasPrefix("docfs-test \(path) fuse.docfs ro,"))
+        #expect(line.contains("default_permissions"))
+        let unmounted = try await offThread { try run("/bin/fusermount3", ["-u", path]) }
+        #expect(unmounted.status == 0, "\(unmounted.error)")
+        let ended = try await offThread {
+            eventually(timeout: 5) { finished.load(ordering: .sequentiallyConsistent) != 0 }
+        }
+        #expect(ended != nil)
+        #expect(finished.load(ordering: .sequentiallyConsistent) == 1)
+        #expect(!isMounted(path))
     }
 
     @Test("fusermount3 -u with a file open ends the session cleanly")
