@@ -90,7 +90,9 @@ public final class DocumentFileSystem: FileSystem {
         var listedSignatures: [NodeKey: Int] = [:]
         /// When the root listing last changed (the root's mtime).
         var rootChanged: Timespec?
-        var notifier: Notifier?
+        /// Weak: the session owns the notifier, and the notifier's session core owns this file
+        /// system, so a strong reference would keep all three (and the store's files) alive.
+        weak var notifier: Notifier?
         var observer: StoreObserver?
     }
 
@@ -117,7 +119,7 @@ public final class DocumentFileSystem: FileSystem {
 
     /// Connects the file system to the session serving it, so store changes can invalidate the
     /// kernel's caches. ``DocumentFSMount`` does this; call it yourself when you create the
-    /// ``Session`` directly.
+    /// ``Session`` directly. The notifier is held weakly; the session keeps it.
     public func attach(_ notifier: Notifier) {
         state.withLock { $0.notifier = notifier }
     }
