@@ -255,7 +255,7 @@ struct DocumentFileSystemTests {
             #expect(overwrite.status != 0 && overwrite.error.contains("Read-only file system"))
             let errors = try await offThread { () -> [Int32] in
                 var result: [Int32] = []
-                let fd = open(p + "/README.txt", O_WRONLY)
+                let fd = open(p + "/README.txt", O_WRONLY | O_CLOEXEC)
                 result.append(fd < 0 ? errno : 0)
                 if fd >= 0 { close(fd) }
                 result.append(mkdir(p + "/New.pkg", 0o755) < 0 ? errno : 0)
@@ -359,7 +359,7 @@ struct DocumentFileSystemTests {
         try await withMount(fixture.store) { mount in
             let p = mount.path
             let fd = try await offThread { () -> Int32 in
-                let fd = open(p + "/Shopping List.txt", O_RDONLY)
+                let fd = open(p + "/Shopping List.txt", O_RDONLY | O_CLOEXEC)
                 guard fd >= 0 else { throw Errno(rawValue: errno) }
                 return fd
             }
@@ -425,6 +425,21 @@ struct DocumentFileSystemTests {
         #expect(!isMounted(path))
     }
 
+    @Test("after unmount nothing keeps the file system (and so the store's files) alive")
+    func unmountReleasesTheFileSystem() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        let box = WeakBox()
+        try await withMount(fixture.store) { mount in
+            box.value = mount.mount.fileSystem
+            let listed = try await sh("ls -lR", in: mount.path)
+            #expect(listed.status == 0)
+        }
+        // The observer's thread lets go within one poll interval.
+        let released = try await offThread { eventually(timeout: 3) { box.value == nil } }
+        #expect(released != nil)
+    }
+
     @Test("fusermount3 -u with a file open ends the session cleanly")
     func unmountWithOpenFile() async throws {
         let fixture = try await Fixture.make()
@@ -433,7 +448,9 @@ struct DocumentFileSystemTests {
         defer { mount.close() }
         let p = mount.path
         let fd = try await offThread { () -> Int32 in
-            let fd = open(p + "/Project.pkg/notes.txt", O_RDONLY)
+            // Close-on-exec: a child another suite spawns meanwhile must not inherit it (its
+            // close would send FLUSH to a session that is ending).
+            let fd = open(p + "/Project.pkg/notes.txt", O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else { throw Errno(rawValue: errno) }
             var buffer = [UInt8](repeating: 0, count: 5)
             #expect(read(fd, &buffer, 5) == 5)
@@ -466,4 +483,9 @@ struct DocumentFileSystemTests {
 /// The whole file as UTF-8 (throws on errors).
 func readText(_ path: String) throws -> String {
     String(decoding: try Data(contentsOf: URL(fileURLWithPath: path)), as: UTF8.self)
+}
+
+/// A weak reference that tests can hand between threads.
+final class WeakBox: @unchecked Sendable {
+    weak var value: AnyObject?
 }
