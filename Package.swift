@@ -51,6 +51,7 @@ let package = Package(
             dependencies: [
                 "DocumentEngine",
                 "FUSE",
+                .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -58,6 +59,8 @@ let package = Package(
             name: "docfs",
             dependencies: [
                 "DocumentFS",
+                "DocumentEngine",
+                "SampleDocuments",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -75,6 +78,8 @@ let package = Package(
             ]
         ),
         .testTarget(name: "SampleDocumentsTests", dependencies: ["SampleDocuments", "DocumentEngine"]),
+        .testTarget(name: "DocumentFSTests", dependencies: ["DocumentFS", "DocumentEngine", "FUSE", "SampleDocuments", .product(name: "SystemPackage", package: "swift-system")]),
+        .testTarget(name: "DocfsTests", dependencies: ["DocumentEngine", "SampleDocuments"]),
         // Micro-benchmark of the FUSE layer (scripts/fuse-bench.sh).
         .executableTarget(
             name: "FUSEBench",

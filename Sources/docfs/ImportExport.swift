@@ -57,11 +57,11 @@ struct Import: DocfsCommand {
     }
 }
 
-/// `docfs export [STORE] DOCUMENT DEST [--version V] [--force]`
+/// `docfs export [STORE] DOCUMENT DEST [--at VERSION] [--force]`
 struct Export: DocfsCommand {
     static let configuration = CommandConfiguration(
         abstract: "Export a document to a file or folder.",
-        usage: "docfs export [STORE] DOCUMENT DEST [--version VERSION] [--force]",
+        usage: "docfs export [STORE] DOCUMENT DEST [--at VERSION] [--force]",
         discussion: """
             A package document becomes a folder, a flat one a file, with the stored permissions, \
             times, `user.` extended attributes and links. When DEST is an existing folder the \
@@ -79,7 +79,10 @@ struct Export: DocfsCommand {
             valueName: "store-document-dest"))
     var arguments: [String] = []
 
-    @Option(help: ArgumentHelp("The version to export (default: the current one).", valueName: "version"))
+    // Not `--version`: every command already has that flag (it prints docfs's version).
+    @Option(
+        name: .customLong("at"),
+        help: ArgumentHelp("The version to export (default: the current one).", valueName: "version"))
     var version: VersionArgument?
 
     @Flag(name: .shortAndLong, help: "Replace an existing item at the destination.")

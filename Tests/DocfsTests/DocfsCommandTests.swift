@@ -159,7 +159,7 @@ struct DocfsCommandTests {
 
         // Export of an old version, with `v` as `docfs versions` might be read.
         let old = try sandbox.run([
-            "export", path, "Note.txt", sandbox.path("old.txt"), "--version", "v\(history[2].id.rawValue)",
+            "export", path, "Note.txt", sandbox.path("old.txt"), "--at", "v\(history[2].id.rawValue)",
         ])
         #expect(old.status == 0, "\(old)")
         #expect(

@@ -78,7 +78,7 @@ struct DocfsErrorTests {
             ["export", store, "Nothing.txt", sandbox.path("out")], "no such document: Nothing.txt")
         try expectFailure(["restore", store, "README.txt", "999999"], "no such version: version 999999")
         try expectFailure(
-            ["export", store, "README.txt", sandbox.path("out"), "--version", "999999"], "no such version")
+            ["export", store, "README.txt", sandbox.path("out"), "--at", "999999"], "no such version")
         // A version of another document is not this one's.
         let other = try SQLiteStore(path: store)
         let trip = try #require(try other.document(named: "Trip Notes.imagenote"))

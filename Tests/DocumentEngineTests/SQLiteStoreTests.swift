@@ -480,3 +480,24 @@ struct DistinctChunks: ContentsSource {
         #expect(report.versionsRemoved == 0)
     }
 }
+
+@Suite struct StoreObserverLifetimeTests {
+    @Test("An observer nobody stops is freed with its last owner, and lets its store go")
+    func freedWithoutStop() async throws {
+        let tmp = try TemporaryDirectory()
+        weak var weakStore: SQLiteStore?
+        weak var weakObserver: StoreObserver?
+        do {
+            let store = try SQLiteStore(path: tmp.path("L.docstore"), options: .create)
+            let observer = try StoreObserver(store: store, interval: .milliseconds(10)) { _ in }
+            weakStore = store
+            weakObserver = observer
+        }
+        let deadline = ContinuousClock.now + .seconds(2)
+        while (weakObserver != nil || weakStore != nil) && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(weakObserver == nil)
+        #expect(weakStore == nil)
+    }
+}

@@ -22,7 +22,17 @@ public final class StoreObserver: Sendable {
         self.interval = interval
         self.handler = handler
         let start = try sequence ?? store.latestEventSequence()
-        let thread = Thread { [weak self] in self?.run(after: start) }
+        let pause = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
+        // The thread holds the observer only while polling, so an observer nobody stops is still
+        // freed (and stops) when its last owner lets go.
+        let thread = Thread { [weak self] in
+            var last = start
+            while let observer = self, !observer.stopped.load(ordering: .sequentiallyConsistent) {
+                last = observer.poll(after: last)
+                _ = consume observer
+                Thread.sleep(forTimeInterval: pause)
+            }
+        }
         thread.name = "docfs.store-observer"
         thread.start()
     }
@@ -38,21 +48,17 @@ public final class StoreObserver: Sendable {
     /// store is retried).
     public var lastError: String? { failure.withLock { $0 } }
 
-    private func run(after start: Int64) {
-        var last = start
-        let pause = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
-        while !stopped.load(ordering: .sequentiallyConsistent) {
-            do {
-                if try store.latestEventSequence() > last {
-                    let events = try store.events(after: last)
-                    if let newest = events.last?.sequence { last = newest }
-                    if !events.isEmpty && !stopped.load(ordering: .sequentiallyConsistent) { handler(events) }
-                }
-                failure.withLock { $0 = nil }
-            } catch {
-                failure.withLock { $0 = String(describing: error) }
-            }
-            Thread.sleep(forTimeInterval: pause)
+    /// Delivers the events after `last`; returns the newest sequence seen.
+    private func poll(after last: Int64) -> Int64 {
+        do {
+            defer { failure.withLock { $0 = nil } }
+            guard try store.latestEventSequence() > last else { return last }
+            let events = try store.events(after: last)
+            if !events.isEmpty && !stopped.load(ordering: .sequentiallyConsistent) { handler(events) }
+            return events.last?.sequence ?? last
+        } catch {
+            failure.withLock { $0 = String(describing: error) }
+            return last
         }
     }
 }
