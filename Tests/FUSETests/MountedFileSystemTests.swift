@@ -511,11 +511,12 @@ struct MountedFileSystemTests {
         }
         #expect(fuseDescriptorCount() == 0)
         #expect(!threadNames().contains { $0.hasPrefix("fuse-") })
-        // offThread's own thread may still be exiting: give it a moment.
-        // Totals too (other suites of the same process may hold some for a moment).
+        // Totals: other suites of this process open and close descriptors and threads meanwhile
+        // (stores, mounts, observers), so compare with what a leak of one per cycle would show
+        // (100 or more), not with exact counts.
         #expect(
-            eventually(timeout: 5) { procEntries("task").count <= tasksBefore }, "threads: \(threadNames())")
-        #expect(eventually(timeout: 5) { procEntries("fd").count <= fdsBefore })
+            eventually(timeout: 5) { procEntries("task").count < tasksBefore + 50 }, "threads: \(threadNames())")
+        #expect(eventually(timeout: 5) { procEntries("fd").count < fdsBefore + 50 })
         let leftovers =
             (try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8))?
             .split(separator: "\n").filter { $0.hasPrefix("memoryfs ") } ?? []
