@@ -2,6 +2,7 @@ import FUSE
 import Foundation
 import SystemPackage
 import Testing
+import TestSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -509,11 +510,11 @@ struct MountedFileSystemTests {
         try await offThread {
             for _ in 0..<100 { try cycle() }
         }
-        #expect(fuseDescriptorCount() == 0)
-        #expect(!threadNames().contains { $0.hasPrefix("fuse-") })
-        // Totals: other suites of this process open and close descriptors and threads meanwhile
-        // (stores, mounts, observers), so compare with what a leak of one per cycle would show
-        // (100 or more), not with exact counts.
+        // Other suites of this process (DocumentFS mounts, stores, observers) open and close
+        // /dev/fuse descriptors, session threads and files meanwhile, so compare with what a leak
+        // of one per cycle would show (100 or more), not with exact counts.
+        #expect(eventually(timeout: 5) { fuseDescriptorCount() < 10 })
+        #expect(eventually(timeout: 5) { threadNames().filter { $0.hasPrefix("fuse-") }.count < 50 })
         #expect(
             eventually(timeout: 5) { procEntries("task").count < tasksBefore + 50 }, "threads: \(threadNames())")
         #expect(eventually(timeout: 5) { procEntries("fd").count < fdsBefore + 50 })
