@@ -69,17 +69,20 @@ let package = Package(
         .executableTarget(name: "store-torture", dependencies: ["DocumentEngine"]),
         // The seeds' document types (MyStuff, ImageNotes, text), used by the demo store and tests.
         .target(name: "SampleDocuments", dependencies: ["DocumentEngine"]),
+        // Helpers shared by the test targets; not a product.
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(
             name: "DocumentEngineTests",
             dependencies: [
                 "DocumentEngine",
+                "TestSupport",
                 "CLinuxSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
         .testTarget(name: "SampleDocumentsTests", dependencies: ["SampleDocuments", "DocumentEngine"]),
-        .testTarget(name: "DocumentFSTests", dependencies: ["DocumentFS", "DocumentEngine", "FUSE", "SampleDocuments", .product(name: "SystemPackage", package: "swift-system")]),
-        .testTarget(name: "DocfsTests", dependencies: ["DocumentEngine", "SampleDocuments"]),
+        .testTarget(name: "DocumentFSTests", dependencies: ["TestSupport", "DocumentFS", "DocumentEngine", "FUSE", "SampleDocuments", .product(name: "SystemPackage", package: "swift-system")]),
+        .testTarget(name: "DocfsTests", dependencies: ["TestSupport", "DocumentEngine", "SampleDocuments"]),
         // Micro-benchmark of the FUSE layer (scripts/fuse-bench.sh).
         .executableTarget(
             name: "FUSEBench",
@@ -92,6 +95,7 @@ let package = Package(
             name: "FUSETests",
             dependencies: [
                 "FUSE",
+                "TestSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),

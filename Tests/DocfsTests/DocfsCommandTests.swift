@@ -2,6 +2,7 @@ import DocumentEngine
 import Foundation
 import SampleDocuments
 import Testing
+import TestSupport
 
 #if canImport(Glibc)
     import Glibc

@@ -1,6 +1,7 @@
 import DocumentEngine
 import Foundation
 import Testing
+import TestSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -134,18 +135,6 @@ func sqlite(_ path: String, _ sql: String) throws -> String {
     return String(decoding: data, as: UTF8.self)
 }
 
-/// Deterministic pseudo-random bytes.
-func sampleBytes(_ count: Int, seed: UInt64) -> Data {
-    var state = seed &+ 0x9E37_79B9_7F4A_7C15
-    var data = Data(count: count)
-    data.withUnsafeMutableBytes { (raw: UnsafeMutableRawBufferPointer) in
-        for i in 0..<count {
-            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
-            raw[i] = UInt8(truncatingIfNeeded: state >> 33)
-        }
-    }
-    return data
-}
 
 extension SQLiteStore {
     /// A regular file's whole contents.

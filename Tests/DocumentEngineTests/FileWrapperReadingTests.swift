@@ -2,6 +2,7 @@ import CLinuxSupport
 import DocumentEngine
 import Foundation
 import Testing
+import TestSupport
 
 #if canImport(Glibc)
     import Glibc

@@ -1,6 +1,7 @@
 import DocumentEngine
 import Foundation
 import Testing
+import TestSupport
 
 /// The SQLite store: documents, lazy reads, incremental and atomic saves, versions, conflicts.
 @Suite struct SQLiteStoreTests {

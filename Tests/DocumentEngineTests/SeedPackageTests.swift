@@ -1,6 +1,7 @@
 import DocumentEngine
 import Foundation
 import Testing
+import TestSupport
 
 /// The seeds' packages: MyStuff (an archive plus one image per item) and ImageNotes
 /// (Text.txt + Image.png), built and saved the way those apps do it.

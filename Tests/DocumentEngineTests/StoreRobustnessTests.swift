@@ -1,6 +1,7 @@
 import CLinuxSupport
 import Foundation
 import Testing
+import TestSupport
 
 @testable import DocumentEngine
 

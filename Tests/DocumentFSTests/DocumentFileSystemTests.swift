@@ -6,6 +6,7 @@ import SampleDocuments
 import Synchronization
 import SystemPackage
 import Testing
+import TestSupport
 
 #if canImport(Glibc)
     import Glibc

@@ -5,6 +5,7 @@ import Foundation
 import SampleDocuments
 import SystemPackage
 import Testing
+import TestSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -15,15 +16,6 @@ struct TestFailure: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// Runs blocking work (syscalls on the mount, child processes) on a dedicated thread, so the
-/// cooperative pool is never blocked while the file system serves it from its own threads.
-func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread.detachNewThread {
-            continuation.resume(with: Result { try body() })
-        }
-    }
-}
 
 /// Lines of /proc/self/mounts whose mountpoint is `path`.
 func mountLines(_ path: String) -> [String] {
@@ -103,30 +95,6 @@ func withMount<T>(
     }
 }
 
-struct ProcessResult: Sendable {
-    var status: Int32
-    var output: String
-    var error: String
-}
-
-/// Runs a program to completion (call it off the cooperative pool).
-func run(_ executable: String, _ arguments: [String], directory: String? = nil) throws -> ProcessResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    try process.run()
-    let output = out.fileHandleForReading.readDataToEndOfFile()
-    let error = err.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return ProcessResult(
-        status: process.terminationStatus, output: String(decoding: output, as: UTF8.self),
-        error: String(decoding: error, as: UTF8.self))
-}
 
 /// Runs a shell script in `directory` on its own thread; C locale so outputs are stable.
 func sh(_ script: String, in directory: String) async throws -> ProcessResult {

@@ -2,6 +2,7 @@ import FUSE
 import Foundation
 import SystemPackage
 import Testing
+import TestSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -12,15 +13,6 @@ struct TestFailure: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// Runs blocking work (syscalls on the mount, child processes) on a dedicated thread, so the
-/// two-thread cooperative pool is never blocked while the filesystem serves it.
-func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread.detachNewThread {
-            continuation.resume(with: Result { try body() })
-        }
-    }
-}
 
 /// Blocking work started on its own thread at once (a `Task` would wait for a free
 /// cooperative thread, and the pool may be busy with other suites); await ``value`` later.
@@ -128,30 +120,6 @@ func withMount<T>(
     }
 }
 
-struct ProcessResult: Sendable {
-    var status: Int32
-    var output: String
-    var error: String
-}
-
-/// Runs a program to completion (call it off the cooperative pool, see ``offThread(_:)``).
-func run(_ executable: String, _ arguments: [String], directory: String? = nil) throws -> ProcessResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
-    let out = Pipe()
-    let err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    try process.run()
-    let output = out.fileHandleForReading.readDataToEndOfFile()
-    let error = err.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return ProcessResult(
-        status: process.terminationStatus, output: String(decoding: output, as: UTF8.self),
-        error: String(decoding: error, as: UTF8.self))
-}
 
 /// Runs a shell script in `directory` (off the cooperative pool).
 func sh(_ script: String, in directory: String) async throws -> ProcessResult {

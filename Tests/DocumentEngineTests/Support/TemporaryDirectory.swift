@@ -77,18 +77,6 @@ func setModificationDate(_ path: String, _ date: Date) throws {
     try FileManager.default.setAttributes([.modificationDate: date], ofItemAtPath: path)
 }
 
-/// Deterministic pseudo-random bytes (an "image").
-func sampleBytes(_ count: Int, seed: UInt64) -> Data {
-    var state = seed &+ 0x9E37_79B9_7F4A_7C15
-    var data = Data(count: count)
-    data.withUnsafeMutableBytes { (raw: UnsafeMutableRawBufferPointer) in
-        for i in 0..<count {
-            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
-            raw[i] = UInt8(truncatingIfNeeded: state >> 33)
-        }
-    }
-    return data
-}
 
 /// The process umask, read without changing it.
 func processUmask() -> Int {

@@ -1,0 +1,54 @@
+import Foundation
+
+// Helpers shared by the test targets (not shipped): running programs off the cooperative pool,
+// and deterministic sample bytes.
+
+/// Runs blocking `body` on a thread of its own and awaits its result: blocking syscalls on a FUSE
+/// mount served by this process must never occupy a cooperative-pool thread.
+public func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread {
+            continuation.resume(with: Result { try body() })
+        }
+    }
+}
+
+/// How a program ended and what it printed.
+public struct ProcessResult: Sendable {
+    public var status: Int32
+    public var output: String
+    public var error: String
+}
+
+/// Runs a program to completion (call it off the cooperative pool, see ``offThread(_:)``).
+public func run(_ executable: String, _ arguments: [String], directory: String? = nil) throws -> ProcessResult
+{
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+    let out = Pipe()
+    let err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    try process.run()
+    let output = out.fileHandleForReading.readDataToEndOfFile()
+    let error = err.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return ProcessResult(
+        status: process.terminationStatus, output: String(decoding: output, as: UTF8.self),
+        error: String(decoding: error, as: UTF8.self))
+}
+
+/// Deterministic pseudo-random bytes (an "image"), the same for the same seed.
+public func sampleBytes(_ count: Int, seed: UInt64) -> Data {
+    var state = seed &+ 0x9E37_79B9_7F4A_7C15
+    var data = Data(count: count)
+    data.withUnsafeMutableBytes { (raw: UnsafeMutableRawBufferPointer) in
+        for i in 0..<count {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            raw[i] = UInt8(truncatingIfNeeded: state >> 33)
+        }
+    }
+    return data
+}
