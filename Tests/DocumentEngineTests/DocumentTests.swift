@@ -568,27 +568,4 @@ private func setTextUndoable(_ doc: TextDocument, _ text: String, _ manager: Und
         #expect(try store.document(named: "n.txt") != nil)
         await inStore.close()
     }
-
-    @Test("SIGTERM saves every open document before the process exits")
-    func sigterm() async throws {
-        let tmp = try TemporaryDirectory()
-        let url = try tmp.write("term.txt", "before")
-        setenv("DOCFS_SIGTERM_TEST_FILE", url.path, 1)
-        await #expect(processExitsWith: .exitCode(128 + SIGTERM)) {
-            guard let path = ProcessInfo.processInfo.environment["DOCFS_SIGTERM_TEST_FILE"] else { exit(1) }
-            await MainActor.run {
-                Document.saveOpenDocumentsOnTermination()
-            }
-            let doc = await TextDocument(fileURL: URL(fileURLWithPath: path))
-            guard await doc.open() else { exit(2) }
-            await MainActor.run {
-                doc.text = "saved at SIGTERM"
-                doc.updateChangeCount(.done)
-            }
-            kill(getpid(), SIGTERM)
-            try? await Task.sleep(for: .seconds(10))
-            exit(3)  // the handler should have exited already
-        }
-        #expect(try String(contentsOf: url, encoding: .utf8) == "saved at SIGTERM")
-    }
 }
