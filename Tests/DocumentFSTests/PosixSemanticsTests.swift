@@ -1,0 +1,585 @@
+import CLinuxSupport
+import DocumentEngine
+import DocumentFS
+import Foundation
+import Testing
+import TestSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+let renameNoReplace: UInt32 = 1  // RENAME_NOREPLACE
+let renameExchange: UInt32 = 2  // RENAME_EXCHANGE
+
+/// The default quiet interval after the last change before a background save
+/// (`DocumentFileSystem.Configuration.quietInterval`).
+let quietInterval = 1.0
+
+/// POSIX details of the write path, through direct syscalls (fuse-notes §3.6), each checked in
+/// the mount and through a second store connection.
+@Suite(.serialized)
+struct PosixSemanticsTests {
+    // MARK: Links and renames
+
+    @Test("link(2) is refused with EPERM, in packages and at the root")
+    func hardLinks() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let p = mount.path
+            let errors = try await offThread {
+                [
+                    errnoOf(link(p + "/Work.pkg/notes.txt", p + "/Work.pkg/hard")),
+                    errnoOf(link(p + "/Work.pkg/notes.txt", p + "/Work.pkg/sub/hard")),
+                    errnoOf(link(p + "/Flat.txt", p + "/Hard.txt")),
+                    errnoOf(linkat(AT_FDCWD, p + "/Work.pkg/link", AT_FDCWD, p + "/Work.pkg/hard", 0)),
+                ]
+            }
+            #expect(errors == [EPERM, EPERM, EPERM, EPERM])
+            #expect(try await offThread { try entries(in: p + "/Work.pkg") } == ["link", "notes.txt", "sub"])
+            // nlink: 1 for files, 2 + subdirectories for directories (vim copies when nlink > 1).
+            let links = try await offThread {
+                try [
+                    lstatOf(p + "/Work.pkg/notes.txt").st_nlink, lstatOf(p + "/Flat.txt").st_nlink,
+                    lstatOf(p + "/Work.pkg").st_nlink, lstatOf(p + "/Work.pkg/sub").st_nlink,
+                ]
+            }
+            #expect(links == [1, 1, 3, 2])
+            try await offThread { try sys(mkdir(p + "/Work.pkg/sub/x", 0o755)) }
+            #expect(try await offThread { try lstatOf(p + "/Work.pkg/sub").st_nlink } == 3)
+        }
+    }
+
+    @Test("rename across documents, or between a package and the root, is EXDEV")
+    func crossDocumentRename() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            let p = mount.path
+            let errors = try await offThread {
+                [
+                    errnoOf(rename(p + "/Work.pkg/notes.txt", p + "/Other.pkg/notes.txt")),
+                    errnoOf(rename(p + "/Work.pkg/sub", p + "/Other.pkg/sub")),
+                    errnoOf(rename(p + "/Work.pkg/notes.txt", p + "/Other.pkg/other.txt")),
+                    errnoOf(rename(p + "/Flat.txt", p + "/Work.pkg/Flat.txt")),
+                    errnoOf(rename(p + "/Work.pkg/notes.txt", p + "/Notes.txt")),
+                    errnoOf(rename(p + "/Work.pkg/sub", p + "/Sub.pkg")),
+                    errnoOf(
+                        docfs_renameat2(
+                            AT_FDCWD, p + "/Work.pkg/notes.txt", AT_FDCWD, p + "/Other.pkg/other.txt", renameExchange)),
+                ]
+            }
+            #expect(errors == Array(repeating: EXDEV, count: 7))
+            #expect(try engine.paths("Work.pkg") == ["link", "notes.txt", "sub", "sub/inner.txt"])
+            #expect(try engine.paths("Other.pkg") == ["other.txt"])
+            #expect(try engine.documentNames() == ["Flat.txt", "Other.pkg", "Work.pkg"])
+        }
+    }
+
+    @Test("renameat2 RENAME_NOREPLACE fails with EEXIST on an existing name and renames otherwise")
+    func renameNoReplaceFlag() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        let notes = try #require(try engine.record("Work.pkg", "notes.txt"))
+        try await withMount(fixture.store) { mount in
+            let w = mount.url("Work.pkg")
+            let exists = try await offThread {
+                errnoOf(docfs_renameat2(AT_FDCWD, w + "/notes.txt", AT_FDCWD, w + "/sub/inner.txt", renameNoReplace))
+            }
+            #expect(exists == EEXIST)
+            #expect(try await offThread { try readText(w + "/sub/inner.txt") } == Fixture.innerText)
+            #expect(try await offThread { try readText(w + "/notes.txt") } == Fixture.notesText)
+            let documents = try await offThread {
+                errnoOf(docfs_renameat2(AT_FDCWD, mount.url("Flat.txt"), AT_FDCWD, mount.url("Work.pkg"), renameNoReplace))
+            }
+            #expect(documents == EEXIST)
+            let moved = try await offThread {
+                errnoOf(docfs_renameat2(AT_FDCWD, w + "/notes.txt", AT_FDCWD, w + "/sub/notes.txt", renameNoReplace))
+            }
+            #expect(moved == 0)
+            try await expectEventually("the rename") { try engine.record("Work.pkg", "sub/notes.txt")?.id == notes.id }
+            #expect(try engine.text("Work.pkg", "sub/inner.txt") == Fixture.innerText)
+            #expect(try engine.paths("Work.pkg") == ["link", "sub", "sub/inner.txt", "sub/notes.txt"])
+        }
+    }
+
+    @Test("renameat2 RENAME_EXCHANGE swaps two names atomically, files and directories")
+    func renameExchangeFlag() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        let notes = try #require(try engine.record("Work.pkg", "notes.txt"))
+        let inner = try #require(try engine.record("Work.pkg", "sub/inner.txt"))
+        try await withMount(fixture.store) { mount in
+            let w = mount.url("Work.pkg")
+            let swapped = try await offThread {
+                errnoOf(docfs_renameat2(AT_FDCWD, w + "/notes.txt", AT_FDCWD, w + "/sub/inner.txt", renameExchange))
+            }
+            #expect(swapped == 0)
+            #expect(try await offThread { try readText(w + "/notes.txt") } == Fixture.innerText)
+            #expect(try await offThread { try readText(w + "/sub/inner.txt") } == Fixture.notesText)
+            try await expectEventually("the exchange in the store") {
+                try engine.record("Work.pkg", "notes.txt")?.id == inner.id
+                    && engine.record("Work.pkg", "sub/inner.txt")?.id == notes.id
+            }
+            #expect(try engine.text("Work.pkg", "notes.txt") == Fixture.innerText)
+            #expect(try engine.text("Work.pkg", "sub/inner.txt") == Fixture.notesText)
+            // A file and a directory.
+            let mixed = try await offThread {
+                errnoOf(docfs_renameat2(AT_FDCWD, w + "/notes.txt", AT_FDCWD, w + "/sub", renameExchange))
+            }
+            #expect(mixed == 0)
+            #expect(try await offThread { try entries(in: w + "/notes.txt") } == ["inner.txt"])
+            #expect(try await offThread { try readText(w + "/sub") } == Fixture.innerText)
+            try await expectEventually("the second exchange in the store") {
+                try engine.record("Work.pkg", "sub")?.id == inner.id
+                    && engine.record("Work.pkg", "notes.txt/inner.txt")?.id == notes.id
+            }
+            // Exchange with a missing name: ENOENT, nothing changes.
+            let missing = try await offThread {
+                errnoOf(docfs_renameat2(AT_FDCWD, w + "/sub", AT_FDCWD, w + "/nothing", renameExchange))
+            }
+            #expect(missing == ENOENT)
+        }
+    }
+
+    // MARK: Unlinked but open
+
+    @Test("a file unlinked while open stays readable and writable until the last close, and is never saved")
+    func unlinkWhileOpen() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            let w = mount.url("Work.pkg")
+            try await offThread {
+                // An existing wrapper, and a new file.
+                let old = try openFile(w + "/notes.txt", O_RDWR)
+                let new = try openFile(w + "/scratch.dat", O_RDWR | O_CREAT | O_EXCL, 0o600)
+                defer {
+                    close(old)
+                    close(new)
+                }
+                try writeAll(new, "abc")
+                try sys(unlink(w + "/notes.txt"), "unlink notes.txt")
+                try sys(unlink(w + "/scratch.dat"), "unlink scratch.dat")
+                #expect(try entries(in: w) == ["link", "sub"])
+                try pwriteAll(old, Array("XYZ".utf8), at: 0)
+                try writeAll(new, "def")
+                #expect(try preadBytes(old, count: 100, at: 0) == Array("XYZ\ntwo\nthree\n".utf8))
+                #expect(try preadBytes(new, count: 100, at: 0) == Array("abcdef".utf8))
+                #expect(try fstatOf(old).st_nlink == 0 && fstatOf(old).st_size == 14)
+                #expect(try fstatOf(new).st_size == 6)
+                // fsync of an unlinked file succeeds and saves nothing; then a quiet interval
+                // passes with both still open and changed.
+                #expect(fsync(old) == 0)
+                usleep(useconds_t((quietInterval + 0.5) * 1_000_000))
+                try pwriteAll(old, Array("!".utf8), at: 14)
+                #expect(try preadBytes(old, count: 100, at: 10) == Array("ree\n!".utf8))
+                #expect(close(old) == 0)
+                #expect(close(new) == 0)
+            }
+            try await expectEventually("the unlink in the store") {
+                try engine.paths("Work.pkg") == ["link", "sub", "sub/inner.txt"]
+            }
+            _ = try await offThread { usleep(useconds_t((quietInterval + 0.3) * 1_000_000)) }
+            // No version ever held the writes made after the unlink.
+            let work = try engine.document("Work.pkg")
+            for version in try engine.store.versions(of: work.id) {
+                let tree = try engine.tree(of: work.id, at: version.id)
+                if tree["notes.txt"] != nil {
+                    #expect(try engine.text(of: work.id, "notes.txt", at: version.id) == Fixture.notesText)
+                }
+                if let scratch = tree["scratch.dat"] { #expect(scratch.size == 0, "scratch.dat saved in \(version.id)") }
+            }
+            #expect(try engine.paths("Work.pkg") == ["link", "sub", "sub/inner.txt"])
+        }
+    }
+
+    // MARK: Truncation, append, sparse files
+
+    @Test("ftruncate through a handle and truncate(2) by path, growing and shrinking")
+    func truncation() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            let notes = mount.url("Work.pkg/notes.txt")
+            try await offThread {
+                let fd = try openFile(notes, O_RDWR)
+                try sys(ftruncate(fd, 3), "ftruncate")
+                #expect(try fstatOf(fd).st_size == 3)
+                #expect(try preadBytes(fd, count: 10, at: 0) == Array("one".utf8))
+                try sys(close(fd), "close")
+            }
+            // close of a changed file is a save point.
+            #expect(try engine.text("Work.pkg", "notes.txt") == "one")
+            try await offThread {
+                try sys(truncate(notes, 6), "truncate")
+                #expect(try statOf(notes).st_size == 6)
+                #expect(try readText(notes) == "one\0\0\0")
+                try sys(truncate(mount.url("Flat.txt"), 2), "truncate Flat.txt")
+            }
+            try await expectEventually("truncate(2) in the store") {
+                try engine.text("Work.pkg", "notes.txt") == "one\0\0\0" && engine.text("Flat.txt") == "al"
+            }
+            // Truncating to the same size, and to zero with O_TRUNC.
+            try await offThread {
+                let fd = try openFile(notes, O_WRONLY | O_TRUNC)
+                #expect(try fstatOf(fd).st_size == 0)
+                try sys(close(fd), "close")
+            }
+            #expect(try engine.text("Work.pkg", "notes.txt") == "")
+        }
+    }
+
+    @Test("O_APPEND writes at the end, also from two descriptors")
+    func append() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            let notes = mount.url("Work.pkg/notes.txt")
+            let flat = mount.url("Flat.txt")
+            try await offThread {
+                let a = try openFile(notes, O_WRONLY | O_APPEND)
+                let b = try openFile(notes, O_WRONLY | O_APPEND)
+                try writeAll(a, "four\n")
+                try writeAll(b, "five\n")
+                // pwrite on an O_APPEND descriptor appends on Linux.
+                try pwriteAll(a, Array("six\n".utf8), at: 0)
+                try sys(close(a), "close")
+                try sys(close(b), "close")
+                let c = try openFile(flat, O_WRONLY | O_APPEND)
+                try writeAll(c, "gamma\n")
+                try sys(close(c), "close")
+            }
+            #expect(try engine.text("Work.pkg", "notes.txt") == Fixture.notesText + "four\nfive\nsix\n")
+            #expect(try engine.text("Flat.txt") == Fixture.flatText + "gamma\n")
+            #expect(try await offThread { try readText(notes) } == Fixture.notesText + "four\nfive\nsix\n")
+        }
+    }
+
+    @Test("a write past the end leaves a hole that reads as zeros, across chunk boundaries")
+    func sparse() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        // Past the first 256 KiB chunk.
+        let offset = Fixture.chunkSize + 40_000
+        try await withMount(fixture.store) { mount in
+            let path = mount.url("Work.pkg/sparse.bin")
+            try await offThread {
+                let fd = try openFile(path, O_RDWR | O_CREAT | O_EXCL, 0o644)
+                try writeAll(fd, "start")
+                try pwriteAll(fd, Array("end".utf8), at: offset)
+                #expect(try fstatOf(fd).st_size == offset + 3)
+                #expect(try preadBytes(fd, count: 8, at: 1000) == [UInt8](repeating: 0, count: 8))
+                #expect(try preadBytes(fd, count: 8, at: offset - 4) == [0, 0, 0, 0] + Array("end".utf8))
+                try sys(close(fd), "close")
+            }
+            var expected = Data("start".utf8)
+            expected.append(Data(count: offset - 5))
+            expected.append(Data("end".utf8))
+            #expect(try engine.contents("Work.pkg", "sparse.bin") == expected)
+            #expect(try await offThread { try Data(contentsOf: URL(fileURLWithPath: path)) } == expected)
+        }
+    }
+
+    // MARK: Save points
+
+    @Test("fsync returns only when the data is in the store: another connection sees it before close")
+    func fsyncIsDurable() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        let before = try engine.versions("Work.pkg").count
+        try await withMount(fixture.store) { mount in
+            let fd = try await offThread { () -> Int32 in
+                let fd = try openFile(mount.url("Work.pkg/new.txt"), O_WRONLY | O_CREAT | O_EXCL, 0o644)
+                try writeAll(fd, "durable\n")
+                try sys(fsync(fd), "fsync")
+                return fd
+            }
+            defer { close(fd) }
+            // No polling: fsync has returned.
+            #expect(try engine.text("Work.pkg", "new.txt") == "durable\n")
+            let afterFirst = try engine.versions("Work.pkg").count
+            #expect(afterFirst > before)
+            try await offThread {
+                try writeAll(fd, "more\n")
+                try sys(fdatasync(fd), "fdatasync")
+            }
+            #expect(try engine.text("Work.pkg", "new.txt") == "durable\nmore\n")
+            // Nothing changed since: close saves nothing more.
+            try await offThread { try sys(close(fd), "close") }
+            let afterClose = try engine.versions("Work.pkg").count
+            _ = try await offThread { usleep(useconds_t((quietInterval + 0.3) * 1_000_000)) }
+            #expect(try engine.versions("Work.pkg").count == afterClose)
+            // A flat document too.
+            try await offThread {
+                let flat = try openFile(mount.url("Flat.txt"), O_WRONLY | O_TRUNC)
+                defer { close(flat) }
+                try writeAll(flat, "synced\n")
+                try sys(fsync(flat), "fsync Flat.txt")
+                #expect(try engine.text("Flat.txt") == "synced\n")
+            }
+        }
+    }
+
+    @Test("close of a changed file saves before close returns; a clean close saves nothing")
+    func closeSaves() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            let versions = try engine.versions("Work.pkg").count
+            // Opened for writing, read, closed: no change, no save.
+            try await offThread {
+                let fd = try openFile(mount.url("Work.pkg/notes.txt"), O_RDWR)
+                _ = try preadBytes(fd, count: 100, at: 0)
+                try sys(close(fd), "close")
+            }
+            #expect(try engine.versions("Work.pkg").count == versions)
+            try await offThread {
+                try writeText(mount.url("Work.pkg/notes.txt"), "closed\n")
+                try writeText(mount.url("Flat.txt"), "closed flat\n")
+                try writeText(mount.url("Work.pkg/sub/created.txt"), "created\n", mode: 0o600)
+            }
+            #expect(try engine.text("Work.pkg", "notes.txt") == "closed\n")
+            #expect(try engine.text("Flat.txt") == "closed flat\n")
+            #expect(try engine.text("Work.pkg", "sub/created.txt") == "created\n")
+            #expect(try engine.record("Work.pkg", "sub/created.txt")?.permissions == 0o600)
+            #expect(try engine.record("Work.pkg", "notes.txt")?.permissions == 0o640)
+        }
+    }
+
+    @Test("a quiet interval saves an open file without close, keeping its mtime and inode")
+    func quietIntervalSave() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            let notes = mount.url("Work.pkg/notes.txt")
+            let versions = try engine.versions("Work.pkg").count
+            let fd = try await offThread { try openFile(notes, O_RDWR) }
+            defer { close(fd) }
+            // Changes every 0.4 s keep the file busy: no save while they go on.
+            for step in 0..<4 {
+                try await offThread {
+                    try pwriteAll(fd, Array("ONE\(step)".utf8), at: 0)
+                    usleep(400_000)
+                }
+                #expect(try engine.versions("Work.pkg").count == versions, "saved while busy (step \(step))")
+            }
+            let (written, byPath) = try await offThread { (try fstatOf(fd), try statOf(notes)) }
+            let expected = "ONE3two\nthree\n"
+            let took = try await waitUntil(timeout: quietInterval + 3) {
+                try engine.text("Work.pkg", "notes.txt") == expected
+            }
+            #expect(took != nil, "the quiet interval never saved the open file")
+            #expect(try engine.versions("Work.pkg").count == versions + 1)
+            // The background save changed neither mtime nor inode (nano and GIO compare them).
+            let (afterSave, afterSaveByPath) = try await offThread { (try fstatOf(fd), try statOf(notes)) }
+            #expect(FileTime(afterSave.st_mtim) == FileTime(written.st_mtim))
+            #expect(afterSave.st_ino == written.st_ino)
+            #expect(FileTime(afterSaveByPath.st_mtim) == FileTime(byPath.st_mtim))
+            #expect(afterSaveByPath.st_ino == byPath.st_ino)
+            #expect(afterSaveByPath.st_size == expected.utf8.count)
+            let record = try #require(try engine.record("Work.pkg", "notes.txt"))
+            #expect(FileTime(record.modified) == FileTime(written.st_mtim))
+            #expect(UInt64(written.st_ino) == UInt64(record.id.rawValue) + 1)
+            // Clean now: close saves nothing more.
+            try await offThread { try sys(close(fd), "close") }
+            #expect(try engine.versions("Work.pkg").count == versions + 1)
+        }
+    }
+
+    @Test("unmount drains pending saves before the session ends")
+    func unmountDrains() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let mount = try TestMount(fixture.store)
+        let p = mount.path
+        do {
+            try await offThread {
+                try sys(truncate(p + "/Work.pkg/notes.txt", 3), "truncate")
+                try sys(chmod(p + "/Work.pkg/sub/inner.txt", 0o600), "chmod")
+                try sys(rename(p + "/Work.pkg/sub/inner.txt", p + "/Work.pkg/inner.txt"), "rename")
+                try sys(setxattr(p + "/Flat.txt", "user.pending", "yes", 3, 0), "setxattr")
+            }
+        } catch {
+            mount.close()
+            throw error
+        }
+        // At once, well inside the quiet interval.
+        mount.close()
+        let engine = try Engine(fixture)
+        #expect(try engine.text("Work.pkg", "notes.txt") == "one")
+        #expect(try engine.record("Work.pkg", "inner.txt")?.permissions == 0o600)
+        #expect(try engine.record("Flat.txt")?.extendedAttributes["user.pending"] == Data("yes".utf8))
+    }
+
+    @Test("a failed save comes back from fsync and close as an error")
+    func saveErrors() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let proxy = ProxyStore(fixture.store)
+        let engine = try Engine(fixture)
+        try await withMount(proxy) { mount in
+            let notes = mount.url("Work.pkg/notes.txt")
+            let (fsyncResult, closeResult) = try await offThread { () -> (Int32, Int32) in
+                let fd = try openFile(notes, O_WRONLY | O_TRUNC)
+                try writeAll(fd, "will not be saved\n")
+                proxy.failSaves.store(true, ordering: .sequentiallyConsistent)
+                let synced = errnoOf(fsync(fd))
+                let closed = errnoOf(close(fd))
+                return (synced, closed)
+            }
+            proxy.failSaves.store(false, ordering: .sequentiallyConsistent)
+            #expect(fsyncResult != 0, "fsync succeeded although the save failed")
+            #expect(closeResult != 0, "close succeeded although the save failed")
+            #expect(proxy.failedSaves.load(ordering: .sequentiallyConsistent) > 0)
+            #expect(try engine.text("Work.pkg", "notes.txt") == Fixture.notesText)
+            // The store works again: the next save succeeds.
+            try await offThread { try writeText(notes, "saved\n") }
+            #expect(try engine.text("Work.pkg", "notes.txt") == "saved\n")
+        }
+    }
+
+    // MARK: Attributes
+
+    @Test("chmod, chown and utimensat are saved; inode = node id + 1 across a remount")
+    func attributes() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        let inode = try await withMount(fixture.store) { mount -> UInt64 in
+            let w = mount.url("Work.pkg")
+            let inode = try await offThread { () -> UInt64 in
+                try sys(chmod(w + "/notes.txt", 0o604), "chmod")
+                try sys(chown(w + "/notes.txt", 65534, 65534), "chown")
+                try sys(chmod(w + "/sub", 0o711), "chmod dir")
+                var times = [timespec(tv_sec: 1_000_000_000, tv_nsec: 5), timespec(tv_sec: 1_200_000_000, tv_nsec: 999_999_999)]
+                try sys(utimensat(AT_FDCWD, w + "/sub/inner.txt", &times, 0), "utimensat")
+                try writeText(w + "/fresh.txt", "fresh\n")
+                let st = try statOf(w + "/notes.txt")
+                #expect(st.st_mode == S_IFREG | 0o604 && st.st_uid == 65534 && st.st_gid == 65534)
+                return UInt64(try statOf(w + "/fresh.txt").st_ino)
+            }
+            try await expectEventually("the attributes in the store") {
+                let notes = try engine.record("Work.pkg", "notes.txt")
+                let inner = try engine.record("Work.pkg", "sub/inner.txt")
+                let sub = try engine.record("Work.pkg", "sub")
+                return notes?.permissions == 0o604 && notes?.uid == 65534 && notes?.gid == 65534
+                    && sub?.permissions == 0o711
+                    && inner.map { FileTime($0.modified) } == FileTime(timespec(tv_sec: 1_200_000_000, tv_nsec: 999_999_999))
+            }
+            #expect(try engine.record("Work.pkg", "sub/inner.txt")?.accessed.seconds == 1_000_000_000)
+            let fresh = try #require(try engine.record("Work.pkg", "fresh.txt"))
+            #expect(inode == UInt64(fresh.id.rawValue) + 1)
+            return inode
+        }
+        // A new store instance, a new mount: the same inode.
+        let reopened = try SQLiteStore(path: fixture.path)
+        try await withMount(reopened) { mount in
+            let again = try await offThread { try statOf(mount.url("Work.pkg/fresh.txt")) }
+            #expect(UInt64(again.st_ino) == inode)
+            #expect(again.st_mode == S_IFREG | 0o644)
+            let notes = try await offThread { try statOf(mount.url("Work.pkg/notes.txt")) }
+            #expect(notes.st_mode == S_IFREG | 0o604 && notes.st_uid == 65534)
+        }
+    }
+
+    @Test("files made by another user belong to that user (allow_other, a 0777 package directory)")
+    func ownerIsTheCaller() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        try await withMount(fixture.store, configure: { $0.allowOther = true }) { mount in
+            try await offThread { try sys(chmod(mount.url("Work.pkg"), 0o777), "chmod") }
+            let result = try await sh(
+                "runuser -u nobody -- sh -c 'umask 022; echo hi > Work.pkg/by-nobody.txt && mkdir Work.pkg/nobody-dir"
+                    + " && ln -s by-nobody.txt Work.pkg/nobody-link && id -u && id -g'",
+                in: mount.path)
+            #expect(result.status == 0, "\(result.error)")
+            #expect(result.output == "65534\n65534\n")
+            let owners = try await offThread {
+                try ["by-nobody.txt", "nobody-dir", "nobody-link"].map { name -> [UInt32] in
+                    let st = try lstatOf(mount.url("Work.pkg/" + name))
+                    return [st.st_uid, st.st_gid, st.st_mode & 0o777]
+                }
+            }
+            #expect(owners[0] == [65534, 65534, 0o644])
+            #expect(owners[1] == [65534, 65534, 0o755])
+            #expect(owners[2][0...1] == [65534, 65534])
+            try await expectEventually("the owners in the store") {
+                let tree = try engine.tree("Work.pkg")
+                return ["by-nobody.txt", "nobody-dir", "nobody-link"].allSatisfy {
+                    tree[$0]?.uid == 65534 && tree[$0]?.gid == 65534
+                }
+            }
+            #expect(try engine.text("Work.pkg", "by-nobody.txt") == "hi\n")
+            // nobody cannot change root's 0640 file (default_permissions).
+            let denied = try await sh("runuser -u nobody -- sh -c 'echo x >> Work.pkg/notes.txt'", in: mount.path)
+            #expect(denied.status != 0 && denied.error.contains("Permission denied"), "\(denied.error)")
+        }
+    }
+
+    // MARK: statfs, metadata reads
+
+    @Test("statfs of a writable mount reports non-zero sizes and free space")
+    func statfs() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let line = try #require(mountLines(mount.path).first)
+            #expect(line.hasPrefix("docfs \(mount.path) fuse.docfs rw,"), "\(line)")
+            let st = try await offThread { () -> statvfs in
+                var st = statvfs()
+                try sys(statvfs(mount.path, &st), "statvfs")
+                return st
+            }
+            #expect(st.f_bsize > 0 && st.f_blocks > 0 && st.f_bfree > 0 && st.f_bavail > 0)
+            #expect(st.f_files > 0 && st.f_ffree > 0)
+            #expect(st.f_namemax == 255)
+            #expect(st.f_flag & UInt(ST_RDONLY) == 0)
+        }
+    }
+
+    @Test("ls -l, stat and find on a written mount read no content bytes")
+    func metadataReadsNoContents() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let p = mount.path
+            try await offThread {
+                try writeText(p + "/Work.pkg/written.txt", String(repeating: "x", count: 10_000))
+                try writeText(p + "/Flat.txt", "rewritten\n")
+                try sys(mkdir(p + "/Made.pkg", 0o755), "mkdir")
+                try writeText(p + "/Made.pkg/in.txt", "in\n")
+            }
+            let before = fixture.store.statistics
+            let listed = try await sh(
+                "ls -laR >/dev/null && find . -printf '%y %m %s %p\\n' >/dev/null && find . -exec stat {} + >/dev/null"
+                    + " && ls -l Work.pkg/written.txt",
+                in: p)
+            #expect(listed.status == 0, "\(listed.error)")
+            #expect(listed.output.contains(" 10000 "), "\(listed.output)")
+            let after = fixture.store.statistics
+            #expect(after.bytesRead == before.bytesRead, "metadata reads read \(after.bytesRead - before.bytesRead) bytes")
+            #expect(after.chunksRead == before.chunksRead)
+        }
+    }
+}
+
+extension Engine {
+    func text(of document: DocumentID, _ path: String, at version: VersionID) throws -> String? {
+        guard let record = try tree(of: document, at: version)[path], record.kind == .regularFile else { return nil }
+        let data = try store.readContents(of: record.id, at: version, offset: 0, count: Int(record.size) + 1)
+        return String(decoding: data, as: UTF8.self)
+    }
+}
