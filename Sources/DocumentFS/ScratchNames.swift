@@ -1,0 +1,42 @@
+import FUSE
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Names of the temporary, swap, lock and backup files editors and tools make beside the file
+/// they save (fuse-notes §3). Such files are real files in the mount but never wrappers of the
+/// document: apps never see them, and renaming one onto a wrapper's name publishes it.
+public struct ScratchNames: Sendable {
+    /// `fnmatch(3)` patterns, matched against the whole name.
+    public var patterns: [String]
+
+    /// The patterns of vim and nano (swap `.name.swp`…, backups `name~`, vim's probe `4913`),
+    /// emacs (`#name#`, `.#name`), GNU sed -i (`sedXXXXXX`), GIO (`.goutputstream-XXXXXX`),
+    /// LibreOffice (`.~lock.name#`, `luXXX.tmp`) and Kate (`name.kate-swp`).
+    public static let standard = ScratchNames(patterns: [
+        ".*.sw[a-p]", "*~", "#*#", ".#*", ".goutputstream-??????", "sed??????", ".~lock.*#",
+        "lu*.tmp", "*.kate-swp",
+    ])
+
+    public init(patterns: [String]) { self.patterns = patterns }
+
+    /// Whether a file of this name is scratch.
+    public func matches(_ name: FUSE.FileName) -> Bool {
+        let bytes = name.bytes
+        // vim's writability probe: 4913, then 4913 + 123·k (bufwrite.c).
+        if bytes.count <= 6, !bytes.isEmpty, bytes.allSatisfy({ (0x30...0x39).contains($0) }),
+            let n = Int(name.string), n >= 4913, (n - 4913) % 123 == 0
+        {
+            return true
+        }
+        return name.bytes.withUnsafeBufferPointer { raw -> Bool in
+            var cName = Array(raw) + [0]
+            return cName.withUnsafeMutableBufferPointer { cBuffer in
+                cBuffer.withMemoryRebound(to: CChar.self) { c in
+                    patterns.contains { fnmatch($0, c.baseAddress!, 0) == 0 }
+                }
+            }
+        }
+    }
+}
