@@ -24,7 +24,7 @@ struct DocumentFileSystemTests {
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let mountLine = try #require(mountLines(mount.path).first)
-            #expect(mountLine.hasPrefix("docfs \(mount.path) fuse.docfs ro,"))
+            #expect(mountLine.hasPrefix("docfs \(mount.path) fuse.docfs rw,"))
 
             let root = try await sh("ls -la", in: mount.path)
             #expect(root.status == 0, "\(root.error)")
@@ -233,11 +233,11 @@ struct DocumentFileSystemTests {
         }
     }
 
-    @Test("df shows non-zero sizes; changes fail with EROFS")
+    @Test("df shows non-zero sizes; a read-only mount refuses changes with EROFS")
     func statfsAndReadOnly() async throws {
         let fixture = try await Fixture.make()
         defer { fixture.remove() }
-        try await withMount(fixture.store) { mount in
+        try await withMount(fixture.store, configure: { $0.readOnly = true }) { mount in
             let p = mount.path
             let df = try await sh("df -k -P \(p) | tail -1", in: "/")
             let fields = df.output.split(separator: " ", omittingEmptySubsequences: true)
@@ -397,6 +397,7 @@ struct DocumentFileSystemTests {
         defer { rmdir(path) }
         var options = DocumentFSMount.Options()
         options.fsName = "docfs-test"
+        options.readOnly = true
         options.drainTimeout = .seconds(2)
         let mount = try DocumentFSMount(store: fixture.store, at: path, options: options)
         // run() blocks until the mount goes away, so it gets a thread of its own.
