@@ -144,3 +144,27 @@ struct WritePathTests {
         }
     }
 }
+
+/// Which names are editors' and tools' scratch files (fuse-notes §3).
+struct ScratchNameTests {
+    @Test(
+        "swap, backup, lock and temporary names are scratch",
+        arguments: [
+            ".notes.txt.swp", ".notes.txt.swo", "notes.txt~", "4913", "5036", "#notes.txt#", ".#notes.txt",
+            "sedAb12Cd", ".goutputstream-X1Y2Z3", ".~lock.report.odt#", "lu12345.tmp", "notes.txt.kate-swp",
+            "XXJaCZx4", ".notes.txt.aB3dEf",
+        ])
+    func scratch(_ name: String) {
+        #expect(ScratchNames.standard.matches(FUSE.FileName(name)))
+    }
+
+    @Test(
+        "ordinary names are not scratch",
+        arguments: [
+            "notes.txt", "4914", "5000", ".profile.backup", ".config", "sedation", "README", "image.png",
+            ".hidden.ABCDEF", "a#b", "lu.txt",
+        ])
+    func ordinary(_ name: String) {
+        #expect(!ScratchNames.standard.matches(FUSE.FileName(name)))
+    }
+}
