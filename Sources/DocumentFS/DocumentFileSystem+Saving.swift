@@ -279,16 +279,15 @@ extension DocumentFileSystem {
             if let node = byID[record.id] {
                 let before = old[record.id]
                 if before == nil || before?.version != record.version || !node.record.sameContent(as: record) {
-                    if record.id != document.info.root || true {
-                        let keepName = node.atMountRoot ? node.name : FUSE.FileName(record.name)
-                        if node.name != keepName || (node.parent?.persistAs != record.parent && !node.atMountRoot) {
-                            notices.append(.entry(parent: parentIno(node), name: node.name))
-                        }
-                        var updated = record
-                        if node.atMountRoot { updated.name = node.record.name }
-                        node.record = updated
-                        node.name = keepName
+                    // The root's name is the document's, which the root listing follows.
+                    let keepName = node.atMountRoot ? node.name : FUSE.FileName(record.name)
+                    if node.name != keepName || (node.parent?.persistAs != record.parent && !node.atMountRoot) {
+                        notices.append(.entry(parent: parentIno(node), name: node.name))
                     }
+                    var updated = record
+                    if node.atMountRoot { updated.name = node.record.name }
+                    node.record = updated
+                    node.name = keepName
                     if let contents = node.contents, before?.version != record.version || contents.size != record.size {
                         contents.reset(to: ContentBase(node: record.id, version: record.version, size: record.size))
                     }

@@ -312,7 +312,8 @@ public final class DocumentFileSystem: FileSystem {
         for record in records {
             committed[record.id] = record
             if record.id == document.info.root {
-                if document.root.persistAs == record.id && !document.root.contentsModified {
+                // The node at the root may already carry unsaved changes (chmod, a write).
+                if document.root.persistAs == record.id && !document.dirty && !document.root.contentsModified {
                     document.root.record = record
                 }
                 continue
