@@ -50,6 +50,7 @@ let package = Package(
             name: "DocumentFS",
             dependencies: [
                 "DocumentEngine",
+                "CLinuxSupport",
                 "FUSE",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "Logging", package: "swift-log"),

@@ -14,9 +14,8 @@ import Logging
 public final class DocumentFSMount: Sendable {
     /// How to mount.
     public struct Options: Sendable {
-        /// Mount read-only (`ro`). Only read-only mounts exist so far: the file system answers
-        /// `EROFS` to every change either way.
-        public var readOnly = true
+        /// Mount read-only (`ro`): every change answers `EROFS`.
+        public var readOnly = false
         /// Let other users in (`allow_other`; non-root needs `user_allow_other` in
         /// /etc/fuse.conf).
         public var allowOther = false
@@ -70,8 +69,10 @@ public final class DocumentFSMount: Sendable {
         store: any DocumentStore, at mountpoint: String, options: Options = Options(),
         logger: Logger = Logger(label: "docfs")
     ) throws {
+        var configuration = options.fileSystem
+        configuration.readOnly = configuration.readOnly || options.readOnly
         fileSystem = try DocumentFileSystem(
-            store: store, configuration: options.fileSystem, logger: logger)
+            store: store, configuration: configuration, logger: logger)
         session = try Session(
             filesystem: fileSystem, mountpoint: mountpoint, options: options.mountOptions,
             logger: logger)

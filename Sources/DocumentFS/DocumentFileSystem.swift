@@ -13,17 +13,20 @@ import SystemPackage
 /// documents (a package document is a directory, a flat document a regular file), and inside a
 /// package its wrappers are directories, regular files and symbolic links.
 ///
-/// This first slice is read-only: every change answers `EROFS`. What it does:
-///
-/// - **Metadata from the store, contents on demand.** Listings, `stat`, `readlink` and xattrs
-///   come from the wrapper records (cached per document version); `read` asks the store for
-///   exactly the range, which reads only the chunks that cover it.
-/// - **Stable inode numbers.** `st_ino` is the store node id plus one (the mount root is 1), so
-///   it survives remounts; kernel node ids come from a ``NodeTable`` that keeps lookup counts.
-/// - **Consistency.** A handle reads the document version it was opened at. Each `open`
-///   revalidates the document (close-to-open), and a ``StoreObserver`` notices saves, creations,
-///   renames and deletions by other processes and invalidates the kernel's caches through the
-///   session's ``Notifier``.
+/// - **Lazy reads.** Listings, `stat`, `readlink` and xattrs come from wrapper records (read per
+///   document on first use); `read` asks the store for exactly the chunks it needs.
+/// - **Incremental saves.** Writes collect in per-file layers of dirty chunks (kept in unnamed
+///   local files, not in memory). A save sends the document's changed records and only the
+///   dirty chunks to the store as one atomic version. Save points: `fsync` (durable before it
+///   returns), the close of a dirty file, a rename onto a wrapper's name, a quiet interval after
+///   the last change, and unmount. A save's error is what `close`/`fsync` return.
+/// - **Editors.** Scratch files (``ScratchNames``) are real files that are never saved; renaming
+///   one onto a wrapper's name publishes it in one save.
+/// - **Stable inode numbers**: the store node id plus one (the mount root is 1).
+/// - **Consistency.** A ``StoreObserver`` notices other processes' saves and invalidates the
+///   kernel's caches; `open` revalidates (close-to-open). A save based on an older version than
+///   the store's is applied on top when it touches other wrappers, and kept as a conflict
+///   version otherwise.
 ///
 /// Handlers block on the store: they run on libfuse's worker threads, never on Swift's
 /// cooperative pool.
@@ -36,69 +39,87 @@ public final class DocumentFileSystem: FileSystem {
         public var entryTimeout: Duration = .seconds(1)
         /// How often the store's event log is polled for other processes' changes.
         public var pollInterval: Duration = .milliseconds(100)
+        /// A document with unsaved changes is saved once this long has passed without a change.
+        public var quietInterval: Duration = .seconds(1)
+        /// Where written chunks wait for their save (unnamed files); nil: beside the store file,
+        /// or the system's temporary directory for stores that are not local files.
+        public var spillDirectory: String?
+        /// Names of files that are never saved.
+        public var scratchNames = ScratchNames.standard
+        /// Answer every change with `EROFS`.
+        public var readOnly = false
+        /// Who saved, in the store's version history.
+        public var origin = "docfs mount"
         public init() {}
     }
 
     /// The store shown.
     public let store: any DocumentStore
     public let configuration: Configuration
-    private let logger: Logger
-    private let table = NodeTable<NodeKey>(root: .mountRoot)
-    private let state = Mutex(State())
+    let logger: Logger
+    let table: NodeTable<UInt64>
+    let state = Locked(State())
     /// The last store event before this file system existed: the observer starts after it.
     private let startSequence: Int64
-    /// Owner and times of the mount root, from the store file when it is a local file.
-    private let rootOwner: (uid: UInt32, gid: UInt32)
-    private let mountTime: Timespec
+    /// Owner of the mount root, from the store file when it is a local file.
+    let rootOwner: (uid: UInt32, gid: UInt32)
+    let spillDirectory: String
+    let chunkSize: Int
+    /// Who saved, in the store's history: unique to this mount, so its own events are told
+    /// apart from other processes' (another mount of the same store included).
+    let origin: String
 
-    private struct OpenFile {
-        var document: DocumentID
-        var node: StoreNodeID
-        /// The document version the open saw: every read of this handle reads it.
-        var version: VersionID
-        var size: Int64
+    struct OpenFile {
+        var node: ViewNode
+        var writable: Bool
+        /// What a read-only open saw: reads keep to it if another process replaces the file.
+        var generation: UInt64
+        var snapshot: ContentBase?
+        /// This handle wrote since its last flush.
+        var wrote = false
     }
 
     /// One readdir entry. `cookie` is the offset that continues *after* it.
-    private struct DirectoryEntry {
+    struct DirectoryEntry {
         var cookie: UInt64
         var name: FUSE.FileName
-        var key: NodeKey
+        var ino: UInt64
         var attributes: FileAttributes
     }
 
-    private struct OpenDirectory {
-        var key: NodeKey
+    struct OpenDirectory {
+        var ino: UInt64
         var entries: [DirectoryEntry]
         /// Set once a readdir served this snapshot; a later offset-0 read (rewinddir) rebuilds.
         var served = false
     }
 
-    private struct State {
-        /// nil when it must be read again.
-        var listing: RootListing?
-        /// Bumped whenever the listing is dropped, so a slow reload cannot install stale data.
-        var listingGeneration: UInt64 = 0
-        var trees: [DocumentID: DocumentTree] = [:]
+    struct State {
+        var listed = false
+        var documents: [DocumentID: DocumentState] = [:]
+        /// What the mount root shows: documents' nodes and scratch files.
+        var rootEntries: [FUSE.FileName: ViewNode] = [:]
+        /// Every node the kernel may name, by inode number.
+        var nodes: [UInt64: ViewNode] = [:]
         var files: [UInt64: OpenFile] = [:]
         var directories: [UInt64: OpenDirectory] = [:]
         var nextHandle: UInt64 = 1
-        /// The record version each wrapper had at its last open: unchanged means the kernel may
-        /// keep its page cache (`keep_cache`).
-        var openedVersions: [StoreNodeID: VersionID] = [:]
         /// A signature of each directory's last listing, for `keep_cache` on `opendir`.
-        var listedSignatures: [NodeKey: Int] = [:]
-        /// When the root listing last changed (the root's mtime).
-        var rootChanged: Timespec?
+        var listedSignatures: [UInt64: Int] = [:]
+        var rootChanged: Timespec = .now
+        /// Node ids taken from the store in batches for new files.
+        var spareIDs: [StoreNodeID] = []
         /// Weak: the session owns the notifier, and the notifier's session core owns this file
         /// system, so a strong reference would keep all three (and the store's files) alive.
         weak var notifier: Notifier?
         var observer: StoreObserver?
+        var saver: Thread?
+        var stopping = false
     }
 
     /// - Parameters:
     ///   - store: the store to show; a ``SQLiteStore`` shared with others is fine.
-    ///   - configuration: timeouts and the poll interval.
+    ///   - configuration: timeouts, save policy and where dirty chunks wait.
     ///   - logger: where store errors are reported.
     public init(
         store: any DocumentStore, configuration: Configuration = Configuration(),
@@ -107,6 +128,8 @@ public final class DocumentFileSystem: FileSystem {
         self.store = store
         self.configuration = configuration
         self.logger = logger
+        chunkSize = store.chunkSize
+        origin = "\(configuration.origin) pid \(getpid()) #\(UInt32.random(in: 0...UInt32.max))"
         startSequence = try store.latestEventSequence()
         var st = stat()
         if stat(store.location, &st) == 0 {
@@ -114,7 +137,21 @@ public final class DocumentFileSystem: FileSystem {
         } else {
             rootOwner = (getuid(), getgid())
         }
-        mountTime = .now
+        let storeDirectory = (store.location as NSString).deletingLastPathComponent
+        var isDirectory: ObjCBool = false
+        if let given = configuration.spillDirectory {
+            spillDirectory = given
+        } else if !storeDirectory.isEmpty,
+            FileManager.default.fileExists(atPath: storeDirectory, isDirectory: &isDirectory),
+            isDirectory.boolValue, Glibc.access(storeDirectory, W_OK) == 0
+        {
+            spillDirectory = storeDirectory
+        } else {
+            spillDirectory = NSTemporaryDirectory()
+        }
+        let forgotten = ForgetRelay()
+        table = NodeTable(root: mountRootInode) { ino, _ in forgotten.target?.forgotten(ino) }
+        forgotten.target = self
     }
 
     /// Connects the file system to the session serving it, so store changes can invalidate the
@@ -137,8 +174,8 @@ public final class DocumentFileSystem: FileSystem {
         }
         // Contents come from SQLite, not from a descriptor: splice cannot help (fuse-notes 2.1).
         config.disable([.spliceRead, .spliceWrite, .spliceMove])
-        // The observer starts with the session, not with the object, so that a daemonizing
-        // caller can fork between mount and start without a thread in flight.
+        // The observer and the saver start with the session, not with the object, so that a
+        // daemonizing caller can fork between mount and start without a thread in flight.
         do {
             let observer = try StoreObserver(
                 store: store, after: startSequence, interval: configuration.pollInterval
@@ -149,81 +186,46 @@ public final class DocumentFileSystem: FileSystem {
         } catch {
             logger.error("cannot observe the store for changes: \(error)")
         }
+        startSaver()
     }
 
     public func destroy() {
-        // The observer's thread keeps it alive until it is told to stop.
         let observer = state.withLock { state -> StoreObserver? in
+            state.stopping = true
             defer { state.observer = nil }
             return state.observer
         }
         observer?.stop()
+        // Every pending change is saved before the session ends (and the process exits).
+        saveAll(durable: true)
     }
 
-    // MARK: - The cache
-
-    /// The live documents, from the cache or the store.
-    private func listing() throws -> RootListing {
-        let (cached, generation) = state.withLock { ($0.listing, $0.listingGeneration) }
-        if let cached { return cached }
-        let fresh = RootListing(try store.documents())
-        state.withLock { state in
-            if state.listingGeneration == generation { state.listing = fresh }
-        }
-        return fresh
-    }
-
-    /// The tree of `document`, from the cache or the store.
-    private func tree(_ document: DocumentID) throws -> DocumentTree {
-        if let cached = state.withLock({ $0.trees[document] }) { return cached }
-        return try loadTree(document).new
-    }
-
-    /// Reads the document's current tree and installs it unless a newer one is cached; returns
-    /// the tree that was cached before and the one cached now.
+    /// Saves every document with unsaved changes; returns the documents whose save failed.
     @discardableResult
-    private func loadTree(_ document: DocumentID) throws -> (old: DocumentTree?, new: DocumentTree) {
-        let info = try store.document(document)
-        // Both at one version: a save between the two reads cannot mix two trees.
-        let records = try store.nodes(of: document, at: info.currentVersion)
-        let fresh = DocumentTree(
-            document: document, version: info.currentVersion, root: info.root, records: records)
-        return state.withLock { state in
-            let old = state.trees[document]
-            // Versions only grow, so an older read never replaces a newer one.
-            if let old, old.version >= fresh.version { return (old, old) }
-            state.trees[document] = fresh
-            return (old, fresh)
+    public func saveAll(durable: Bool) -> [DocumentID] {
+        let pending = state.withLock { state in
+            state.documents.values.filter { $0.dirty || $0.lastError != nil }
         }
+        var failed: [DocumentID] = []
+        for document in pending {
+            do {
+                try save(document, durable: durable)
+            } catch {
+                failed.append(document.id)
+                logger.error("cannot save \(document.info.name): \(error)")
+            }
+        }
+        return failed
     }
 
-    /// The record and tree of a wrapper key.
-    private func wrapper(_ document: DocumentID, _ id: StoreNodeID) throws(Errno) -> (
-        NodeRecord, DocumentTree
-    ) {
-        let tree = try storeCall { try self.tree(document) }
-        guard let record = tree.records[id] else { throw .noSuchFileOrDirectory }
-        return (record, tree)
-    }
-
-    private func key(_ node: NodeID) throws(Errno) -> NodeKey {
-        guard let key = table.key(for: node) else { throw .noSuchFileOrDirectory }
-        return key
-    }
+    // MARK: - Store access
 
     /// Runs a store call, turning its errors into the errno the caller should see.
-    private func storeCall<T>(_ body: () throws -> T) throws(Errno) -> T {
+    func storeCall<T>(_ body: () throws -> T) throws(Errno) -> T {
         do {
             return try body()
         } catch let error as DocumentStoreError {
-            switch error {
-            case .noSuchDocument, .noSuchNode: throw .noSuchFileOrDirectory
-            case .noSuchVersion: throw .staleNFSFileHandle
-            case .notARegularFile: throw .isDirectory
-            default:
-                logger.error("store: \(error)")
-                throw .ioError
-            }
+            throw errno(for: error)
         } catch let error as Errno {
             throw error
         } catch {
@@ -232,55 +234,194 @@ public final class DocumentFileSystem: FileSystem {
         }
     }
 
+    func errno(for error: DocumentStoreError) -> Errno {
+        switch error {
+        case .noSuchDocument, .noSuchNode: return .noSuchFileOrDirectory
+        case .noSuchVersion: return .staleNFSFileHandle
+        case .notARegularFile: return .isDirectory
+        case .documentExists: return .fileExists
+        case .invalidName(_, let reason):
+            return reason.contains("longer") ? .fileNameTooLong : .invalidArgument
+        case .noSpace:
+            logger.error("store: \(error)")
+            return .noSpace
+        default:
+            logger.error("store: \(error)")
+            return .ioError
+        }
+    }
+
+    /// Reads the root listing from the store unless it was read.
+    func ensureListing() throws(Errno) {
+        if state.withLock({ $0.listed }) { return }
+        let infos = try storeCall { try store.documents() }
+        var roots: [(DocumentInfo, NodeRecord)] = []
+        for info in infos {
+            guard let record = try? storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
+                continue
+            }
+            roots.append((info, record))
+        }
+        state.withLock { state in
+            guard !state.listed else { return }
+            for (info, record) in roots where state.documents[info.id] == nil {
+                _ = install(&state, info: info, rootRecord: record)
+            }
+            state.listed = true
+        }
+    }
+
+    /// A document's state and node at the root, from its listing and root record.
+    func install(_ state: inout State, info: DocumentInfo, rootRecord: NodeRecord) -> DocumentState {
+        let node = makeNode(storeID: info.root, document: info.id, record: rootRecord, name: FUSE.FileName(info.name))
+        node.atMountRoot = true
+        let document = DocumentState(info: info, root: node)
+        state.documents[info.id] = document
+        state.nodes[node.ino] = node
+        if state.rootEntries[node.name] == nil { state.rootEntries[node.name] = node }
+        return document
+    }
+
+    func makeNode(storeID: StoreNodeID, document: DocumentID?, record: NodeRecord, name: FUSE.FileName)
+        -> ViewNode
+    {
+        let node = ViewNode(storeID: storeID, document: document, name: name, record: record)
+        if record.kind == .regularFile {
+            node.contents = FileContents(
+                base: ContentBase(node: record.id, version: record.version, size: record.size),
+                chunkSize: chunkSize, spillDirectory: spillDirectory)
+        }
+        return node
+    }
+
+    /// Reads a document's wrapper records unless they were read.
+    func ensureLoaded(_ document: DocumentState) throws(Errno) {
+        if state.withLock({ _ in document.isLoaded }) { return }
+        let version = state.withLock { _ in document.base }
+        let records = try storeCall { try store.nodes(of: document.id, at: version) }
+        state.withLock { state in
+            guard !document.isLoaded else { return }
+            attachTree(&state, document, records: records, version: version)
+        }
+    }
+
+    /// Builds the node tree of a freshly read document.
+    private func attachTree(_ state: inout State, _ document: DocumentState, records: [NodeRecord], version: VersionID) {
+        var byID: [StoreNodeID: ViewNode] = [document.info.root: document.root]
+        var committed: [StoreNodeID: NodeRecord] = [:]
+        for record in records {
+            committed[record.id] = record
+            if record.id == document.info.root {
+                // The node at the root may already carry unsaved changes (chmod, a write).
+                if document.root.persistAs == record.id && !document.dirty && !document.root.contentsModified {
+                    document.root.record = record
+                }
+                continue
+            }
+            let node = makeNode(
+                storeID: record.id, document: document.id, record: record, name: FUSE.FileName(record.name))
+            byID[record.id] = node
+            state.nodes[node.ino] = node
+        }
+        for record in records where record.id != document.info.root {
+            guard let node = byID[record.id], let parentID = record.parent, let parent = byID[parentID] else {
+                continue
+            }
+            node.parent = parent
+            parent.children[node.name] = node
+        }
+        document.committed = committed
+        document.base = version
+    }
+
+    /// Fresh store node ids, taken from the store in batches.
+    func newStoreID() throws(Errno) -> StoreNodeID {
+        if let id = state.withLock({ $0.spareIDs.popLast() }) { return id }
+        let ids = try storeCall { try store.makeNodeIDs(count: 64) }
+        return state.withLock { state in
+            state.spareIDs.append(contentsOf: ids.reversed())
+            return state.spareIDs.removeLast()
+        }
+    }
+
+    // MARK: - Nodes
+
+    /// The node of a kernel node id (nil for the mount root).
+    func node(_ state: inout State, _ id: NodeID) throws(Errno) -> ViewNode? {
+        guard let ino = table.key(for: id) else { throw .noSuchFileOrDirectory }
+        if ino == mountRootInode { return nil }
+        guard let node = state.nodes[ino] else { throw .noSuchFileOrDirectory }
+        return node
+    }
+
+    func document(_ state: inout State, of node: ViewNode) -> DocumentState? {
+        node.document.flatMap { state.documents[$0] }
+    }
+
+    /// Resolves a kernel node, reading its document's tree first when it is a directory whose
+    /// children are asked for.
+    func resolve(_ id: NodeID, loadingChildren: Bool = false) throws(Errno) -> ViewNode? {
+        let (node, document) = try state.withLock { state throws(Errno) -> (ViewNode?, DocumentState?) in
+            let node = try self.node(&state, id)
+            return (node, node.flatMap { self.document(&state, of: $0) })
+        }
+        if loadingChildren, let document { try ensureLoaded(document) }
+        return node
+    }
+
+    func forgotten(_ ino: UInt64) {
+        state.withLock { state in
+            guard let node = state.nodes[ino], !node.linked, node.openHandles == 0 else { return }
+            state.nodes[ino] = nil
+        }
+    }
+
+    /// Whether the node is saved: linked into a document under names that are not scratch.
+    func isPersisted(_ node: ViewNode) -> Bool {
+        var current: ViewNode? = node
+        while let n = current {
+            guard n.linked, n.document != nil else { return false }
+            if n.kind != .directory && configuration.scratchNames.matches(n.name) { return false }
+            if n.atMountRoot { return true }
+            current = n.parent
+        }
+        return false
+    }
+
     // MARK: - Attributes
 
-    private func rootAttributes(_ listing: RootListing) throws(Errno) -> FileAttributes {
-        var packages = 0
-        var newest = mountTime
-        for info in listing.documents.values {
-            if info.kind == .package { packages += 1 }
-        }
-        if let changed = state.withLock({ $0.rootChanged }) { newest = changed }
+    func rootAttributes(_ state: inout State) -> FileAttributes {
+        let packages = state.rootEntries.values.reduce(0) { $0 + ($1.kind == .directory ? 1 : 0) }
         return FileAttributes(
             ino: mountRootInode, type: .directory,
             permissions: FilePermissions(rawValue: 0o755), nlink: UInt32(clamping: 2 + packages),
             uid: rootOwner.uid, gid: rootOwner.gid, size: 4096,
-            atime: newest, mtime: newest, ctime: newest)
+            atime: state.rootChanged, mtime: state.rootChanged, ctime: state.rootChanged)
     }
 
-    private func attributes(_ record: NodeRecord, in tree: DocumentTree) -> FileAttributes {
+    func attributes(_ node: ViewNode) -> FileAttributes {
         let type: FUSE.FileType
-        var size = UInt64(clamping: record.size)
-        var nlink: UInt32 = 1
-        switch record.kind {
-        case .regularFile:
-            type = .regular
+        var nlink: UInt32 = node.linked ? 1 : 0
+        switch node.kind {
+        case .regularFile: type = .regular
         case .directory:
             type = .directory
-            // A directory's size is not defined by POSIX; 4096 is what ext4 shows and what tools
-            // that sum sizes expect to see.
-            size = 4096
-            nlink = UInt32(clamping: 2 + tree.subdirectoryCount(of: record.id))
-        case .symbolicLink:
-            type = .symbolicLink
-            size = UInt64(record.linkTarget?.utf8.count ?? 0)
+            nlink = UInt32(clamping: 2 + node.subdirectoryCount)
+        case .symbolicLink: type = .symbolicLink
         }
+        let record = node.record
         return FileAttributes(
-            ino: inodeNumber(record.id), type: type,
+            ino: node.ino, type: type,
             permissions: FilePermissions(rawValue: UInt32(record.permissions & 0o7777)),
-            nlink: nlink, uid: record.uid, gid: record.gid, size: size,
+            nlink: nlink, uid: record.uid, gid: record.gid, size: UInt64(clamping: node.size),
             atime: record.accessed.timespec, mtime: record.modified.timespec,
             ctime: record.changed.timespec)
     }
 
-    private func attributes(of key: NodeKey) throws(Errno) -> FileAttributes {
-        switch key {
-        case .mountRoot:
-            return try rootAttributes(storeCall { try self.listing() })
-        case .wrapper(let document, let id):
-            let (record, tree) = try wrapper(document, id)
-            return attributes(record, in: tree)
-        }
+    func entry(_ reply: ReplyEntry, _ node: ViewNode, _ attributes: FileAttributes) {
+        reply.entry(
+            node.ino, in: table, attributes: attributes,
+            attributeTimeout: configuration.attributeTimeout, entryTimeout: configuration.entryTimeout)
     }
 
     // MARK: - Names
@@ -289,32 +430,24 @@ public final class DocumentFileSystem: FileSystem {
         _ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: ReplyEntry
     ) {
         answer(reply) { () throws(Errno) in
-            let (key, attributes) = try child(named: name, of: self.key(parent))
-            reply.entry(
-                key, in: table, attributes: attributes,
-                attributeTimeout: configuration.attributeTimeout,
-                entryTimeout: configuration.entryTimeout)
+            let (found, attrs) = try child(named: name, of: parent)
+            entry(reply, found, attrs)
         }
     }
 
-    private func child(named name: FUSE.FileName, of parent: NodeKey) throws(Errno) -> (
-        NodeKey, FileAttributes
-    ) {
-        switch parent {
-        case .mountRoot:
-            let listing = try storeCall { try self.listing() }
-            guard let document = listing.byName[name], let info = listing.documents[document] else {
-                throw .noSuchFileOrDirectory
+    /// The node named `name` in the directory `parent`, with its attributes.
+    func child(named name: FUSE.FileName, of parent: NodeID) throws(Errno) -> (ViewNode, FileAttributes) {
+        if parent == .root { try ensureListing() }
+        guard let directory = try resolve(parent, loadingChildren: true) else {
+            return try state.withLock { state throws(Errno) in
+                guard let node = state.rootEntries[name] else { throw .noSuchFileOrDirectory }
+                return (node, attributes(node))
             }
-            let key = NodeKey.wrapper(document, info.root)
-            return (key, try attributes(of: key))
-        case .wrapper(let document, let id):
-            let (record, tree) = try wrapper(document, id)
-            guard record.kind == .directory else { throw .notDirectory }
-            guard let child = tree.names[id]?[name], let childRecord = tree.records[child] else {
-                throw .noSuchFileOrDirectory
-            }
-            return (.wrapper(document, child), attributes(childRecord, in: tree))
+        }
+        return try state.withLock { state throws(Errno) in
+            guard directory.kind == .directory else { throw .notDirectory }
+            guard let node = directory.children[name] else { throw .noSuchFileOrDirectory }
+            return (node, attributes(node))
         }
     }
 
@@ -325,73 +458,25 @@ public final class DocumentFileSystem: FileSystem {
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle?, reply: ReplyAttr
     ) {
         answer(reply) { () throws(Errno) in
-            reply.attributes(
-                try attributes(of: key(node)), timeout: configuration.attributeTimeout)
+            if node == .root { try ensureListing() }
+            let attrs = try state.withLock { state throws(Errno) in
+                guard let n = try self.node(&state, node) else { return rootAttributes(&state) }
+                return attributes(n)
+            }
+            reply.attributes(attrs, timeout: configuration.attributeTimeout)
         }
     }
 
     public func readlink(_ context: RequestContext, node: NodeID, reply: ReplyReadlink) {
         answer(reply) { () throws(Errno) in
-            guard case .wrapper(let document, let id) = try key(node) else { throw .invalidArgument }
-            let (record, _) = try wrapper(document, id)
-            guard record.kind == .symbolicLink, let target = record.linkTarget else {
-                throw .invalidArgument
+            let target = try state.withLock { state throws(Errno) -> String in
+                guard let n = try self.node(&state, node), n.kind == .symbolicLink,
+                    let target = n.record.linkTarget
+                else { throw .invalidArgument }
+                return target
             }
             reply.target(target)
         }
-    }
-
-    // MARK: - Files
-
-    public func open(_ context: RequestContext, node: NodeID, flags: OpenFlags, reply: ReplyOpen) {
-        answer(reply) { () throws(Errno) in
-            guard !flags.isWritable, !flags.contains(.truncate) else { throw .readOnlyFileSystem }
-            guard case .wrapper(let document, let id) = try key(node) else { throw .isDirectory }
-            // Close-to-open: an open sees the document as it is now, even before the observer
-            // has noticed another process's save.
-            try storeCall { try revalidate(document) }
-            let (record, tree) = try wrapper(document, id)
-            guard record.kind == .regularFile else { throw .isDirectory }
-            let (handle, keep) = state.withLock { state in
-                let keep = state.openedVersions[id] == record.version
-                state.openedVersions[id] = record.version
-                let handle = state.nextHandle
-                state.nextHandle += 1
-                state.files[handle] = OpenFile(
-                    document: document, node: id, version: tree.version, size: record.size)
-                return (handle, keep)
-            }
-            reply.opened(FUSE.FileHandle(handle), options: keep ? [.keepCache] : [])
-        }
-    }
-
-    public func read(
-        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64, size: Int,
-        reply: ReplyData
-    ) {
-        answer(reply) { () throws(Errno) in
-            guard let file = state.withLock({ $0.files[handle.rawValue] }) else {
-                throw .badFileDescriptor
-            }
-            guard offset < UInt64(clamping: file.size), size > 0 else {
-                reply.data([UInt8]())
-                return
-            }
-            let start = Int64(offset)
-            let count = Int(min(Int64(size), file.size - start))
-            let data = try storeCall {
-                try store.readContents(of: file.node, at: file.version, offset: start, count: count)
-            }
-            reply.data(data)
-        }
-    }
-
-    public func release(
-        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, info: ReleaseInfo,
-        reply: ReplyEmpty
-    ) {
-        _ = state.withLock { $0.files.removeValue(forKey: handle.rawValue) }
-        reply.ok()
     }
 
     // MARK: - Directories
@@ -400,16 +485,18 @@ public final class DocumentFileSystem: FileSystem {
         _ context: RequestContext, node: NodeID, flags: OpenFlags, reply: ReplyOpen
     ) {
         answer(reply) { () throws(Errno) in
-            let key = try key(node)
-            if case .wrapper(let document, _) = key { try storeCall { try revalidate(document) } }
-            let entries = try listDirectory(key)
-            let signature = Self.signature(entries)
-            let (handle, keep) = state.withLock { state in
-                let keep = state.listedSignatures[key] == signature
-                state.listedSignatures[key] = signature
+            if node == .root { try ensureListing() }
+            let directory = try resolve(node, loadingChildren: true)
+            if let directory { try revalidate(directory) }
+            let (handle, keep) = try state.withLock { state throws(Errno) in
+                let entries = try listDirectory(&state, directory)
+                let ino = directory?.ino ?? mountRootInode
+                let signature = Self.signature(entries)
+                let keep = state.listedSignatures[ino] == signature
+                state.listedSignatures[ino] = signature
                 let handle = state.nextHandle
                 state.nextHandle += 1
-                state.directories[handle] = OpenDirectory(key: key, entries: entries)
+                state.directories[handle] = OpenDirectory(ino: ino, entries: entries)
                 return (handle, keep)
             }
             // The kernel may cache the listing; a change invalidates the directory's inode.
@@ -419,7 +506,7 @@ public final class DocumentFileSystem: FileSystem {
     }
 
     /// What decides whether a cached listing is still right: names and node ids in order.
-    private static func signature(_ entries: [DirectoryEntry]) -> Int {
+    static func signature(_ entries: [DirectoryEntry]) -> Int {
         var hasher = Hasher()
         for entry in entries {
             hasher.combine(entry.cookie)
@@ -430,66 +517,46 @@ public final class DocumentFileSystem: FileSystem {
 
     /// A directory's entries with their attributes, `.` and `..` first. Cookies are store node
     /// ids plus 2 (1 and 2 are `.` and `..`), so they stay valid while entries change.
-    private func listDirectory(_ key: NodeKey) throws(Errno) -> [DirectoryEntry] {
+    func listDirectory(_ state: inout State, _ directory: ViewNode?) throws(Errno) -> [DirectoryEntry] {
         var entries: [DirectoryEntry] = []
-        switch key {
-        case .mountRoot:
-            let listing = try storeCall { try self.listing() }
-            let own = try rootAttributes(listing)
-            entries.append(DirectoryEntry(cookie: 1, name: ".", key: key, attributes: own))
-            entries.append(DirectoryEntry(cookie: 2, name: "..", key: key, attributes: own))
-            for document in listing.order {
-                guard let info = listing.documents[document] else { continue }
-                let child = NodeKey.wrapper(document, info.root)
-                // A document deleted since the listing was read is skipped, not an error.
-                guard let attributes = try? attributes(of: child) else { continue }
-                entries.append(
-                    DirectoryEntry(
-                        cookie: cookie(info.root), name: FUSE.FileName(info.name), key: child,
-                        attributes: attributes))
-            }
-        case .wrapper(let document, let id):
-            let (record, tree) = try wrapper(document, id)
-            guard record.kind == .directory else { throw .notDirectory }
-            let own = attributes(record, in: tree)
-            entries.append(DirectoryEntry(cookie: 1, name: ".", key: key, attributes: own))
-            let parentKey = record.parent.map { NodeKey.wrapper(document, $0) } ?? .mountRoot
-            let parentAttributes = (try? attributes(of: parentKey)) ?? own
+        let children: [ViewNode]
+        if let directory {
+            guard directory.kind == .directory else { throw .notDirectory }
+            let own = attributes(directory)
+            entries.append(DirectoryEntry(cookie: 1, name: ".", ino: directory.ino, attributes: own))
+            let parent = directory.parent.map { attributes($0) } ?? rootAttributes(&state)
+            entries.append(DirectoryEntry(cookie: 2, name: "..", ino: parent.ino, attributes: parent))
+            children = Array(directory.children.values)
+        } else {
+            let own = rootAttributes(&state)
+            entries.append(DirectoryEntry(cookie: 1, name: ".", ino: mountRootInode, attributes: own))
+            entries.append(DirectoryEntry(cookie: 2, name: "..", ino: mountRootInode, attributes: own))
+            children = Array(state.rootEntries.values)
+        }
+        for child in children.sorted(by: { $0.storeID < $1.storeID }) {
             entries.append(
-                DirectoryEntry(cookie: 2, name: "..", key: parentKey, attributes: parentAttributes))
-            for child in tree.children[id] ?? [] {
-                guard let childRecord = tree.records[child] else { continue }
-                entries.append(
-                    DirectoryEntry(
-                        cookie: cookie(child), name: FUSE.FileName(childRecord.name),
-                        key: .wrapper(document, child), attributes: attributes(childRecord, in: tree)))
-            }
+                DirectoryEntry(
+                    cookie: UInt64(bitPattern: child.storeID.rawValue) &+ 2, name: child.name, ino: child.ino,
+                    attributes: attributes(child)))
         }
         return entries
     }
-
-    private func cookie(_ id: StoreNodeID) -> UInt64 { UInt64(bitPattern: id.rawValue) &+ 2 }
 
     /// The entries of an open directory after `offset`, from its snapshot.
     private func entries(
         _ node: NodeID, _ handle: FUSE.FileHandle, after offset: UInt64
     ) throws(Errno) -> [DirectoryEntry] {
-        let snapshot = state.withLock { state -> [DirectoryEntry]? in
-            guard var open = state.directories[handle.rawValue] else { return nil }
-            if offset == 0 && open.served { return nil }
-            open.served = true
-            state.directories[handle.rawValue] = open
-            return open.entries
-        }
-        var entries: [DirectoryEntry]
-        if let snapshot {
-            entries = snapshot
-        } else {
-            // No handle (or a rewinddir): list afresh.
-            entries = try listDirectory(key(node))
-            state.withLock { state in
-                state.directories[handle.rawValue]?.entries = entries
+        var entries = try state.withLock { state throws(Errno) -> [DirectoryEntry] in
+            if var open = state.directories[handle.rawValue], !(offset == 0 && open.served) {
+                open.served = true
+                state.directories[handle.rawValue] = open
+                return open.entries
             }
+            // No handle (or a rewinddir): list afresh.
+            let fresh = try listDirectory(&state, try self.node(&state, node))
+            state.directories[handle.rawValue]?.entries = fresh
+            state.directories[handle.rawValue]?.served = true
+            return fresh
         }
         entries.removeAll { $0.cookie <= offset }
         return entries
@@ -517,7 +584,7 @@ public final class DocumentFileSystem: FileSystem {
         answer(reply) { () throws(Errno) in
             for entry in try entries(node, handle, after: offset) {
                 let full = reply.add(
-                    entry.key, in: table, attributes: entry.attributes, offset: entry.cookie,
+                    entry.ino, in: table, attributes: entry.attributes, offset: entry.cookie,
                     name: entry.name, attributeTimeout: configuration.attributeTimeout,
                     entryTimeout: configuration.entryTimeout)
                 if full { break }
@@ -531,6 +598,19 @@ public final class DocumentFileSystem: FileSystem {
     ) {
         _ = state.withLock { $0.directories.removeValue(forKey: handle.rawValue) }
         reply.ok()
+    }
+
+    public func fsyncdir(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, flags: FsyncFlags,
+        reply: ReplyEmpty
+    ) {
+        answer(reply) { () throws(Errno) in
+            if let directory = try resolve(node), let document = state.withLock({ self.document(&$0, of: directory) }) {
+                try save(document, durable: true)
+            }
+            try storeCall { try store.synchronize() }
+            reply.ok()
+        }
     }
 
     // MARK: - File system
@@ -557,198 +637,33 @@ public final class DocumentFileSystem: FileSystem {
                 files: files, filesFree: free, nameMax: 255))
     }
 
-    // MARK: - Extended attributes
-
-    public func getxattr(
-        _ context: RequestContext, node: NodeID, name: String, reply: ReplyXattr
-    ) {
-        // Only user. names exist; every other probe (security.capability before each write,
-        // ACLs and SELinux labels from ls) is answered from memory.
-        guard name.hasPrefix("user.") else {
-            reply.error(.noData)
-            return
-        }
-        answer(reply) { () throws(Errno) in
-            guard case .wrapper(let document, let id) = try key(node) else { throw .noData }
-            let (record, _) = try wrapper(document, id)
-            guard let value = record.extendedAttributes[name] else { throw .noData }
-            reply.value(Array(value))
-        }
-    }
-
-    public func listxattr(_ context: RequestContext, node: NodeID, reply: ReplyXattr) {
-        answer(reply) { () throws(Errno) in
-            guard case .wrapper(let document, let id) = try key(node) else {
-                reply.names([])
-                return
-            }
-            let (record, _) = try wrapper(document, id)
-            reply.names(record.extendedAttributes.keys.sorted())
-        }
-    }
-
-    // MARK: - Changes: not in this slice
-
-    public func setattr(
-        _ context: RequestContext, node: NodeID, changes: SetAttributes, reply: ReplyAttr
-    ) { reply.error(.readOnlyFileSystem) }
-
-    public func mknod(
-        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, type: FUSE.FileType,
-        permissions: FilePermissions, rdev: UInt64, reply: ReplyEntry
-    ) { reply.error(.readOnlyFileSystem) }
-
-    public func mkdir(
-        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions,
-        reply: ReplyEntry
-    ) { reply.error(.readOnlyFileSystem) }
-
-    public func unlink(
-        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: ReplyEmpty
-    ) { reply.error(.readOnlyFileSystem) }
-
-    public func rmdir(
-        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: ReplyEmpty
-    ) { reply.error(.readOnlyFileSystem) }
-
-    public func symlink(
-        _ context: RequestContext, target: [UInt8], parent: NodeID, name: FUSE.FileName,
-        reply: ReplyEntry
-    ) { reply.error(.readOnlyFileSystem) }
-
-    public func rename(
-        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, newParent: NodeID,
-        newName: FUSE.FileName, flags: RenameFlags, reply: ReplyEmpty
-    ) { reply.error(.readOnlyFileSystem) }
-
-    public func link(
-        _ context: RequestContext, node: NodeID, newParent: NodeID, newName: FUSE.FileName,
-        reply: ReplyEntry
-    ) { reply.error(.readOnlyFileSystem) }
-
-    public func write(
-        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64,
-        data: [UInt8], info: WriteInfo, reply: ReplyWrite
-    ) { reply.error(.readOnlyFileSystem) }
-
-    // `create` answers EROFS rather than the default ENOSYS, which the kernel would remember
-    // for the connection.
-    public func create(
-        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions,
-        flags: OpenFlags, reply: ReplyCreate
-    ) { reply.error(.readOnlyFileSystem) }
-
-    public func setxattr(
-        _ context: RequestContext, node: NodeID, name: String, value: [UInt8], flags: XattrFlags,
-        reply: ReplyEmpty
-    ) { reply.error(.readOnlyFileSystem) }
-
-    public func removexattr(
-        _ context: RequestContext, node: NodeID, name: String, reply: ReplyEmpty
-    ) { reply.error(.readOnlyFileSystem) }
-
-    // MARK: - Invalidation
-
-    /// Brings the cached tree of `document` up to date if the store has moved on, and tells the
-    /// kernel what changed.
-    private func revalidate(_ document: DocumentID) throws {
-        guard let cached = state.withLock({ $0.trees[document] }) else { return }
-        let info = try store.document(document)
-        guard info.currentVersion != cached.version else { return }
-        let (old, new) = try loadTree(document)
-        if let old { invalidate(old, new) }
-    }
-
-    /// Called on the observer's thread with other processes' (and our own) store events.
-    private func storeChanged(_ events: [StoreEvent]) {
-        let documents = Set(events.map(\.document))
-        // Saves and conflicts leave the root listing as it is; the rest change names.
-        if events.contains(where: { $0.kind != .saved && $0.kind != .conflict }) {
-            refreshListing()
-        }
-        for document in documents {
-            guard state.withLock({ $0.trees[document] }) != nil else { continue }
-            do {
-                let (old, new) = try loadTree(document)
-                if let old { invalidate(old, new) }
-            } catch {
-                logger.warning("cannot refresh \(document): \(error)")
-            }
-        }
-    }
-
-    /// Reads the root listing again and invalidates the names that changed.
-    private func refreshListing() {
-        let old = state.withLock { state -> RootListing? in
-            state.listingGeneration += 1
-            defer { state.listing = nil }
-            return state.listing
-        }
-        let new: RootListing
-        do {
-            new = try listing()
-        } catch {
-            logger.warning("cannot list the store: \(error)")
-            return
-        }
-        state.withLock { $0.rootChanged = .now }
-        guard let notifier = state.withLock({ $0.notifier }) else { return }
-        let root = NodeID.root
-        for (id, info) in old?.documents ?? [:] where new.documents[id]?.name != info.name {
-            let name = FUSE.FileName(info.name)
-            if new.documents[id] == nil, let child = table.node(for: .wrapper(id, info.root)) {
-                notifier.delete(parent: root, child: child, name: name)
-            } else {
-                notifier.invalidateEntry(parent: root, name: name)
-            }
-        }
-        for (id, info) in new.documents where old?.documents[id]?.name != info.name {
-            // A cached negative entry (none are sent today) or another node under the name.
-            notifier.invalidateEntry(parent: root, name: FUSE.FileName(info.name))
-        }
-        // The root's attributes (nlink, times) and its cached listing.
-        notifier.invalidateInode(root)
-    }
-
-    /// Tells the kernel which wrappers changed between two trees of a document.
-    private func invalidate(_ old: DocumentTree, _ new: DocumentTree) {
-        guard old.version != new.version, let notifier = state.withLock({ $0.notifier }) else { return }
-        let document = new.document
-        func node(_ id: StoreNodeID?) -> NodeID? {
-            guard let id else { return .root }
-            return table.node(for: .wrapper(document, id))
-        }
-        func dropName(_ record: NodeRecord, removed: Bool) {
-            // The document root's name lives in the root listing, handled there.
-            guard record.parent != nil, let parent = node(record.parent) else { return }
-            let name = FUSE.FileName(record.name)
-            if removed, let child = node(record.id) {
-                notifier.delete(parent: parent, child: child, name: name)
-            } else {
-                notifier.invalidateEntry(parent: parent, name: name)
-            }
-            notifier.invalidateInode(parent)
-        }
-        for (id, record) in new.records {
-            guard let before = old.records[id] else {
-                // Added: its parent's listing, link count and times changed.
-                if let parent = node(record.parent) { notifier.invalidateInode(parent) }
-                continue
-            }
-            guard before.version != record.version else { continue }
-            if let child = node(id) { notifier.invalidateInode(child) }
-            if before.parent != record.parent || before.name != record.name {
-                dropName(before, removed: false)
-                if let parent = node(record.parent) { notifier.invalidateInode(parent) }
-            }
-        }
-        for (id, record) in old.records where new.records[id] == nil {
-            dropName(record, removed: true)
-        }
-    }
-
     /// Runs a handler body, answering its error.
-    private func answer<R: Reply>(_ reply: R, _ body: () throws(Errno) -> Void) {
+    func answer<R: Reply>(_ reply: R, _ body: () throws(Errno) -> Void) {
         do { try body() } catch { reply.error(error) }
+    }
+}
+
+/// Lets the node table's forget callback reach the file system created after it.
+private final class ForgetRelay: @unchecked Sendable {
+    weak var target: DocumentFileSystem?
+}
+
+extension ViewNode {
+    /// Whether the file has writes or a truncation not yet in the store.
+    var contentsModified: Bool { contents?.isModified ?? false }
+}
+
+/// A value guarded by a lock. Unlike `Mutex`, the body may hand the value to other
+/// non-escaping closures, which the file system's helpers need.
+final class Locked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
     }
 }

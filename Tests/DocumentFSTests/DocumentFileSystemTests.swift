@@ -438,6 +438,7 @@ struct DocumentFileSystemTests {
         defer { rmdir(path) }
         var options = DocumentFSMount.Options()
         options.fsName = "docfs-test"
+        options.readOnly = true
         options.drainTimeout = .seconds(2)
         let mount = try DocumentFSMount(store: fixture.store, at: path, options: options)
         // run() blocks until the mount goes away, so it gets a thread of its own.
@@ -458,7 +459,7 @@ struct DocumentFileSystemTests {
         }
         #expect(listed.contains("README.txt"))
         let line = try #require(mountLines(path).first)
-        #expect(line.hasPrefix("docfs-test \(path) fuse.docfs rw,"), "\(line)")
+        #expect(line.hasPrefix("docfs-test \(path) fuse.docfs ro,"), "\(line)")
         #expect(line.contains("default_permissions"))
         let unmounted = try await offThread { try runTimed("/bin/fusermount3", ["-u", path], seconds: 20) }
         #expect(unmounted.status == 0, "\(unmounted.error)")

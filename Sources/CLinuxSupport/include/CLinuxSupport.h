@@ -9,6 +9,7 @@
 #include <sys/vfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <fcntl.h>
 
 static inline int docfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
                                   unsigned int flags) {
@@ -29,6 +30,18 @@ static inline long long docfs_fs_type(const char *path) {
     struct statfs fs;
     if (statfs(path, &fs) != 0) return -1;
     return (long long)(unsigned long)fs.f_type;
+}
+
+/// An unnamed file in `directory` (O_TMPFILE), read-write, 0600; -1 with errno set where the
+/// file system has no O_TMPFILE.
+static inline int docfs_open_tmpfile(const char *directory) {
+    return openat(AT_FDCWD, directory, __O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+}
+
+/// Frees the range so it reads as zeros (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).
+extern int fallocate(int fd, int mode, off_t offset, off_t len);
+static inline int docfs_punch_hole(int fd, off_t offset, off_t length) {
+    return fallocate(fd, 0x02 | 0x01, offset, length);
 }
 
 /// UTIME_OMIT, which Swift cannot import because it is a macro of an expression.

@@ -1,0 +1,397 @@
+import DocumentEngine
+import FUSE
+import Foundation
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Reading and writing files.
+extension DocumentFileSystem {
+    public func open(_ context: RequestContext, node: NodeID, flags: OpenFlags, reply: ReplyOpen) {
+        answer(reply) { () throws(Errno) in
+            if configuration.readOnly && (flags.isWritable || flags.contains(.truncate)) {
+                throw .readOnlyFileSystem
+            }
+            guard let file = try resolve(node) else { throw .isDirectory }
+            // Close-to-open: an open sees the document as it is now, even before the observer
+            // has noticed another process's save.
+            try revalidate(file)
+            if flags.contains(.truncate) && flags.isWritable {
+                try truncate(file, to: 0)
+            }
+            let (handle, keep) = try state.withLock { state throws(Errno) in
+                guard file.kind == .regularFile, let contents = file.contents else { throw .isDirectory }
+                let keep = file.openedGeneration == contents.generation
+                file.openedGeneration = contents.generation
+                file.openHandles += 1
+                let handle = state.nextHandle
+                state.nextHandle += 1
+                state.files[handle] = OpenFile(
+                    node: file, writable: flags.isWritable, generation: contents.generation,
+                    snapshot: contents.isModified ? nil : contents.base)
+                return (handle, keep)
+            }
+            reply.opened(FUSE.FileHandle(handle), options: keep ? [.keepCache] : [])
+        }
+    }
+
+    public func read(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64, size: Int,
+        reply: ReplyData
+    ) {
+        answer(reply) { () throws(Errno) in
+            var buffer: [UInt8] = []
+            let pending = try state.withLock { state throws(Errno) -> [StoreRead] in
+                guard let file = state.files[handle.rawValue], let contents = file.node.contents else {
+                    throw .badFileDescriptor
+                }
+                if file.generation != contents.generation, let snapshot = file.snapshot {
+                    // Another process replaced the file after this open: keep to what it opened.
+                    let end = min(Int64(clamping: offset) + Int64(size), snapshot.size)
+                    guard end > Int64(clamping: offset) else { return [] }
+                    let count = Int(end - Int64(offset))
+                    buffer = [UInt8](repeating: 0, count: count)
+                    return [StoreRead(base: snapshot, offset: Int64(offset), count: count, destination: 0)]
+                }
+                return try contents.read(offset: Int64(clamping: offset), count: size, into: &buffer)
+            }
+            for piece in pending {
+                let data = try storeCall {
+                    try store.readContents(
+                        of: piece.base.node, at: piece.base.version, offset: piece.offset, count: piece.count)
+                }
+                buffer.withUnsafeMutableBytes { raw in
+                    let n = min(data.count, raw.count - piece.destination)
+                    data.copyBytes(
+                        to: UnsafeMutableRawBufferPointer(rebasing: raw[piece.destination..<piece.destination + n]))
+                }
+            }
+            reply.data(buffer)
+        }
+    }
+
+    /// Reads the store chunks a change of `file` must keep, then applies the change under the lock.
+    /// `needs` names the chunks (called under the lock); `apply` runs once they are all in the
+    /// top layer.
+    func withChunksTaken<T>(
+        _ file: ViewNode, _ needs: (FileContents) -> [Int], _ apply: (inout State, FileContents) throws(Errno) -> T
+    ) throws(Errno) -> T {
+        var fetched: [Int: (base: ContentBase, data: Data)] = [:]
+        while true {
+            let missing = try state.withLock { state throws(Errno) -> [(Int, ContentBase)] in
+                guard let contents = file.contents else { throw .isDirectory }
+                var missing: [(Int, ContentBase)] = []
+                for chunk in needs(contents) {
+                    if let base = contents.storeReadNeeded(for: chunk), fetched[chunk]?.base != base {
+                        missing.append((chunk, base))
+                    }
+                }
+                if missing.isEmpty { return [] }
+                return missing
+            }
+            if missing.isEmpty {
+                let result = try state.withLock { state throws(Errno) -> T? in
+                    guard let contents = file.contents else { throw .isDirectory }
+                    let chunks = needs(contents)
+                    // The base may have moved while the lock was free: then fetch again.
+                    for chunk in chunks {
+                        if let base = contents.storeReadNeeded(for: chunk), fetched[chunk]?.base != base {
+                            return nil
+                        }
+                    }
+                    for chunk in chunks {
+                        try contents.takeIntoTop(chunk, stored: fetched[chunk]?.data)
+                    }
+                    return try apply(&state, contents)
+                }
+                if let result { return result }
+                continue
+            }
+            for (chunk, base) in missing {
+                let start = Int64(chunk) * Int64(chunkSize)
+                let count = Int(min(Int64(chunkSize), base.size - start))
+                let data = try storeCall {
+                    try store.readContents(of: base.node, at: base.version, offset: start, count: count)
+                }
+                fetched[chunk] = (base, data)
+            }
+        }
+    }
+
+    /// Retries an operation whose chunks moved under it (another process's save replaced the
+    /// base between reading chunks and applying).
+    func retrying<T>(_ body: () throws(Errno) -> T) throws(Errno) -> T {
+        var attempts = 0
+        while true {
+            do {
+                return try body()
+            } catch .resourceTemporarilyUnavailable where attempts < 8 {
+                attempts += 1
+            }
+        }
+    }
+
+    public func write(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64,
+        data: [UInt8], info: WriteInfo, reply: ReplyWrite
+    ) {
+        answer(reply) { () throws(Errno) in
+            let file = try state.withLock { state throws(Errno) -> ViewNode in
+                guard let open = state.files[handle.rawValue] else { throw .badFileDescriptor }
+                // A page-cache write (shared mmap) may carry another open's handle.
+                if !open.writable && !info.isWritePage { throw .badFileDescriptor }
+                return open.node
+            }
+            let start = Int64(clamping: offset)
+            try retrying { () throws(Errno) in
+                try withChunksTaken(file, { $0.partiallyCoveredChunks(offset: start, count: data.count) }) {
+                    state, contents throws(Errno) in
+                    try withRawBytes(data) { raw throws(Errno) in try contents.write(raw, at: start) }
+                    let now = Timestamp.now
+                    file.record.modified = now
+                    file.record.changed = now
+                    state.files[handle.rawValue]?.wrote = true
+                    changed(&state, file)
+                }
+            }
+            reply.written(data.count)
+        }
+    }
+
+    /// Sets a file's size.
+    func truncate(_ file: ViewNode, to size: Int64) throws(Errno) {
+        guard size >= 0 else { throw .invalidArgument }
+        try retrying { () throws(Errno) in
+            try withChunksTaken(file, { contents in contents.chunkCutBy(size).map { [$0] } ?? [] }) {
+                state, contents throws(Errno) in
+                try contents.truncate(to: size)
+                let now = Timestamp.now
+                file.record.modified = now
+                file.record.changed = now
+                changed(&state, file)
+            }
+        }
+    }
+
+    /// Records that `node` changed: its document has something to save.
+    func changed(_ state: inout State, _ node: ViewNode) {
+        guard let document = document(&state, of: node) else { return }
+        document.dirty = true
+        document.lastChange = .now
+    }
+
+    public func flush(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, lockOwner: LockOwner,
+        reply: ReplyEmpty
+    ) {
+        answer(reply) { () throws(Errno) in
+            // Close of a dirty file is a save point; its error is what close(2) returns.
+            let document = state.withLock { state -> DocumentState? in
+                guard let open = state.files[handle.rawValue], open.wrote || open.node.contentsModified,
+                    isPersisted(open.node)
+                else { return nil }
+                state.files[handle.rawValue]?.wrote = false
+                return self.document(&state, of: open.node)
+            }
+            if let document { try save(document, durable: false) }
+            reply.ok()
+        }
+    }
+
+    public func fsync(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, flags: FsyncFlags,
+        reply: ReplyEmpty
+    ) {
+        answer(reply) { () throws(Errno) in
+            let document = state.withLock { state -> DocumentState? in
+                guard let open = state.files[handle.rawValue], isPersisted(open.node) else { return nil }
+                return self.document(&state, of: open.node)
+            }
+            if let document { try save(document, durable: true) }
+            // Earlier saves of this document may have been committed without waiting for the disk.
+            try storeCall { try store.synchronize() }
+            reply.ok()
+        }
+    }
+
+    public func release(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, info: ReleaseInfo,
+        reply: ReplyEmpty
+    ) {
+        state.withLock { state in
+            guard let open = state.files.removeValue(forKey: handle.rawValue) else { return }
+            open.node.openHandles -= 1
+            if !open.node.linked && open.node.openHandles == 0 && table.node(for: open.node.ino) == nil {
+                state.nodes[open.node.ino] = nil
+            }
+        }
+        reply.ok()
+    }
+
+    public func fallocate(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, mode: FallocateMode,
+        offset: UInt64, length: UInt64, reply: ReplyEmpty
+    ) {
+        answer(reply) { () throws(Errno) in
+            guard !configuration.readOnly else { throw .readOnlyFileSystem }
+            let file = try state.withLock { state throws(Errno) -> ViewNode in
+                guard let open = state.files[handle.rawValue] else { throw .badFileDescriptor }
+                return open.node
+            }
+            let start = Int64(clamping: offset)
+            let end = start + Int64(clamping: length)
+            let size = state.withLock { _ in file.size }
+            switch mode {
+            case []:
+                if end > size { try truncate(file, to: end) }
+            case [.keepSize]:
+                break
+            case [.punchHole, .keepSize]:
+                // Zeros over the range, written a chunk at a time.
+                var at = start
+                let stop = min(end, size)
+                while at < stop {
+                    let n = Int(min(Int64(chunkSize) - at % Int64(chunkSize), stop - at))
+                    let zeros = [UInt8](repeating: 0, count: n)
+                    let position = at
+                    try retrying { () throws(Errno) in
+                        try withChunksTaken(file, { $0.partiallyCoveredChunks(offset: position, count: n) }) {
+                            state, contents throws(Errno) in
+                            try withRawBytes(zeros) { raw throws(Errno) in try contents.write(raw, at: position) }
+                            changed(&state, file)
+                        }
+                    }
+                    at += Int64(n)
+                }
+            default:
+                throw .notSupported
+            }
+            reply.ok()
+        }
+    }
+
+    // MARK: - Attributes
+
+    public func setattr(
+        _ context: RequestContext, node: NodeID, changes: SetAttributes, reply: ReplyAttr
+    ) {
+        answer(reply) { () throws(Errno) in
+            guard !configuration.readOnly else { throw .readOnlyFileSystem }
+            guard let target = try resolve(node) else {
+                // The mount root's attributes come from the store; nothing to keep.
+                throw .notPermitted
+            }
+            if let size = changes.size {
+                guard target.kind == .regularFile else { throw .isDirectory }
+                try truncate(target, to: Int64(clamping: size))
+            }
+            let attrs = state.withLock { state -> FileAttributes in
+                let now = Timestamp.now
+                var record = target.record
+                if let permissions = changes.permissions { record.permissions = Int(permissions.rawValue & 0o7777) }
+                if let uid = changes.uid { record.uid = uid }
+                if let gid = changes.gid { record.gid = gid }
+                switch changes.atime {
+                case .now: record.accessed = now
+                case .time(let time): record.accessed = Timestamp(time)
+                case nil: break
+                }
+                switch changes.mtime {
+                case .now: record.modified = now
+                case .time(let time): record.modified = Timestamp(time)
+                case nil: break
+                }
+                if changes.permissions != nil || changes.uid != nil || changes.gid != nil
+                    || changes.atime != nil || changes.mtime != nil
+                {
+                    record.changed = changes.ctime.map(Timestamp.init) ?? now
+                }
+                if record != target.record {
+                    target.record = record
+                    changed(&state, target)
+                }
+                return self.attributes(target)
+            }
+            reply.attributes(attrs, timeout: configuration.attributeTimeout)
+        }
+    }
+
+    // MARK: - Extended attributes
+
+    /// The most bytes one attribute value may have (Linux's XATTR_SIZE_MAX).
+    static let maximumXattrSize = 65536
+
+    public func getxattr(
+        _ context: RequestContext, node: NodeID, name: String, reply: ReplyXattr
+    ) {
+        // Only user. names exist; every other probe (security.capability before each write,
+        // ACLs and SELinux labels from ls) is answered from memory.
+        guard name.hasPrefix("user.") else {
+            reply.error(.noData)
+            return
+        }
+        answer(reply) { () throws(Errno) in
+            let value = try state.withLock { state throws(Errno) -> Data in
+                guard let n = try self.node(&state, node), let value = n.record.extendedAttributes[name] else {
+                    throw .noData
+                }
+                return value
+            }
+            reply.value(Array(value))
+        }
+    }
+
+    public func listxattr(_ context: RequestContext, node: NodeID, reply: ReplyXattr) {
+        answer(reply) { () throws(Errno) in
+            let names = try state.withLock { state throws(Errno) -> [String] in
+                guard let n = try self.node(&state, node) else { return [] }
+                return n.record.extendedAttributes.keys.sorted()
+            }
+            reply.names(names)
+        }
+    }
+
+    public func setxattr(
+        _ context: RequestContext, node: NodeID, name: String, value: [UInt8], flags: XattrFlags,
+        reply: ReplyEmpty
+    ) {
+        answer(reply) { () throws(Errno) in
+            guard !configuration.readOnly else { throw .readOnlyFileSystem }
+            // Only user. attributes are kept with wrappers; ENOTSUP (not EPERM) lets cp and
+            // editors carry on without them (fuse-notes 3.5).
+            guard name.hasPrefix("user."), name.utf8.count > 5 else { throw .notSupported }
+            guard name.utf8.count <= 255 else { throw .outOfRange }
+            guard value.count <= Self.maximumXattrSize else { throw .argListTooLong }
+            try state.withLock { state throws(Errno) in
+                guard let n = try self.node(&state, node) else { throw .notSupported }
+                let exists = n.record.extendedAttributes[name] != nil
+                if flags.contains(.create) && exists { throw .fileExists }
+                if flags.contains(.replace) && !exists { throw .noData }
+                n.record.extendedAttributes[name] = Data(value)
+                n.record.changed = .now
+                changed(&state, n)
+            }
+            reply.ok()
+        }
+    }
+
+    public func removexattr(
+        _ context: RequestContext, node: NodeID, name: String, reply: ReplyEmpty
+    ) {
+        answer(reply) { () throws(Errno) in
+            guard !configuration.readOnly else { throw .readOnlyFileSystem }
+            guard name.hasPrefix("user.") else { throw .noData }
+            try state.withLock { state throws(Errno) in
+                guard let n = try self.node(&state, node), n.record.extendedAttributes[name] != nil else {
+                    throw .noData
+                }
+                n.record.extendedAttributes[name] = nil
+                n.record.changed = .now
+                changed(&state, n)
+            }
+            reply.ok()
+        }
+    }
+}

@@ -1,0 +1,624 @@
+import DocumentEngine
+import FUSE
+import Foundation
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Creating, renaming and removing names.
+extension DocumentFileSystem {
+    /// Checks a new name: the store keeps names as UTF-8 text of at most 255 bytes.
+    func validate(_ name: FUSE.FileName) throws(Errno) -> String {
+        guard name.bytes.count <= 255 else { throw .fileNameTooLong }
+        guard !name.bytes.isEmpty, !name.isDotOrDotDot, !name.bytes.contains(0x2F) else { throw .invalidArgument }
+        guard let text = String(validating: name.bytes, as: UTF8.self) else { throw .illegalByteSequence }
+        return text
+    }
+
+    /// Fails if `directory` has a child whose name is the same text in another Unicode form: the
+    /// store compares names as text, so both could not be saved.
+    func checkNoEquivalent(_ text: String, in children: [FUSE.FileName: ViewNode], except: ViewNode? = nil)
+        throws(Errno)
+    {
+        for (name, node) in children where node !== except && name.string == text && name.bytes != Array(text.utf8) {
+            throw .fileExists
+        }
+    }
+
+    /// A new node record for a creation by `context`.
+    func newRecord(
+        _ id: StoreNodeID, document: DocumentID?, parent: StoreNodeID?, name: String, kind: FileWrapper.Kind,
+        permissions: FilePermissions, context: RequestContext, linkTarget: String? = nil
+    ) -> NodeRecord {
+        let mode = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
+        return NodeRecord(
+            id: id, document: document ?? DocumentID(rawValue: 0), parent: parent, name: name, kind: kind,
+            permissions: mode, uid: context.uid, gid: context.gid, modified: .now, linkTarget: linkTarget)
+    }
+
+    /// Creates a node in a package directory.
+    func createInPackage(
+        _ context: RequestContext, directory: ViewNode, name: FUSE.FileName, kind: FileWrapper.Kind,
+        permissions: FilePermissions, linkTarget: String? = nil
+    ) throws(Errno) -> ViewNode {
+        let text = try validate(name)
+        let id = try newStoreID()
+        return try state.withLock { state throws(Errno) -> ViewNode in
+            guard directory.kind == .directory, directory.linked else { throw .noSuchFileOrDirectory }
+            guard directory.children[name] == nil else { throw .fileExists }
+            try checkNoEquivalent(text, in: directory.children)
+            let record = newRecord(
+                id, document: directory.document, parent: directory.persistAs, name: text, kind: kind,
+                permissions: permissions, context: context, linkTarget: linkTarget)
+            let node = makeNode(storeID: id, document: directory.document, record: record, name: name)
+            if kind == .regularFile { node.contents?.base = .empty(id) }
+            node.parent = directory
+            directory.children[name] = node
+            directory.record.modified = record.modified
+            directory.record.changed = record.modified
+            state.nodes[node.ino] = node
+            changed(&state, directory)
+            return node
+        }
+    }
+
+    /// Creates a file or document at the mount root: a scratch file stays in memory, a name a
+    /// hidden document still has in the store takes that document over, anything else is a new
+    /// flat document.
+    func createAtRoot(_ context: RequestContext, name: FUSE.FileName, permissions: FilePermissions) throws(Errno)
+        -> ViewNode
+    {
+        let text = try validate(name)
+        try ensureListing()
+        if configuration.scratchNames.matches(name) {
+            let id = try newStoreID()
+            return try state.withLock { state throws(Errno) -> ViewNode in
+                guard state.rootEntries[name] == nil else { throw .fileExists }
+                let record = newRecord(
+                    id, document: nil, parent: nil, name: text, kind: .regularFile, permissions: permissions,
+                    context: context)
+                let node = makeNode(storeID: id, document: nil, record: record, name: name)
+                node.contents?.base = .empty(id)
+                node.atMountRoot = true
+                state.rootEntries[name] = node
+                state.nodes[node.ino] = node
+                state.rootChanged = .now
+                return node
+            }
+        }
+        // A document renamed away to a scratch name (vim's backup) is still in the store under
+        // this name: the new file becomes its next version.
+        let id = try newStoreID()
+        if let adopted = try state.withLock({ state throws(Errno) -> ViewNode? in
+            guard state.rootEntries[name] == nil else { throw .fileExists }
+            guard let document = state.documents.values.first(where: { $0.info.name == text }) else { return nil }
+            guard document.info.kind == .flat else { throw .fileExists }
+            let record = newRecord(
+                id, document: document.id, parent: nil, name: text, kind: .regularFile,
+                permissions: permissions, context: context)
+            let node = makeNode(storeID: id, document: document.id, record: record, name: name)
+            node.contents?.base = .empty(id)
+            adopt(&state, document, node)
+            return node
+        }) {
+            return adopted
+        }
+        let mode = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
+        let info = try storeCall {
+            try store.createDocument(named: text, kind: .flat, type: nil, permissions: mode, origin: origin)
+        }
+        guard var record = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
+            throw .ioError
+        }
+        return try state.withLock { state throws(Errno) -> ViewNode in
+            if let existing = state.documents[info.id] { return existing.root }
+            guard state.rootEntries[name] == nil else { throw .fileExists }
+            if record.uid != context.uid || record.gid != context.gid {
+                record.uid = context.uid
+                record.gid = context.gid
+            }
+            let document = install(&state, info: info, rootRecord: record)
+            document.committed = [record.id: record]
+            if record.uid != getuid() || record.gid != getgid() { changed(&state, document.root) }
+            state.rootChanged = .now
+            return document.root
+        }
+    }
+
+    /// Makes `node` the document's node at the root under the document's name.
+    func adopt(_ state: inout State, _ document: DocumentState, _ node: ViewNode) {
+        let old = document.root
+        if old !== node {
+            if old.atMountRoot, state.rootEntries[old.name] === old, !isHidden(old, of: document) {
+                state.rootEntries[old.name] = nil
+                old.linked = false
+            }
+            old.document = nil
+        }
+        node.document = document.id
+        node.persistAs = document.info.root
+        node.atMountRoot = true
+        node.parent = nil
+        node.record.document = document.id
+        node.record.parent = nil
+        node.name = FUSE.FileName(document.info.name)
+        document.root = node
+        state.rootEntries[node.name] = node
+        state.nodes[node.ino] = node
+        state.rootChanged = .now
+        changed(&state, node)
+    }
+
+    /// Whether the document's node was renamed away under a scratch name.
+    func isHidden(_ node: ViewNode, of document: DocumentState) -> Bool {
+        node.name.string != document.info.name
+    }
+
+    public func create(
+        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions,
+        flags: OpenFlags, reply: ReplyCreate
+    ) {
+        answer(reply) { () throws(Errno) in
+            guard !configuration.readOnly else { throw .readOnlyFileSystem }
+            let node: ViewNode
+            if parent == .root {
+                node = try createAtRoot(context, name: name, permissions: permissions)
+            } else {
+                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+                node = try createInPackage(
+                    context, directory: directory, name: name, kind: .regularFile, permissions: permissions)
+            }
+            let (handle, attrs) = state.withLock { state in
+                node.openHandles += 1
+                node.openedGeneration = node.contents?.generation
+                let handle = state.nextHandle
+                state.nextHandle += 1
+                state.files[handle] = OpenFile(
+                    node: node, writable: flags.isWritable, generation: node.contents?.generation ?? 0,
+                    snapshot: nil, wrote: true)
+                return (handle, attributes(node))
+            }
+            reply.created(
+                node.ino, in: table, attributes: attrs, handle: FUSE.FileHandle(handle),
+                attributeTimeout: configuration.attributeTimeout, entryTimeout: configuration.entryTimeout)
+        }
+    }
+
+    public func mknod(
+        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, type: FUSE.FileType,
+        permissions: FilePermissions, rdev: UInt64, reply: ReplyEntry
+    ) {
+        answer(reply) { () throws(Errno) in
+            guard !configuration.readOnly else { throw .readOnlyFileSystem }
+            // Wrappers are files, folders and links: no devices, fifos or sockets.
+            guard type == .regular else { throw .notPermitted }
+            let node: ViewNode
+            if parent == .root {
+                node = try createAtRoot(context, name: name, permissions: permissions)
+            } else {
+                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+                node = try createInPackage(
+                    context, directory: directory, name: name, kind: .regularFile, permissions: permissions)
+            }
+            entry(reply, node, state.withLock { _ in attributes(node) })
+        }
+    }
+
+    public func mkdir(
+        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions,
+        reply: ReplyEntry
+    ) {
+        answer(reply) { () throws(Errno) in
+            guard !configuration.readOnly else { throw .readOnlyFileSystem }
+            let node: ViewNode
+            if parent == .root {
+                // A folder at the root is a new package document.
+                let text = try validate(name)
+                try ensureListing()
+                try state.withLock { state throws(Errno) in
+                    if state.rootEntries[name] != nil { throw .fileExists }
+                }
+                let mode = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
+                let info = try storeCall {
+                    try store.createDocument(
+                        named: text, kind: .package, type: nil, permissions: mode, origin: origin)
+                }
+                guard let record = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
+                    throw .ioError
+                }
+                node = try state.withLock { state throws(Errno) -> ViewNode in
+                    if let existing = state.documents[info.id] { return existing.root }
+                    let document = install(&state, info: info, rootRecord: record)
+                    document.committed = [record.id: record]
+                    if record.uid != context.uid || record.gid != context.gid {
+                        document.root.record.uid = context.uid
+                        document.root.record.gid = context.gid
+                        changed(&state, document.root)
+                    }
+                    state.rootChanged = .now
+                    return document.root
+                }
+            } else {
+                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+                node = try createInPackage(
+                    context, directory: directory, name: name, kind: .directory, permissions: permissions)
+            }
+            entry(reply, node, state.withLock { _ in attributes(node) })
+        }
+    }
+
+    public func symlink(
+        _ context: RequestContext, target: [UInt8], parent: NodeID, name: FUSE.FileName,
+        reply: ReplyEntry
+    ) {
+        answer(reply) { () throws(Errno) in
+            guard !configuration.readOnly else { throw .readOnlyFileSystem }
+            guard let destination = String(validating: target, as: UTF8.self) else { throw .illegalByteSequence }
+            let node: ViewNode
+            if parent == .root {
+                // Only scratch links (emacs's lock `.#name`) at the root: a document is a file or
+                // a package.
+                guard configuration.scratchNames.matches(name) else { throw .notPermitted }
+                let text = try validate(name)
+                try ensureListing()
+                let id = try newStoreID()
+                node = try state.withLock { state throws(Errno) -> ViewNode in
+                    guard state.rootEntries[name] == nil else { throw .fileExists }
+                    let record = newRecord(
+                        id, document: nil, parent: nil, name: text, kind: .symbolicLink,
+                        permissions: FilePermissions(rawValue: 0o777), context: RequestContext.umaskless(context),
+                        linkTarget: destination)
+                    let node = makeNode(storeID: id, document: nil, record: record, name: name)
+                    node.atMountRoot = true
+                    state.rootEntries[name] = node
+                    state.nodes[node.ino] = node
+                    state.rootChanged = .now
+                    return node
+                }
+            } else {
+                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+                node = try createInPackage(
+                    context.umaskless, directory: directory, name: name, kind: .symbolicLink,
+                    permissions: FilePermissions(rawValue: 0o777), linkTarget: destination)
+            }
+            entry(reply, node, state.withLock { _ in attributes(node) })
+        }
+    }
+
+    public func link(
+        _ context: RequestContext, node: NodeID, newParent: NodeID, newName: FUSE.FileName,
+        reply: ReplyEntry
+    ) {
+        // A wrapper has one name (fuse-notes 3.6): POSIX allows EPERM, and vim then copies.
+        reply.error(configuration.readOnly ? .readOnlyFileSystem : .notPermitted)
+    }
+
+    /// Takes `node` out of the tree; open handles keep it alive.
+    func detach(_ state: inout State, _ node: ViewNode) {
+        node.linked = false
+        if node.atMountRoot {
+            if state.rootEntries[node.name] === node { state.rootEntries[node.name] = nil }
+            state.rootChanged = .now
+        } else if let parent = node.parent {
+            if parent.children[node.name] === node { parent.children[node.name] = nil }
+            let now = Timestamp.now
+            parent.record.modified = now
+            parent.record.changed = now
+            changed(&state, parent)
+        }
+        func release(_ n: ViewNode) {
+            n.linked = false
+            if n.openHandles == 0 && table.node(for: n.ino) == nil { state.nodes[n.ino] = nil }
+            for child in n.children.values { release(child) }
+        }
+        release(node)
+    }
+
+    public func unlink(
+        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: ReplyEmpty
+    ) {
+        answer(reply) { () throws(Errno) in
+            guard !configuration.readOnly else { throw .readOnlyFileSystem }
+            try remove(parent: parent, name: name, directory: false)
+            reply.ok()
+        }
+    }
+
+    public func rmdir(
+        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: ReplyEmpty
+    ) {
+        answer(reply) { () throws(Errno) in
+            guard !configuration.readOnly else { throw .readOnlyFileSystem }
+            try remove(parent: parent, name: name, directory: true)
+            reply.ok()
+        }
+    }
+
+    func remove(parent: NodeID, name: FUSE.FileName, directory: Bool) throws(Errno) {
+        if parent == .root {
+            try ensureListing()
+            let document = try state.withLock { state throws(Errno) -> DocumentState? in
+                guard let node = state.rootEntries[name] else { throw .noSuchFileOrDirectory }
+                if directory && node.kind != .directory { throw .notDirectory }
+                if !directory && node.kind == .directory { throw .isDirectory }
+                if directory && !node.children.isEmpty { throw .directoryNotEmpty }
+                guard let document = self.document(&state, of: node), !isHidden(node, of: document) else {
+                    // A scratch file: it was never saved.
+                    detach(&state, node)
+                    return nil
+                }
+                return document
+            }
+            guard let document else { return }
+            if directory {
+                // The package may have unloaded children the kernel never asked about.
+                try ensureLoaded(document)
+                try state.withLock { _ throws(Errno) in
+                    if !document.root.children.isEmpty { throw .directoryNotEmpty }
+                }
+            }
+            // Changes not yet saved are dropped: `rm -r` emptied the package first, and the
+            // version kept for restoring should be the one with the contents.
+            document.saving.lock()
+            defer { document.saving.unlock() }
+            try storeCall { try store.deleteDocument(document.id, origin: origin) }
+            state.withLock { state in
+                document.dirty = false
+                if state.rootEntries[document.root.name] === document.root { detach(&state, document.root) }
+                state.documents[document.id] = nil
+            }
+            return
+        }
+        guard let directoryNode = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+        try state.withLock { state throws(Errno) in
+            guard let node = directoryNode.children[name] else { throw .noSuchFileOrDirectory }
+            if directory && node.kind != .directory { throw .notDirectory }
+            if !directory && node.kind == .directory { throw .isDirectory }
+            if directory && !node.children.isEmpty { throw .directoryNotEmpty }
+            detach(&state, node)
+        }
+    }
+
+    // MARK: - Rename
+
+    public func rename(
+        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, newParent: NodeID,
+        newName: FUSE.FileName, flags: RenameFlags, reply: ReplyEmpty
+    ) {
+        answer(reply) { () throws(Errno) in
+            guard !configuration.readOnly else { throw .readOnlyFileSystem }
+            guard !flags.contains(.whiteout), flags != [.noReplace, .exchange] else { throw .invalidArgument }
+            let newText = try validate(newName)
+            if parent == .root || newParent == .root {
+                guard parent == newParent else { throw .improperLink }
+                try renameAtRoot(name, newName, newText, flags: flags)
+            } else {
+                try renameInPackage(parent, name, newParent, newName, newText, flags: flags)
+            }
+            reply.ok()
+        }
+    }
+
+    func renameInPackage(
+        _ parent: NodeID, _ name: FUSE.FileName, _ newParent: NodeID, _ newName: FUSE.FileName, _ newText: String,
+        flags: RenameFlags
+    ) throws(Errno) {
+        guard let from = try resolve(parent, loadingChildren: true),
+            let to = try resolve(newParent, loadingChildren: true)
+        else { throw .noSuchFileOrDirectory }
+        let saveDocument = try state.withLock { state throws(Errno) -> DocumentState? in
+            guard from.document != nil, from.document == to.document else { throw .improperLink }
+            guard let node = from.children[name] else { throw .noSuchFileOrDirectory }
+            let target = to.children[newName]
+            if target === node { return nil }
+            if node.kind == .directory && to.isDescendant(of: node) { throw .invalidArgument }
+            if flags.contains(.noReplace) && target != nil { throw .fileExists }
+            if flags.contains(.exchange) {
+                guard let target else { throw .noSuchFileOrDirectory }
+                if target.kind == .directory && from.isDescendant(of: target) { throw .invalidArgument }
+                from.children[name] = target
+                to.children[newName] = node
+                (node.name, target.name) = (newName, name)
+                (node.parent, target.parent) = (to, from)
+                node.record.name = newText
+                target.record.name = name.string
+                node.record.parent = to.persistAs
+                target.record.parent = from.persistAs
+                let now = Timestamp.now
+                for n in [node, target, from, to] { n.record.changed = now }
+                from.record.modified = now
+                to.record.modified = now
+                changed(&state, node)
+                return self.document(&state, of: node)
+            }
+            try checkNoEquivalent(newText, in: to.children, except: target)
+            if let target {
+                if node.kind == .directory && target.kind != .directory { throw .notDirectory }
+                if node.kind != .directory && target.kind == .directory { throw .isDirectory }
+                if target.kind == .directory && !target.children.isEmpty { throw .directoryNotEmpty }
+                detach(&state, target)
+            }
+            let wasScratch = !isPersisted(node)
+            from.children[name] = nil
+            to.children[newName] = node
+            node.name = newName
+            node.parent = to
+            node.record.name = newText
+            node.record.parent = to.persistAs
+            let now = Timestamp.now
+            node.record.changed = now
+            from.record.modified = now
+            from.record.changed = now
+            to.record.modified = now
+            to.record.changed = now
+            changed(&state, node)
+            // A rename onto a wrapper's name (or publishing a scratch file) is a save point.
+            guard isPersisted(node), target != nil || wasScratch else { return nil }
+            return self.document(&state, of: node)
+        }
+        if let saveDocument { try save(saveDocument, durable: false) }
+    }
+
+    func renameAtRoot(_ name: FUSE.FileName, _ newName: FUSE.FileName, _ newText: String, flags: RenameFlags)
+        throws(Errno)
+    {
+        try ensureListing()
+        enum Plan {
+            case done
+            case save(DocumentState)
+            case renameDocument(DocumentState, replacing: DocumentState?)
+            case exchangeDocuments(DocumentState, DocumentState)
+            case createDocument(ViewNode)
+        }
+        let plan = try state.withLock { state throws(Errno) -> Plan in
+            guard let node = state.rootEntries[name] else { throw .noSuchFileOrDirectory }
+            let target = state.rootEntries[newName]
+            if target === node { return .done }
+            if flags.contains(.noReplace) && target != nil { throw .fileExists }
+            let scratchTarget = configuration.scratchNames.matches(newName)
+            let document = self.document(&state, of: node)
+            let targetDocument = target.flatMap { self.document(&state, of: $0) }
+            if flags.contains(.exchange) {
+                guard let target else { throw .noSuchFileOrDirectory }
+                if let document, let targetDocument, !isHidden(node, of: document),
+                    !isHidden(target, of: targetDocument)
+                {
+                    return .exchangeDocuments(document, targetDocument)
+                }
+                guard document == nil && targetDocument == nil else { throw .invalidArgument }
+                state.rootEntries[name] = target
+                state.rootEntries[newName] = node
+                (node.name, target.name) = (newName, name)
+                return .done
+            }
+            if let target {
+                if node.kind == .directory && target.kind != .directory { throw .notDirectory }
+                if node.kind != .directory && target.kind == .directory { throw .isDirectory }
+                if target.kind == .directory && !target.children.isEmpty { throw .directoryNotEmpty }
+            }
+            if let document, !isHidden(node, of: document) {
+                if node.kind == .regularFile && scratchTarget {
+                    // vim's backup (`name~`): the document stays in the store under its name
+                    // until a new file of that name is saved; the mount shows it as scratch.
+                    if let target { detach(&state, target) }
+                    state.rootEntries[name] = nil
+                    state.rootEntries[newName] = node
+                    node.name = newName
+                    state.rootChanged = .now
+                    return .done
+                }
+                return .renameDocument(document, replacing: targetDocument)
+            }
+            // A scratch file (or a hidden document) at the root.
+            if scratchTarget {
+                if let target { detach(&state, target) }
+                state.rootEntries[name] = nil
+                state.rootEntries[newName] = node
+                node.name = newName
+                if let document, node.name.string == document.info.name { changed(&state, node) }
+                state.rootChanged = .now
+                return .done
+            }
+            guard node.kind == .regularFile else { throw .notPermitted }
+            // Publishing: the file becomes the document of that name, a new one if none.
+            let existing =
+                targetDocument
+                ?? state.documents.values.first(where: { $0.info.name == newText && $0.info.kind == .flat })
+            state.rootEntries[name] = nil
+            if let target { detach(&state, target) }
+            if let existing {
+                if let document, document !== existing {
+                    // A hidden document's node published under another document's name.
+                    document.root = makeNode(
+                        storeID: document.info.root, document: document.id,
+                        record: node.record, name: FUSE.FileName(document.info.name))
+                }
+                node.contents?.base = node.contents?.base ?? .empty(node.storeID)
+                adopt(&state, existing, node)
+                return .save(existing)
+            }
+            node.name = newName
+            return .createDocument(node)
+        }
+        switch plan {
+        case .done:
+            return
+        case .save(let document):
+            try save(document, durable: false)
+        case .renameDocument(let document, let replaced):
+            if let replaced {
+                try storeCall { try store.deleteDocument(replaced.id, origin: origin) }
+                state.withLock { state in
+                    detach(&state, replaced.root)
+                    state.documents[replaced.id] = nil
+                }
+            }
+            let info = try storeCall { try store.renameDocument(document.id, to: newText) }
+            state.withLock { state in
+                if state.rootEntries[name] === document.root { state.rootEntries[name] = nil }
+                document.info = info
+                document.root.name = newName
+                document.root.record.name = newText
+                state.rootEntries[newName] = document.root
+                state.rootChanged = .now
+            }
+        case .exchangeDocuments(let a, let b):
+            // The store renames one at a time: through a temporary name no one else uses.
+            let aName = a.info.name
+            let bName = b.info.name
+            let temporary = ".docfs-exchange-\(a.id.rawValue)-\(b.id.rawValue)-\(getpid())"
+            _ = try storeCall { try store.renameDocument(b.id, to: temporary) }
+            let aInfo = try storeCall { try store.renameDocument(a.id, to: bName) }
+            let bInfo = try storeCall { try store.renameDocument(b.id, to: aName) }
+            state.withLock { state in
+                a.info = aInfo
+                b.info = bInfo
+                (a.root.name, b.root.name) = (FUSE.FileName(bName), FUSE.FileName(aName))
+                a.root.record.name = bName
+                b.root.record.name = aName
+                state.rootEntries[a.root.name] = a.root
+                state.rootEntries[b.root.name] = b.root
+                state.rootChanged = .now
+            }
+        case .createDocument(let node):
+            let mode = state.withLock { _ in node.record.permissions }
+            let info: DocumentInfo
+            do {
+                info = try storeCall {
+                    try store.createDocument(
+                        named: newText, kind: .flat, type: nil, permissions: mode, origin: origin)
+                }
+            } catch {
+                // Put the file back where it was.
+                state.withLock { state in
+                    node.name = name
+                    if state.rootEntries[name] == nil { state.rootEntries[name] = node }
+                }
+                throw error
+            }
+            let document = state.withLock { state -> DocumentState in
+                let rootRecord = NodeRecord(
+                    id: info.root, document: info.id, parent: nil, name: info.name, kind: .regularFile,
+                    permissions: mode, version: info.currentVersion)
+                let document = DocumentState(info: info, root: node)
+                document.committed = [info.root: rootRecord]
+                state.documents[info.id] = document
+                adopt(&state, document, node)
+                return document
+            }
+            try save(document, durable: false)
+        }
+    }
+}
+
+extension RequestContext {
+    /// The context with no umask (symbolic links are always 0777).
+    var umaskless: RequestContext {
+        var copy = self
+        copy.umask = FilePermissions(rawValue: 0)
+        return copy
+    }
+    static func umaskless(_ context: RequestContext) -> RequestContext { context.umaskless }
+}

@@ -1,0 +1,431 @@
+import DocumentEngine
+import FUSE
+import Foundation
+import SystemPackage
+
+/// Saving documents, and following other processes' saves.
+extension DocumentFileSystem {
+    /// What one save sends, taken under the lock.
+    private struct PreparedSave {
+        var changes: DocumentChanges
+        var records: [StoreNodeID: NodeRecord]
+        var snapshots: [(node: ViewNode, id: StoreNodeID, snapshot: FileContents.Snapshot)]
+    }
+
+    /// Saves the document's changes as one store version. Returns when the save is committed
+    /// (and, when `durable`, on disk); throws the errno a `close` or `fsync` should return.
+    func save(_ document: DocumentState, durable: Bool) throws(Errno) {
+        try ensureLoaded(document)
+        document.saving.lock()
+        defer { document.saving.unlock() }
+        let prepared = try state.withLock { state throws(Errno) -> PreparedSave? in
+            guard state.documents[document.id] === document else { return nil }
+            return try prepare(&state, document, durable: durable)
+        }
+        if let prepared {
+            let result: SaveResult
+            do {
+                result = try storeCall { try store.save(prepared.changes) }
+            } catch {
+                state.withLock { _ in
+                    for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
+                        item.snapshot.contents.saveFailed()
+                    }
+                    document.dirty = true
+                    document.lastError = error
+                }
+                logger.error("saving \(document.info.name) failed: \(error)")
+                throw error
+            }
+            let conflict = state.withLock { _ -> Bool in
+                document.lastError = nil
+                if result.isConflict {
+                    // Kept as a conflict version beside the current one; the mount shows the
+                    // current version again (the conflict is listed by `docfs versions`).
+                    logger.warning(
+                        "\(document.info.name): another process saved first; this save is kept as conflict \(result.version.id)"
+                    )
+                    document.needsReload = true
+                    for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
+                        item.snapshot.contents.saveFailed()
+                    }
+                    return true
+                }
+                for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
+                    item.snapshot.contents.saved(item.snapshot, as: item.id, version: result.version.id)
+                }
+                var committed = prepared.records
+                for id in prepared.changes.nodes.map(\.id) { committed[id]?.version = result.version.id }
+                document.committed = committed
+                document.base = result.version.id
+                return false
+            }
+            if conflict {
+                state.withLock { _ in document.dirty = false }
+                try reloadLocked(document, force: true)
+                return
+            }
+        }
+        if state.withLock({ _ in document.needsReload && !document.dirty }) {
+            try reloadLocked(document, force: false)
+        }
+    }
+
+    /// Computes the document's changes against its saved state and freezes the files it sends.
+    private func prepare(_ state: inout State, _ document: DocumentState, durable: Bool) throws(Errno)
+        -> PreparedSave?
+    {
+        guard let committed = document.committed else { return nil }
+        document.dirty = false
+        let root = document.root
+        // A document renamed away under a scratch name is not saved (it is still in the store
+        // under its name).
+        guard root.linked, root.atMountRoot, !isHidden(root, of: document), state.rootEntries[root.name] === root
+        else { return nil }
+        var records: [StoreNodeID: NodeRecord] = [:]
+        var changes = DocumentChanges(document: document.id, base: document.base)
+        changes.origin = origin
+        changes.conflictPolicy = .rebaseIfDisjoint
+        changes.durable = durable
+        var snapshots: [(node: ViewNode, id: StoreNodeID, snapshot: FileContents.Snapshot)] = []
+
+        func visit(_ node: ViewNode, parent: StoreNodeID?) {
+            guard node.linked else { return }
+            if parent != nil && node.kind != .directory && configuration.scratchNames.matches(node.name) { return }
+            var record = node.record
+            record.id = node.persistAs
+            record.document = document.id
+            record.parent = parent
+            record.name = parent == nil ? document.info.name : node.name.string
+            if parent == nil { record.preferredName = committed[record.id]?.preferredName }
+            let stored = committed[record.id]
+            if let contents = node.contents, node.kind == .regularFile {
+                record.size = contents.size
+                let sameNode = contents.base.node == record.id && stored?.kind == .regularFile
+                if contents.isModified || !sameNode || stored?.size != contents.size {
+                    let snapshot = contents.freeze()
+                    snapshots.append((node, record.id, snapshot))
+                    let source = SnapshotSource(snapshot: snapshot, store: store)
+                    if sameNode || snapshot.base.size == 0 {
+                        let storedSize = stored?.kind == .regularFile ? stored?.size ?? 0 : 0
+                        changes.contents[record.id] = .sparse(
+                            size: snapshot.size, chunks: snapshot.changedChunks(storedSize: storedSize),
+                            source: source)
+                    } else {
+                        changes.contents[record.id] = .replace(source)
+                    }
+                }
+            }
+            records[record.id] = record
+            if stored == nil || !(stored.map { record.sameContent(as: $0) } ?? false)
+                || changes.contents[record.id] != nil
+            {
+                changes.nodes.append(record)
+            }
+            for child in node.children.values.sorted(by: { $0.storeID < $1.storeID }) {
+                visit(child, parent: record.id)
+            }
+        }
+        visit(root, parent: nil)
+        changes.removedNodes = committed.keys.filter { records[$0] == nil }.sorted()
+        guard !changes.isEmpty else {
+            for item in snapshots { item.snapshot.contents.saveFailed() }
+            return nil
+        }
+        return PreparedSave(changes: changes, records: records, snapshots: snapshots)
+    }
+
+    // MARK: - The quiet-interval saver
+
+    func startSaver() {
+        let quiet = configuration.quietInterval
+        let pause = min(0.25, max(0.01, Double(quiet.components.seconds) + Double(quiet.components.attoseconds) / 1e18) / 4)
+        let thread = Thread { [weak self] in
+            while true {
+                guard let self, !self.state.withLock({ $0.stopping }) else { return }
+                self.saveQuietDocuments()
+                Thread.sleep(forTimeInterval: pause)
+            }
+        }
+        thread.name = "docfs.saver"
+        state.withLock { $0.saver = thread }
+        thread.start()
+    }
+
+    private func saveQuietDocuments() {
+        let now = ContinuousClock.now
+        let due = state.withLock { state in
+            state.documents.values.filter { document in
+                (document.dirty || document.lastError != nil) && now - document.lastChange >= configuration.quietInterval
+            }
+        }
+        for document in due {
+            do {
+                try save(document, durable: true)
+            } catch {
+                // Retried after the next quiet interval; close and fsync report it meanwhile.
+                state.withLock { _ in document.lastChange = ContinuousClock.now }
+            }
+        }
+    }
+
+    // MARK: - Other processes' changes
+
+    /// Called on the observer's thread with other processes' (and our own) store events.
+    func storeChanged(_ events: [StoreEvent]) {
+        let foreign = events.filter { $0.origin != origin }
+        if events.contains(where: { $0.kind != .saved && $0.kind != .conflict }) {
+            refreshListing()
+        }
+        for id in Set(foreign.map(\.document)) {
+            guard let document = state.withLock({ $0.documents[id] }) else { continue }
+            state.withLock { _ in document.needsReload = true }
+            do {
+                document.saving.lock()
+                defer { document.saving.unlock() }
+                try reloadLocked(document, force: false)
+            } catch {
+                logger.warning("cannot refresh \(document.info.name): \(error)")
+            }
+        }
+    }
+
+    /// Revalidates a node's document before an open (close-to-open consistency).
+    func revalidate(_ node: ViewNode) throws(Errno) {
+        guard let document = state.withLock({ self.document(&$0, of: node) }) else { return }
+        let (base, loaded) = state.withLock { _ in (document.base, document.isLoaded) }
+        guard loaded else { return }
+        let info = try storeCall { try store.document(document.id) }
+        guard info.currentVersion != base else { return }
+        state.withLock { _ in document.needsReload = true }
+        document.saving.lock()
+        defer { document.saving.unlock() }
+        try reloadLocked(document, force: false)
+    }
+
+    /// Reads the document's current tree and shows it, unless the mount has unsaved changes
+    /// (then the next save is applied on top, or kept as a conflict, and reloads after).
+    /// The caller holds `document.saving`.
+    func reloadLocked(_ document: DocumentState, force: Bool) throws(Errno) {
+        let proceed = state.withLock { _ -> Bool in
+            guard force || document.needsReload else { return false }
+            return force || !(document.dirty || anyModified(document.root))
+        }
+        guard proceed else { return }
+        let info = try storeCall { try store.document(document.id) }
+        let loaded = state.withLock { _ in document.isLoaded }
+        if !loaded {
+            guard let root = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else { return }
+            let notices = state.withLock { _ -> [Notice] in
+                document.base = info.currentVersion
+                document.needsReload = false
+                guard document.root.persistAs == root.id, !document.root.contentsModified,
+                    !document.root.record.sameContent(as: root) || document.root.contents?.base.version != root.version
+                else { return [] }
+                var updated = root
+                updated.name = document.root.record.name
+                document.root.record = updated
+                document.root.contents?.reset(to: ContentBase(node: root.id, version: root.version, size: root.size))
+                return [.inode(document.root.ino)]
+            }
+            send(notices)
+            return
+        }
+        let records = try storeCall { try store.nodes(of: document.id, at: info.currentVersion) }
+        let notices = state.withLock { state -> [Notice] in
+            guard force || !(document.dirty || anyModified(document.root)) else { return [] }
+            document.needsReload = false
+            return apply(&state, document, records: records, version: info.currentVersion)
+        }
+        send(notices)
+    }
+
+    private func anyModified(_ node: ViewNode) -> Bool {
+        if node.contentsModified { return true }
+        return node.children.values.contains { anyModified($0) }
+    }
+
+    enum Notice {
+        case inode(UInt64)
+        case entry(parent: UInt64, name: FUSE.FileName)
+        case delete(parent: UInt64, child: UInt64, name: FUSE.FileName)
+    }
+
+    /// Shows `records` (the document at `version`) in the tree, keeping scratch files and nodes
+    /// that are unchanged. Returns what the kernel must forget.
+    private func apply(_ state: inout State, _ document: DocumentState, records: [NodeRecord], version: VersionID)
+        -> [Notice]
+    {
+        var notices: [Notice] = []
+        let old = document.committed ?? [:]
+        var byID: [StoreNodeID: ViewNode] = [:]
+        var scratch: [(parent: StoreNodeID, node: ViewNode)] = []
+        func collect(_ node: ViewNode) {
+            guard node.linked else { return }
+            byID[node.persistAs] = node
+            for child in node.children.values {
+                if child.kind != .directory && configuration.scratchNames.matches(child.name) {
+                    scratch.append((node.persistAs, child))
+                } else {
+                    collect(child)
+                }
+            }
+        }
+        collect(document.root)
+        let parentIno: (ViewNode) -> UInt64 = { $0.parent?.ino ?? mountRootInode }
+        var seen: Set<StoreNodeID> = []
+        for record in records {
+            seen.insert(record.id)
+            if let node = byID[record.id] {
+                let before = old[record.id]
+                if before == nil || before?.version != record.version || !node.record.sameContent(as: record) {
+                    // The root's name is the document's, which the root listing follows.
+                    let keepName = node.atMountRoot ? node.name : FUSE.FileName(record.name)
+                    if node.name != keepName || (node.parent?.persistAs != record.parent && !node.atMountRoot) {
+                        notices.append(.entry(parent: parentIno(node), name: node.name))
+                    }
+                    var updated = record
+                    if node.atMountRoot { updated.name = node.record.name }
+                    node.record = updated
+                    node.name = keepName
+                    if let contents = node.contents, before?.version != record.version || contents.size != record.size {
+                        contents.reset(to: ContentBase(node: record.id, version: record.version, size: record.size))
+                    }
+                    notices.append(.inode(node.ino))
+                }
+            } else {
+                let node = makeNode(
+                    storeID: record.id, document: document.id, record: record, name: FUSE.FileName(record.name))
+                byID[record.id] = node
+                state.nodes[node.ino] = node
+            }
+        }
+        // Relink every saved node under its parent, then put scratch files back.
+        for node in byID.values where !node.atMountRoot {
+            node.children = node.children.filter { !isPersistedName($0.value) }
+        }
+        document.root.children = document.root.children.filter { !isPersistedName($0.value) }
+        for record in records where record.id != document.info.root {
+            guard let node = byID[record.id], let parentID = record.parent, let parent = byID[parentID] else { continue }
+            if node.parent !== parent, let previous = node.parent { notices.append(.inode(previous.ino)) }
+            node.parent = parent
+            node.linked = true
+            parent.children[node.name] = node
+        }
+        for (id, node) in byID where !seen.contains(id) {
+            if let parent = node.parent {
+                notices.append(.delete(parent: parent.ino, child: node.ino, name: node.name))
+                notices.append(.inode(parent.ino))
+            }
+            node.linked = false
+            if node.openHandles == 0 && table.node(for: node.ino) == nil { state.nodes[node.ino] = nil }
+        }
+        for (parentID, node) in scratch {
+            if let parent = byID[parentID], seen.contains(parentID), parent.children[node.name] == nil {
+                parent.children[node.name] = node
+            } else {
+                node.linked = false
+            }
+        }
+        var committed: [StoreNodeID: NodeRecord] = [:]
+        for record in records { committed[record.id] = record }
+        for record in records where old[record.id] == nil {
+            if let parent = record.parent.flatMap({ byID[$0] }) { notices.append(.inode(parent.ino)) }
+        }
+        document.committed = committed
+        document.base = version
+        return notices
+    }
+
+    private func isPersistedName(_ node: ViewNode) -> Bool {
+        node.kind == .directory || !configuration.scratchNames.matches(node.name)
+    }
+
+    /// Tells the kernel what changed (from the calling thread, never inside a request handler).
+    func send(_ notices: [Notice]) {
+        guard !notices.isEmpty, let notifier = state.withLock({ $0.notifier }) else { return }
+        var sentInodes: Set<UInt64> = []
+        for notice in notices {
+            switch notice {
+            case .inode(let ino):
+                guard sentInodes.insert(ino).inserted else { continue }
+                if ino == mountRootInode {
+                    notifier.invalidateInode(.root)
+                } else if let node = table.node(for: ino) {
+                    notifier.invalidateInode(node)
+                }
+            case .entry(let parent, let name):
+                let parentNode = parent == mountRootInode ? NodeID.root : table.node(for: parent)
+                if let parentNode { notifier.invalidateEntry(parent: parentNode, name: name) }
+            case .delete(let parent, let child, let name):
+                let parentNode = parent == mountRootInode ? NodeID.root : table.node(for: parent)
+                guard let parentNode else { continue }
+                if let childNode = table.node(for: child) {
+                    notifier.delete(parent: parentNode, child: childNode, name: name)
+                } else {
+                    notifier.invalidateEntry(parent: parentNode, name: name)
+                }
+            }
+        }
+    }
+
+    /// Reads the root listing again and shows documents other processes created, renamed or
+    /// deleted.
+    func refreshListing() {
+        guard state.withLock({ $0.listed }) else { return }
+        let infos: [DocumentInfo]
+        do {
+            infos = try store.documents()
+        } catch {
+            logger.warning("cannot list the store: \(error)")
+            return
+        }
+        var roots: [DocumentID: NodeRecord] = [:]
+        let known = state.withLock { Set($0.documents.keys) }
+        for info in infos where !known.contains(info.id) {
+            if let record = try? store.node(info.root, at: info.currentVersion) { roots[info.id] = record }
+        }
+        let notices = state.withLock { state -> [Notice] in
+            var notices: [Notice] = []
+            let live = Dictionary(uniqueKeysWithValues: infos.map { ($0.id, $0) })
+            for (id, document) in state.documents {
+                guard let info = live[id] else {
+                    // Deleted by someone else.
+                    let node = document.root
+                    if state.rootEntries[node.name] === node {
+                        state.rootEntries[node.name] = nil
+                        notices.append(.delete(parent: mountRootInode, child: node.ino, name: node.name))
+                    }
+                    node.linked = false
+                    state.documents[id] = nil
+                    continue
+                }
+                if info.name != document.info.name {
+                    let node = document.root
+                    let oldName = FUSE.FileName(document.info.name)
+                    document.info.name = info.name
+                    if state.rootEntries[oldName] === node {
+                        state.rootEntries[oldName] = nil
+                        notices.append(.entry(parent: mountRootInode, name: oldName))
+                        let newName = FUSE.FileName(info.name)
+                        if state.rootEntries[newName] == nil {
+                            node.name = newName
+                            node.record.name = info.name
+                            state.rootEntries[newName] = node
+                            notices.append(.entry(parent: mountRootInode, name: newName))
+                        }
+                    }
+                }
+            }
+            for (id, record) in roots where state.documents[id] == nil {
+                guard let info = live[id] else { continue }
+                _ = install(&state, info: info, rootRecord: record)
+                notices.append(.entry(parent: mountRootInode, name: FUSE.FileName(info.name)))
+            }
+            state.rootChanged = .now
+            notices.append(.inode(mountRootInode))
+            return notices
+        }
+        send(notices)
+    }
+}

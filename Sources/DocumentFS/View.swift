@@ -1,0 +1,123 @@
+import DocumentEngine
+import FUSE
+import Foundation
+import SystemPackage
+
+/// One file, directory or symbolic link of the mount as the kernel sees it. All members are
+/// guarded by the file system's lock.
+///
+/// A node has its own store node id (its inode is that id plus one, stable across remounts)
+/// and is saved as the wrapper ``persistAs``, which differs only when a file at the mount root
+/// took over a flat document under the document's name (`sed -i` or vim saving a flat
+/// document): the document keeps its identity and history.
+final class ViewNode: @unchecked Sendable {
+    let storeID: StoreNodeID
+    var persistAs: StoreNodeID
+    /// The document it belongs to; nil for a scratch file at the mount root.
+    var document: DocumentID?
+    weak var parent: ViewNode?
+    /// Whether the node is the root of a document or a scratch file at the mount root (its
+    /// parent is the mount root, which has no node).
+    var atMountRoot: Bool
+    var name: FUSE.FileName
+    var record: NodeRecord
+    /// Regular files only.
+    var contents: FileContents?
+    /// Directories only.
+    var children: [FUSE.FileName: ViewNode] = [:]
+    /// False once unlinked or replaced: it lives on for open handles only.
+    var linked = true
+    var openHandles = 0
+    /// The contents generation at the last open, for `keep_cache`.
+    var openedGeneration: UInt64?
+
+    init(storeID: StoreNodeID, document: DocumentID?, name: FUSE.FileName, record: NodeRecord) {
+        self.storeID = storeID
+        persistAs = storeID
+        self.document = document
+        self.name = name
+        self.record = record
+        atMountRoot = false
+    }
+
+    var ino: UInt64 { inodeNumber(storeID) }
+    var kind: FileWrapper.Kind { record.kind }
+
+    var size: Int64 {
+        switch record.kind {
+        case .regularFile: return contents?.size ?? record.size
+        case .symbolicLink: return Int64(record.linkTarget?.utf8.count ?? 0)
+        case .directory: return 4096
+        }
+    }
+
+    var subdirectoryCount: Int { children.values.reduce(0) { $0 + ($1.kind == .directory ? 1 : 0) } }
+
+    /// Whether `ancestor` is this node or above it.
+    func isDescendant(of ancestor: ViewNode) -> Bool {
+        var node: ViewNode? = self
+        while let current = node {
+            if current === ancestor { return true }
+            node = current.parent
+        }
+        return false
+    }
+}
+
+/// What the mount knows of one document: the store's view of it (the records at ``base``) and
+/// the node tree the kernel sees, which may be ahead of the store until the next save.
+final class DocumentState: @unchecked Sendable {
+    let id: DocumentID
+    /// The store's listing, as last seen (its name is the store's name for it).
+    var info: DocumentInfo
+    /// The node shown at the mount root for the document.
+    var root: ViewNode
+    /// The records of the saved state this view is based on; nil until the tree is read.
+    var committed: [StoreNodeID: NodeRecord]?
+    var base: VersionID
+    /// Something changed since the last save began.
+    var dirty = false
+    /// When the last change happened, for the quiet-interval save.
+    var lastChange = ContinuousClock.now
+    /// Serialises saves of this document.
+    let saving = NSLock()
+    /// Another process saved: show its version once the mount has nothing unsaved.
+    var needsReload = false
+    /// The last save failed with this error; the next save point retries.
+    var lastError: Errno?
+
+    init(info: DocumentInfo, root: ViewNode) {
+        id = info.id
+        self.info = info
+        self.root = root
+        base = info.currentVersion
+    }
+
+    var isLoaded: Bool { committed != nil }
+}
+
+/// `st_ino` of the mount root. Store node ids start at 1, so wrappers are shifted by one to
+/// keep this number free (see ``inodeNumber(_:)``).
+let mountRootInode: UInt64 = 1
+
+/// The stable inode number of a store node: the same across remounts and processes because it
+/// is derived from the store's own id, not from the kernel node id the table hands out.
+func inodeNumber(_ id: StoreNodeID) -> UInt64 { UInt64(bitPattern: id.rawValue) &+ 1 }
+
+extension Timestamp {
+    /// The FUSE layer's time: the store keeps nanoseconds, and so does the kernel.
+    var timespec: Timespec { Timespec(seconds: seconds, nanoseconds: nanoseconds) }
+
+    init(_ time: Timespec) { self.init(seconds: time.seconds, nanoseconds: time.nanoseconds) }
+}
+
+extension NodeRecord {
+    /// Equal apart from the version stamp the store assigns.
+    func sameContent(as other: NodeRecord) -> Bool {
+        var a = self
+        var b = other
+        a.version = VersionID(rawValue: 0)
+        b.version = VersionID(rawValue: 0)
+        return a == b
+    }
+}

@@ -1,0 +1,170 @@
+import DocumentEngine
+import DocumentFS
+import FUSE
+import Foundation
+import SystemPackage
+import Testing
+import TestSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The write path, checked through a second store connection (as an app would see it).
+@Suite(.serialized)
+struct WritePathTests {
+    /// Contents of a wrapper by path, read through another connection to the store file.
+    func stored(_ fixture: Fixture, _ document: String, _ path: String...) throws -> String? {
+        let other = try SQLiteStore(path: fixture.path)
+        guard let info = try other.document(named: document) else { return nil }
+        let records = try other.nodes(of: info.id)
+        var current = info.root
+        for name in path {
+            guard let next = records.first(where: { $0.parent == current && $0.name == name }) else { return nil }
+            current = next.id
+        }
+        guard let record = records.first(where: { $0.id == current }) else { return nil }
+        let data = try other.readContents(of: current, at: nil, offset: 0, count: Int(record.size))
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    func names(_ fixture: Fixture, _ document: String) throws -> Set<String> {
+        let other = try SQLiteStore(path: fixture.path)
+        guard let info = try other.document(named: document) else { return [] }
+        return Set(try other.nodes(of: info.id).filter { $0.id != info.root }.map(\.name))
+    }
+
+    @Test("a file written and closed in a package is saved; mkdir, mv and rm are saved by the quiet interval")
+    func packageEdits() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let p = mount.path + "/Project.pkg"
+            let result = try await sh(
+                "printf 'hello\\n' > new.txt && mkdir dir && mv new.txt dir/ && printf 'more\\n' >> dir/new.txt && rm notes.txt && cat dir/new.txt",
+                in: p)
+            #expect(result.status == 0, "\(result.error)")
+            #expect(result.output == "hello\nmore\n")
+            let saved = try await offThread {
+                eventually(timeout: 5) { try self.stored(fixture, "Project.pkg", "dir", "new.txt") == "hello\nmore\n" }
+            }
+            #expect(saved != nil)
+            let gone = try await offThread {
+                eventually(timeout: 5) { try !self.names(fixture, "Project.pkg").contains("notes.txt") }
+            }
+            #expect(gone != nil)
+        }
+    }
+
+    @Test("sed -i on a wrapper and on a flat document saves new versions and leaves no temp file")
+    func sedInPlace() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        let readmeID = try #require(try fixture.store.document(named: "README.txt")).id
+        try await withMount(fixture.store) { mount in
+            let r1 = try await sh("sed -i 's/hello/bonjour/' Project.pkg/src/main.swift", in: mount.path)
+            #expect(r1.status == 0, "\(r1.error)")
+            #expect(try stored(fixture, "Project.pkg", "src", "main.swift") == "print(\"bonjour\")\n")
+            let r2 = try await sh("sed -i '1s/.*/FIRST/' README.txt && head -1 README.txt && ls -a", in: mount.path)
+            #expect(r2.status == 0, "\(r2.error)")
+            #expect(r2.output.hasPrefix("FIRST\n"))
+            #expect(!r2.output.contains("sed"))
+            let text = try #require(try stored(fixture, "README.txt"))
+            #expect(text.hasPrefix("FIRST\n"))
+            #expect(try SQLiteStore(path: fixture.path).document(named: "README.txt")?.id == readmeID)
+            #expect(try names(fixture, "Project.pkg").allSatisfy { !$0.hasPrefix("sed") })
+        }
+    }
+
+    @Test("mkdir and create at the root make package and flat documents; rm -r deletes one")
+    func rootDocuments() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let r = try await sh(
+                "mkdir New.pkg && echo inside > New.pkg/a.txt && echo flat > Flat.txt && rm -r Project.pkg && ls",
+                in: mount.path)
+            #expect(r.status == 0, "\(r.error)")
+            #expect(try stored(fixture, "Flat.txt") == "flat\n")
+            #expect(try stored(fixture, "New.pkg", "a.txt") == "inside\n")
+            let other = try SQLiteStore(path: fixture.path)
+            #expect(try other.document(named: "Project.pkg") == nil)
+            #expect(try other.deletedDocuments().contains { $0.name == "Project.pkg" })
+        }
+    }
+
+    @Test("vim saves a wrapper (rename-save and backupcopy=yes) without leaving swap or backup wrappers")
+    func vim() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let p = mount.path + "/Project.pkg"
+            let r = try await sh(
+                "HOME=/tmp timeout -k 5 30 vim -N -u NONE -i NONE -es -c 'set swapfile directory=. backup writebackup' -c '%s/Notes/Vim notes/' -c 'wq' notes.txt",
+                in: p)
+            #expect(r.status == 0, "\(r.error)")
+            #expect(try stored(fixture, "Project.pkg", "notes.txt")?.hasPrefix("Vim notes") == true)
+            let r2 = try await sh(
+                "HOME=/tmp timeout -k 5 30 vim -N -u NONE -i NONE -es -c 'set backupcopy=yes swapfile directory=.' -c '%s/Vim/Copy/' -c 'wq' notes.txt",
+                in: p)
+            #expect(r2.status == 0, "\(r2.error)")
+            #expect(try stored(fixture, "Project.pkg", "notes.txt")?.hasPrefix("Copy notes") == true)
+            let all = try names(fixture, "Project.pkg")
+            #expect(!all.contains { $0.hasSuffix(".swp") || $0.hasSuffix("~") || $0 == "4913" })
+        }
+    }
+
+    @Test("fsync makes a write durable in the store before it returns; a large file round-trips")
+    func fsyncAndLarge() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let p = mount.path + "/Project.pkg/big.bin"
+            let ok = try await offThread { () -> Bool in
+                let fd = open(p, O_RDWR | O_CLOEXEC)
+                guard fd >= 0 else { return false }
+                defer { close(fd) }
+                let bytes = [UInt8](repeating: 0x41, count: 5000)
+                // Straddles the first chunk boundary, so two chunks are taken in and changed.
+                guard pwrite(fd, bytes, bytes.count, off_t(Fixture.chunkSize - 2500)) == bytes.count else {
+                    return false
+                }
+                return fsync(fd) == 0
+            }
+            #expect(ok)
+            let other = try SQLiteStore(path: fixture.path)
+            let record = try fixture.record("Project.pkg", "big.bin")
+            let data = try other.readContents(of: record.id, at: nil, offset: 0, count: Fixture.bigSize)
+            var expected = Fixture.bigContents()
+            expected.replaceSubrange(
+                (Fixture.chunkSize - 2500)..<(Fixture.chunkSize + 2500), with: Data(repeating: 0x41, count: 5000))
+            #expect(data == expected)
+            let versions = try other.versions(of: record.document)
+            #expect(versions.last?.bytesWritten ?? 0 <= Int64(2 * Fixture.chunkSize))
+        }
+    }
+}
+
+/// Which names are editors' and tools' scratch files (fuse-notes §3).
+struct ScratchNameTests {
+    @Test(
+        "swap, backup, lock and temporary names are scratch",
+        arguments: [
+            ".notes.txt.swp", ".notes.txt.swo", "notes.txt~", "4913", "5036", "#notes.txt#", ".#notes.txt",
+            "sedAb12Cd", ".goutputstream-X1Y2Z3", ".~lock.report.odt#", "lu12345.tmp", "notes.txt.kate-swp",
+            "XXJaCZx4", ".notes.txt.aB3dEf",
+        ])
+    func scratch(_ name: String) {
+        #expect(ScratchNames.standard.matches(FUSE.FileName(name)))
+    }
+
+    @Test(
+        "ordinary names are not scratch",
+        arguments: [
+            "notes.txt", "4914", "5000", ".profile.backup", ".config", "sedation", "README", "image.png",
+            ".hidden.ABCDEF", "a#b", "lu.txt",
+        ])
+    func ordinary(_ name: String) {
+        #expect(!ScratchNames.standard.matches(FUSE.FileName(name)))
+    }
+}
