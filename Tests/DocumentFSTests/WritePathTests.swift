@@ -168,3 +168,63 @@ struct ScratchNameTests {
         #expect(!ScratchNames.standard.matches(FUSE.FileName(name)))
     }
 }
+
+/// A full disk under the store: the save fails with ENOSPC at close and fsync, nothing saved
+/// before is lost, and the mount keeps serving.
+@Suite(.serialized)
+struct FullDiskTests {
+    @Test("a save that fills the store's disk fails at close with ENOSPC; earlier saves stay intact")
+    func fullDisk() async throws {
+        let directory = try temporaryDirectory("docfs-full")
+        defer { rmdir(directory) }
+        let mounted = try run("/bin/mount", ["-t", "tmpfs", "-o", "size=6m", "tmpfs", directory])
+        try #require(mounted.status == 0, "mount tmpfs: \(mounted.error)")
+        defer { _ = try? run("/bin/umount", ["-l", directory]) }
+        let path = directory + "/S.docstore"
+        let store = try SQLiteStore(path: path, options: .create, chunkSize: 64 * 1024)
+        _ = try store.createDocument(named: "Doc.pkg", kind: .package, type: nil, permissions: 0o755, origin: "test")
+        let spill = try temporaryDirectory("docfs-spill")
+        defer { try? FileManager.default.removeItem(atPath: spill) }
+        try await withMount(store, configure: { $0.fileSystem.spillDirectory = spill }) { mount in
+            let p = mount.path + "/Doc.pkg"
+            let first = try await sh("printf 'kept\\n' > kept.txt", in: p)
+            #expect(first.status == 0)
+            let results = try await offThread { () -> (write: Int32, close: Int32) in
+                let fd = open(p + "/huge.bin", O_CREAT | O_WRONLY | O_CLOEXEC, 0o644)
+                guard fd >= 0 else { return (errno, 0) }
+                var bytes = [UInt8](repeating: 0, count: 1 << 20)
+                var x: UInt32 = 7
+                for i in bytes.indices {
+                    x ^= x << 13
+                    x ^= x >> 17
+                    x ^= x << 5
+                    bytes[i] = UInt8(truncatingIfNeeded: x)
+                }
+                var writeError: Int32 = 0
+                for i in 0..<12 {
+                    // Every chunk different, so nothing deduplicates.
+                    for chunk in stride(from: 0, to: bytes.count, by: 64 * 1024) { bytes[chunk] = UInt8(i) }
+                    if pwrite(fd, bytes, bytes.count, off_t(i << 20)) < 0 {
+                        writeError = errno
+                        break
+                    }
+                }
+                let closed = close(fd) == 0 ? 0 : errno
+                return (writeError, closed)
+            }
+            // The writes wait in the spill folder (another disk); the save at close hits the full disk.
+            #expect(results.write == 0)
+            #expect(results.close == ENOSPC)
+            // The mount goes on serving, and what was saved before is intact.
+            let read = try await sh("cat kept.txt", in: p)
+            #expect(read.output == "kept\n")
+            let removed = try await sh("rm huge.bin && printf 'after\\n' > after.txt", in: p)
+            #expect(removed.status == 0, "\(removed.error)")
+        }
+        let check = try SQLiteStore(path: path)
+        let info = try #require(try check.document(named: "Doc.pkg"))
+        let names = Set(try check.nodes(of: info.id).map(\.name))
+        #expect(names.contains("kept.txt") && names.contains("after.txt") && !names.contains("huge.bin"))
+        #expect(try check.checkIntegrity().isClean)
+    }
+}
