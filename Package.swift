@@ -78,6 +78,8 @@ let package = Package(
                 "TestSupport",
                 "CLinuxSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
+                // The store tests look at SQLite connection settings.
+                .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
         .testTarget(name: "SampleDocumentsTests", dependencies: ["SampleDocuments", "DocumentEngine"]),

@@ -46,13 +46,13 @@ public final class SQLiteStore: DocumentStore, Sendable {
         let isNew = try Self.prepareFile(path: path, create: options.contains(.create))
         var configuration = Configuration()
         configuration.busyMode = .timeout(30)
-        configuration.prepareDatabase { db in
-            // FULL: a committed save survives power loss, which fsync's contract needs.
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-        }
         configuration.label = "docfs.store"
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
+            // FULL: a committed save survives power loss, which fsync's contract needs. Set here,
+            // not in prepareDatabase: GRDB sets the writer to NORMAL when it turns WAL on, after
+            // prepareDatabase ran. Only the writer commits, so only its setting matters.
+            try pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = FULL") }
         } catch {
             throw Self.storeError(error, path: path)
         }
