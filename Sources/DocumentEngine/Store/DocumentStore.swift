@@ -137,6 +137,13 @@ public enum ContentUpdate: Sendable {
     /// The file becomes the bytes of `source`. The store compares chunk by chunk and writes only
     /// chunks whose bytes differ.
     case replace(any ContentsSource)
+    /// The file is `size` bytes long; each listed chunk index `i` below `size` is read from
+    /// `source` at `i * chunkSize`, one chunk at a time (never more than a few chunks in memory),
+    /// and written if its bytes differ; other chunks below `size` keep their bytes; chunks at or
+    /// past `size` become holes. Indices at or past `size` are ignored, a negative one is an
+    /// invalid change. A read shorter than asked leaves the rest of that chunk zeros; a read that
+    /// throws aborts the save.
+    case sparse(size: Int64, chunks: [Int], source: any ContentsSource)
 }
 
 /// What to do when a save is based on a version older than the document's current one.

@@ -618,7 +618,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
             let previous = try Self.node(db, id, lineage: before)
             let result = try writeContents(
                 db, node: id, update: update,
-                previousSize: previous?.kind == .regularFile ? previous?.size ?? 0 : 0,
+                previousSize: previous?.kind == .regularFile ? previous?.size : nil,
                 lineage: before, branch: branch, version: version)
             record.size = result.size
             written.chunks += result.chunks
@@ -729,40 +729,82 @@ public final class SQLiteStore: DocumentStore, Sendable {
         }
     }
 
-    /// Writes the chunks of a content update that differ from the previous ones.
+    /// Writes the chunks of a content update that differ from the previous ones. Chunks are read
+    /// and written one at a time, so an update of any size holds about one chunk in memory.
+    /// `previousSize` is nil when the node was not a regular file before (new, or re-added).
     private func writeContents(
-        _ db: Database, node: StoreNodeID, update: ContentUpdate, previousSize: Int64, lineage: Lineage,
+        _ db: Database, node: StoreNodeID, update: ContentUpdate, previousSize: Int64?, lineage: Lineage,
         branch: Int64,
         version: VersionID
     ) throws -> (size: Int64, chunks: Int, bytes: Int64) {
         let size = Int64(chunkSize)
-        var chunks = 0
-        var bytes: Int64 = 0
+        // Rounds up without computing `bytes + size - 1`, which overflows near Int64.max.
+        func chunkCount(_ bytes: Int64) -> Int64 { bytes / size + (bytes % size == 0 ? 0 : 1) }
         let newSize: Int64
-        var newChunks: [Int64: Data] = [:]  // only for .chunks
+        let indices: [Int64]?  // ascending and below the new end; nil for every chunk below it
+        let bytesOf: (Int64) throws -> Data  // the new bytes of chunk `index`, none past the end
         switch update {
         case .chunks(let s, let given):
             guard s >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
-            newSize = s
             for (index, data) in given {
-                guard index >= 0, data.count <= chunkSize else {
+                guard index >= 0 else {
+                    throw DocumentStoreError.invalidChange("negative chunk index \(index)")
+                }
+                guard data.count <= chunkSize else {
                     throw DocumentStoreError.invalidChange("chunk \(index) is larger than the chunk size")
                 }
-                if Int64(index) * size < s { newChunks[Int64(index)] = data }
+            }
+            newSize = s
+            let count = chunkCount(s)
+            indices = given.keys.map(Int64.init).filter { $0 < count }.sorted()
+            bytesOf = { index in
+                let data = given[Int(index)] ?? Data()
+                // Bytes past the end of the file are not kept, so growing it later reads zeros.
+                let keep = Int(min(Int64(data.count), s - index * size))
+                return keep < data.count ? data.prefix(keep) : data
+            }
+        case .sparse(let s, let listed, let source):
+            guard s >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
+            if let index = listed.first(where: { $0 < 0 }) {
+                throw DocumentStoreError.invalidChange("negative chunk index \(index)")
+            }
+            newSize = s
+            let count = chunkCount(s)
+            indices = Set(listed.lazy.map(Int64.init).filter { $0 < count }).sorted()
+            bytesOf = { index in
+                let wanted = Int(min(size, s - index * size))
+                let data = try source.read(offset: index * size, count: wanted)
+                guard data.count <= wanted else {
+                    throw DocumentStoreError.invalidChange(
+                        "the contents source gave \(data.count) bytes for chunk \(index), more than \(wanted)"
+                    )
+                }
+                return data
             }
         case .replace(let source):
+            guard source.count >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
             newSize = source.count
+            indices = nil
+            bytesOf = { index in
+                let wanted = Int(min(size, newSize - index * size))
+                let data = try source.read(offset: index * size, count: wanted)
+                guard data.count == wanted else {
+                    throw DocumentStoreError.invalidChange("the contents source ended early")
+                }
+                return data
+            }
         }
-        let oldCount = (previousSize + size - 1) / size
-        let newCount = (newSize + size - 1) / size
-        let previous =
-            oldCount > 0
-            ? try Self.chunkMap(
-                db, node: node, lineage: lineage, from: 0, through: max(oldCount, newCount) - 1) : [:]
+        let newCount = chunkCount(newSize)
+        // What a read sees so far, including this save's own rows (a conflict's are in its branch).
+        let view = branch == 0 ? lineage : Lineage(limit: lineage.limit, branch: branch)
+        var chunks = 0
+        var bytes: Int64 = 0
 
-        func put(_ index: Int64, _ data: Data?) throws {
+        /// Makes chunk `index` hold `data`; an all-zero chunk is a hole. Bytes equal to what is
+        /// there already (same hash, so the same chunk) write nothing.
+        func put(_ index: Int64, _ data: Data) throws {
             var chunkID: Int64?
-            if let data, !Self.isZero(data) {
+            if !Self.isZero(data) {
                 let (id, isNew) = try Self.storeChunk(db, data)
                 chunkID = id
                 if isNew {
@@ -770,54 +812,72 @@ public final class SQLiteStore: DocumentStore, Sendable {
                     bytes += Int64(data.count)
                 }
             }
-            if let old = previous[index], old == chunkID { return }
-            if previous[index] == nil && chunkID == nil { return }
-            try db.execute(
-                sql:
-                    "INSERT OR REPLACE INTO chunk_map(node, branch, idx, version, chunk) VALUES (?, ?, ?, ?, ?)",
-                arguments: [node.rawValue, branch, index, version.rawValue, chunkID])
+            if try Self.chunkAt(db, node: node, lineage: view, index: index) == chunkID { return }
+            try Self.insertChunkRow(
+                db, node: node, branch: branch, index: index, version: version, chunk: chunkID)
         }
 
-        switch update {
-        case .chunks:
-            for (index, data) in newChunks.sorted(by: { $0.key < $1.key }) {
-                // Bytes past the end of the file are not kept, so growing it later reads zeros.
-                let keep = Int(min(Int64(data.count), newSize - index * size))
-                try put(index, keep < data.count ? data.prefix(keep) : data)
-            }
-            if newSize < previousSize, newSize % size != 0 {
-                let index = newSize / size
-                if newChunks[index] == nil, let old = previous[index] ?? nil {
-                    let data = try chunk(db, old)
-                    try put(index, data.prefix(Int(newSize - index * size)))
-                }
-            }
-        case .replace(let source):
+        // Chunks past the new end become holes, so that growing the file later reads zeros. A node
+        // that was no file before (a removed file restored) may still have rows from its old life:
+        // they all go, so that unlisted chunks read as zeros rather than as bytes from back then.
+        let keptBelow = previousSize == nil ? 0 : newCount
+        let stale = try Self.chunkMap(db, node: node, lineage: view, from: keptBelow, through: .max)
+        for (index, chunk) in stale.sorted(by: { $0.key < $1.key }) where chunk != nil {
+            try Self.insertChunkRow(
+                db, node: node, branch: branch, index: index, version: version, chunk: nil)
+        }
+        if let indices {
+            for index in indices { try put(index, bytesOf(index)) }
+        } else {
             var index: Int64 = 0
             while index < newCount {
-                let data = try source.read(offset: index * size, count: chunkSize)
-                guard Int64(data.count) == min(size, newSize - index * size) else {
-                    throw DocumentStoreError.invalidChange("the contents source ended early")
-                }
-                let hash = Self.hash(data)
-                if let old = previous[index] ?? nil,
-                    try Data.fetchOne(db, sql: "SELECT hash FROM chunks WHERE id = ?", arguments: [old])
-                        == hash
-                {
-                    index += 1
-                    continue
-                }
-                try put(index, data)
+                try put(index, bytesOf(index))
                 index += 1
             }
         }
-        // Chunks past the new end become holes, so that growing the file later reads zeros.
-        if newCount < oldCount {
-            for index in newCount..<oldCount where (previous[index] ?? nil) != nil {
-                try put(index, nil)
-            }
+        // A shrink that ends inside an unlisted chunk cuts that chunk at the new end.
+        let last = newCount - 1
+        if newSize < previousSize ?? 0, newSize % size != 0, let indices, indices.last != last,
+            let old = try Self.chunkAt(db, node: node, lineage: view, index: last),
+            let stored = try Int64.fetchOne(
+                db, sql: "SELECT size FROM chunks WHERE id = ?", arguments: [old]),
+            stored > newSize - last * size
+        {
+            try put(last, try chunk(db, old).prefix(Int(newSize - last * size)))
         }
         return (newSize, chunks, bytes)
+    }
+
+    /// The chunk at `index` as of `lineage`; nil for a hole, and where no row says anything (both
+    /// read as zeros).
+    static func chunkAt(_ db: Database, node: StoreNodeID, lineage: Lineage, index: Int64) throws -> Int64? {
+        if lineage.branch != 0,
+            let row = try Row.fetchOne(
+                db.cachedStatement(
+                    sql: """
+                        SELECT chunk FROM chunk_map WHERE node = ? AND branch = ? AND idx = ?
+                        ORDER BY version DESC LIMIT 1
+                        """),
+                arguments: [node.rawValue, lineage.branch, index])
+        {
+            return row["chunk"]
+        }
+        return try Row.fetchOne(
+            db.cachedStatement(
+                sql: """
+                    SELECT chunk FROM chunk_map WHERE node = ? AND branch = 0 AND idx = ? AND version <= ?
+                    ORDER BY version DESC LIMIT 1
+                    """),
+            arguments: [node.rawValue, index, lineage.limit]
+        ).flatMap { $0["chunk"] as Int64? }
+    }
+
+    static func insertChunkRow(
+        _ db: Database, node: StoreNodeID, branch: Int64, index: Int64, version: VersionID, chunk: Int64?
+    ) throws {
+        try db.execute(
+            sql: "INSERT OR REPLACE INTO chunk_map(node, branch, idx, version, chunk) VALUES (?, ?, ?, ?, ?)",
+            arguments: [node.rawValue, branch, index, version.rawValue, chunk])
     }
 
     static func hash(_ data: Data) -> Data { Data(SHA256.hash(data: data)) }

@@ -1,0 +1,290 @@
+import Foundation
+import TestSupport
+import Testing
+
+@testable import DocumentEngine
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+// What the file system's write path needs from the store.
+
+/// One read a contents source served.
+struct SourceRead: Equatable, CustomStringConvertible {
+    var offset: Int64
+    var count: Int
+    var description: String { "\(count)@\(offset)" }
+}
+
+/// The error ``LoggingSource`` throws when told to.
+struct SourceFailure: Error, Equatable {}
+
+/// Bytes in memory that log every read, and throw on read number `failingRead` (1-based).
+struct LoggingSource: ContentsSource {
+    let bytes: Data
+    var failingRead: Int?
+    let log = Locked<[SourceRead]>([])
+
+    init(_ bytes: Data, failingRead: Int? = nil) {
+        self.bytes = bytes
+        self.failingRead = failingRead
+    }
+
+    var count: Int64 { Int64(bytes.count) }
+    var reads: [SourceRead] { log.withLock { $0 } }
+
+    func read(offset: Int64, count: Int) throws -> Data {
+        let number = log.withLock {
+            $0.append(SourceRead(offset: offset, count: count))
+            return $0.count
+        }
+        if number == failingRead { throw SourceFailure() }
+        return try DataContentsSource(bytes).read(offset: offset, count: count)
+    }
+}
+
+/// A flat document in a fresh store with 4 KiB chunks.
+struct FlatFile {
+    static let chunk = 4096
+    let tmp: TemporaryDirectory
+    let store: SQLiteStore
+    let document: DocumentInfo
+
+    init() throws {
+        tmp = try TemporaryDirectory()
+        store = try SQLiteStore(path: tmp.path("W.docstore"), options: .create, chunkSize: Self.chunk)
+        document = try store.createDocument(
+            named: "file.bin", kind: .flat, type: nil, permissions: nil, origin: "test")
+    }
+
+    @discardableResult
+    func save(_ update: ContentUpdate) throws -> SaveResult {
+        var changes = DocumentChanges(
+            document: document.id, base: try store.document(document.id).currentVersion)
+        changes.contents[document.root] = update
+        return try store.save(changes)
+    }
+
+    func contents(at version: VersionID? = nil) throws -> Data {
+        let size = try #require(try store.node(document.root, at: version)).size
+        return try store.readContents(of: document.root, at: version, offset: 0, count: Int(size))
+    }
+
+    /// The chunk_map rows a version wrote, as "index:chunk" ("index:" for a hole).
+    func rows(of version: VersionID) throws -> [String] {
+        try StoreTestTools.sqlite(
+            store.path,
+            "SELECT idx || ':' || ifnull(chunk, '') FROM chunk_map WHERE version = \(version.rawValue) ORDER BY idx;"
+        ).split(separator: "\n").map(String.init)
+    }
+
+    func chunkCount() throws -> Int {
+        Int(try StoreTestTools.sqlite(store.path, "SELECT COUNT(*) FROM chunks;")) ?? -1
+    }
+
+    /// `data` with chunk `index` replaced by `bytes`.
+    static func replacing(_ data: Data, chunk index: Int, with bytes: Data) -> Data {
+        var copy = data
+        copy.replaceSubrange(index * chunk..<min(data.count, (index + 1) * chunk), with: bytes)
+        return copy
+    }
+}
+
+@Suite struct SparseUpdateTests {
+    let c = FlatFile.chunk
+
+    @Test("Appending into the last chunk of a multi-chunk file reads and writes that one chunk")
+    func appendIntoLastChunk() throws {
+        let file = try FlatFile()
+        let old = sampleBytes(10 * c + 100, seed: 1)
+        try file.save(.replace(DataContentsSource(old)))
+        file.store.purgeCache()
+        let new = old + sampleBytes(50, seed: 2)
+        let source = LoggingSource(new)
+        let before = file.store.statistics
+        let saved = try file.save(.sparse(size: Int64(new.count), chunks: [10], source: source))
+
+        #expect(source.reads == [SourceRead(offset: Int64(10 * c), count: 150)])
+        #expect(saved.chunksWritten == 1 && saved.bytesWritten == 150)
+        #expect(file.store.statistics.chunksWritten - before.chunksWritten == 1)
+        #expect(file.store.statistics.chunksRead == before.chunksRead, "no stored chunk was read")
+        #expect(try file.rows(of: saved.version.id).map { $0.prefix(3) } == ["10:"])
+        #expect(try file.store.node(file.document.root)?.size == Int64(new.count))
+        #expect(try file.contents() == new)
+        #expect(try file.store.checkIntegrity().isClean)
+    }
+
+    @Test("Listing a middle chunk changes it alone; a listed chunk with the same bytes writes no row")
+    func middleChunk() throws {
+        let file = try FlatFile()
+        let old = sampleBytes(5 * c, seed: 3)
+        try file.save(.replace(DataContentsSource(old)))
+        let new = FlatFile.replacing(old, chunk: 2, with: sampleBytes(c, seed: 4))
+        let source = LoggingSource(new)
+        let saved = try file.save(.sparse(size: Int64(new.count), chunks: [2, 1, 2], source: source))
+
+        #expect(source.reads.map(\.offset) == [Int64(c), Int64(2 * c)], "each listed chunk once, in order")
+        #expect(saved.chunksWritten == 1)
+        #expect(try file.rows(of: saved.version.id).count == 1)
+        #expect(try file.contents() == new)
+
+        // An all-zero chunk is a hole: a row without a chunk, and nothing stored.
+        let zeroed = FlatFile.replacing(new, chunk: 3, with: Data(count: c))
+        let holed = try file.save(
+            .sparse(size: Int64(zeroed.count), chunks: [3], source: LoggingSource(zeroed)))
+        #expect(holed.chunksWritten == 0)
+        #expect(try file.rows(of: holed.version.id) == ["3:"])
+        #expect(try file.contents() == zeroed)
+        #expect(try file.store.checkIntegrity().isClean)
+    }
+
+    @Test("Shrinking into an unlisted chunk cuts it; growing again reads zeros past the old end")
+    func shrinkThenGrow() throws {
+        let file = try FlatFile()
+        let old = sampleBytes(3 * c, seed: 5)
+        let first = try file.save(.replace(DataContentsSource(old)))
+        let unread = LoggingSource(Data())
+
+        let shrunk = try file.save(.sparse(size: Int64(c + 1000), chunks: [], source: unread))
+        #expect(try file.contents() == old.prefix(c + 1000))
+        #expect(try file.rows(of: shrunk.version.id).count == 2, "chunk 1 cut, chunk 2 a hole")
+        #expect(try file.store.checkIntegrity().isClean)
+
+        try file.save(.sparse(size: Int64(3 * c + 10), chunks: [], source: unread))
+        #expect(try file.contents() == old.prefix(c + 1000) + Data(count: 2 * c - 1000 + 10))
+        #expect(try file.contents(at: first.version.id) == old, "history is intact")
+        #expect(unread.reads.isEmpty)
+        #expect(try file.store.checkIntegrity().isClean)
+    }
+
+    @Test("Size 0 empties the file; listed chunks at or past the size are not read")
+    func sizeZeroAndIndicesPastTheEnd() throws {
+        let file = try FlatFile()
+        try file.save(.replace(DataContentsSource(sampleBytes(2 * c + 7, seed: 6))))
+        let ignored = LoggingSource(sampleBytes(3 * c, seed: 7))
+        try file.save(.sparse(size: 0, chunks: [0, 1, 2], source: ignored))
+        #expect(ignored.reads.isEmpty)
+        #expect(try file.store.node(file.document.root)?.size == 0)
+        #expect(try file.contents().isEmpty)
+        #expect(try file.store.checkIntegrity().isClean)
+
+        let bytes = sampleBytes(2 * c, seed: 8)
+        let source = LoggingSource(bytes)
+        try file.save(.sparse(size: Int64(2 * c), chunks: [9, 1, 2], source: source))
+        #expect(source.reads == [SourceRead(offset: Int64(c), count: c)])
+        #expect(try file.contents() == Data(count: c) + bytes.suffix(c), "chunk 0 was emptied: zeros")
+
+        let version = try file.store.document(file.document.id).currentVersion
+        #expect(throws: DocumentStoreError.invalidChange("negative chunk index -1")) {
+            try file.save(.sparse(size: Int64(2 * c), chunks: [0, -1], source: source))
+        }
+        #expect(try file.store.document(file.document.id).currentVersion == version)
+    }
+
+    @Test("A source that throws aborts the save: nothing of it is kept")
+    func throwingSourceRollsBack() throws {
+        let file = try FlatFile()
+        let old = sampleBytes(4 * c, seed: 9)
+        let saved = try file.save(.replace(DataContentsSource(old)))
+        let chunks = try file.chunkCount()
+        let versions = try file.store.versions(of: file.document.id)
+        let statistics = file.store.statistics
+        let source = LoggingSource(sampleBytes(6 * c, seed: 10), failingRead: 3)
+
+        #expect(throws: SourceFailure()) {
+            try file.save(.sparse(size: Int64(6 * c), chunks: Array(0..<6), source: source))
+        }
+        #expect(source.reads.count == 3, "the save stopped at the failing read")
+        #expect(try file.store.document(file.document.id).currentVersion == saved.version.id)
+        #expect(try file.store.versions(of: file.document.id) == versions)
+        #expect(try file.contents() == old)
+        #expect(try file.chunkCount() == chunks, "the two chunks written before the failure were rolled back")
+        #expect(file.store.statistics.chunksWritten == statistics.chunksWritten)
+        #expect(try file.store.checkIntegrity().isClean)
+    }
+
+    @Test("A removed file restored or re-added shows no chunk from its earlier life")
+    func restoreOfARemovedFile() throws {
+        let tmp = try TemporaryDirectory()
+        let store = try SQLiteStore(path: tmp.path("R.docstore"), options: .create, chunkSize: c)
+        let doc = try store.createDocument(
+            named: "R.pkg", kind: .package, type: nil, permissions: nil, origin: "")
+        let id = try store.makeNodeIDs(count: 1)[0]
+        let old = sampleBytes(c, seed: 13) + Data(count: c) + sampleBytes(c, seed: 14)  // chunk 1 a hole
+        var create = DocumentChanges(document: doc.id, base: doc.currentVersion)
+        create.nodes = [
+            NodeRecord(
+                id: id, document: doc.id, parent: doc.root, name: "x", kind: .regularFile, permissions: 0o644)
+        ]
+        create.contents[id] = .replace(DataContentsSource(old))
+        let v1 = try store.save(create)
+        // Later the hole is filled and the file grows, then the file is removed.
+        let grown =
+            FlatFile.replacing(old, chunk: 1, with: sampleBytes(c, seed: 15)) + sampleBytes(c, seed: 16)
+        var fill = DocumentChanges(document: doc.id, base: v1.version.id)
+        fill.contents[id] = .sparse(size: Int64(4 * c), chunks: [1, 3], source: DataContentsSource(grown))
+        let v2 = try store.save(fill)
+        var remove = DocumentChanges(document: doc.id, base: v2.version.id)
+        remove.removedNodes = [id]
+        _ = try store.save(remove)
+
+        _ = try store.restore(v1.version.id, of: doc.id, origin: "test")
+        #expect(try store.node(id)?.size == Int64(3 * c))
+        #expect(try store.readContents(of: id, at: nil, offset: 0, count: 4 * c) == old)
+        #expect(try store.checkIntegrity().isClean)
+
+        // Removed again, then re-added with a sparse update of chunk 0 alone: it has no bytes
+        // from before to keep, so chunks 1 and 2 read as zeros.
+        var again = DocumentChanges(document: doc.id, base: try store.document(doc.id).currentVersion)
+        again.removedNodes = [id]
+        let removed = try store.save(again)
+        var readd = DocumentChanges(document: doc.id, base: removed.version.id)
+        readd.nodes = create.nodes
+        let first = sampleBytes(c, seed: 17)
+        readd.contents[id] = .sparse(size: Int64(3 * c), chunks: [0], source: DataContentsSource(first))
+        _ = try store.save(readd)
+        #expect(
+            try store.readContents(of: id, at: nil, offset: 0, count: 3 * c) == first + Data(count: 2 * c))
+        #expect(try store.checkIntegrity().isClean)
+    }
+
+    @Test("A sparse save reads and writes one chunk at a time (streaming)")
+    func streaming() throws {
+        let file = try FlatFile()
+        let live = Locked((now: 0, most: 0))
+        let source = LiveBufferSource(live: live)
+        let count = 256
+        let saved = try file.save(.sparse(size: Int64(count * c), chunks: Array(0..<count), source: source))
+        #expect(saved.chunksWritten == count)
+        #expect(live.withLock { $0.now } == 0)
+        #expect(
+            live.withLock { $0.most } <= 2, "at most \(live.withLock { $0.most }) chunks were alive at once")
+        #expect(
+            try file.store.readContents(of: file.document.root, at: nil, offset: Int64(77 * c), count: c)
+                == sampleBytes(c, seed: 77))
+    }
+}
+
+/// Chunk `i` is `sampleBytes(count, seed: i)`, each in a buffer of its own whose life is counted.
+struct LiveBufferSource: ContentsSource {
+    let live: Locked<(now: Int, most: Int)>
+    var count: Int64 { .max }
+
+    func read(offset: Int64, count: Int) throws -> Data {
+        let bytes = UnsafeMutableRawPointer.allocate(byteCount: max(1, count), alignment: 16)
+        sampleBytes(count, seed: UInt64(offset) / UInt64(FlatFile.chunk)).copyBytes(
+            to: bytes.assumingMemoryBound(to: UInt8.self), count: count)
+        live.withLock {
+            $0.now += 1
+            $0.most = max($0.most, $0.now)
+        }
+        let live = live
+        return Data(
+            bytesNoCopy: bytes, count: count,
+            deallocator: .custom { pointer, _ in
+                pointer.deallocate()
+                live.withLock { $0.now -= 1 }
+            })
+    }
+}
