@@ -59,10 +59,11 @@ struct FlatFile {
     }
 
     @discardableResult
-    func save(_ update: ContentUpdate) throws -> SaveResult {
+    func save(_ update: ContentUpdate, durable: Bool = true) throws -> SaveResult {
         var changes = DocumentChanges(
             document: document.id, base: try store.document(document.id).currentVersion)
         changes.contents[document.root] = update
+        changes.durable = durable
         return try store.save(changes)
     }
 
@@ -286,5 +287,110 @@ struct LiveBufferSource: ContentsSource {
                 pointer.deallocate()
                 live.withLock { $0.now -= 1 }
             })
+    }
+}
+
+@Suite struct DeferredSaveTests {
+    @Test("A deferred save is seen at once by another store on the file; the writer goes back to FULL")
+    func visibleAtOnce() throws {
+        let file = try FlatFile()
+        let other = try SQLiteStore(path: file.store.path)
+        let bytes = sampleBytes(3 * FlatFile.chunk + 5, seed: 11)
+        let saved = try file.save(.replace(DataContentsSource(bytes)), durable: false)
+        #expect(try other.document(file.document.id).currentVersion == saved.version.id)
+        #expect(
+            try other.readContents(of: file.document.root, at: nil, offset: 0, count: bytes.count) == bytes)
+        #expect(try StoreTestTools.writerSynchronous(file.store) == 2)
+
+        // Also after a deferred save that failed.
+        #expect(throws: SourceFailure()) {
+            try file.save(
+                .sparse(size: 10, chunks: [0], source: LoggingSource(Data(count: 10), failingRead: 1)),
+                durable: false)
+        }
+        #expect(try StoreTestTools.writerSynchronous(file.store) == 2)
+        #expect(
+            try other.readContents(of: file.document.root, at: nil, offset: 0, count: bytes.count) == bytes)
+    }
+
+    @Test("synchronize() returns when nothing is pending, after a checkpoint, and after deferred saves")
+    func synchronize() throws {
+        let file = try FlatFile()
+        try file.store.synchronize()
+        try file.store.checkpoint()
+        #expect(StoreTestTools.fileSize(file.store.path + "-wal") == 0)
+        try file.store.synchronize()
+        let bytes = sampleBytes(5000, seed: 12)
+        try file.save(.replace(DataContentsSource(bytes)), durable: false)
+        try file.store.synchronize()
+        try file.store.synchronize()
+        #expect(
+            try SQLiteStore(path: file.store.path).readContents(
+                of: file.document.root, at: nil, offset: 0, count: 5000) == bytes)
+    }
+
+    /// The round store-torture's deferred file is at, after checking it holds exactly that round's
+    /// bytes and that the store is whole.
+    func verifiedRound(_ path: String, _ name: String) throws -> Int {
+        typealias Contents = StoreRobustnessTests.TortureContents
+        let store = try SQLiteStore(path: path)
+        let report = try store.checkIntegrity()
+        #expect(report.isClean, "\(report.problems)")
+        let info = try #require(try store.document(named: name))
+        let size = try #require(try store.node(info.root)).size
+        let data = try store.readContents(of: info.root, at: nil, offset: 0, count: Int(size))
+        guard let round = Contents.round(of: data) else {
+            #expect(data.isEmpty)
+            return 0
+        }
+        #expect(data == Contents.contents(round: round, index: round % Contents.fileCount))
+        return round
+    }
+
+    @Test("A deferred save survives SIGKILL of the process that made it", .timeLimit(.minutes(1)))
+    func aKilledProcessKeepsItsDeferredSaves() throws {
+        guard let program = StoreRobustnessTests.tortureProgram() else {
+            Issue.record(
+                "store-torture is not built next to the tests; run `swift build --build-tests` first")
+            return
+        }
+        let tmp = try TemporaryDirectory()
+        let path = tmp.path("Deferred.docstore")
+        let name = "Deferred.bin"
+        do {
+            let store = try SQLiteStore(path: path, options: .create, chunkSize: FlatFile.chunk)
+            _ = try store.createDocument(
+                named: name, kind: .flat, type: nil, permissions: nil, origin: "test")
+        }
+        var random = SystemRandomNumberGenerator()
+        var lastRound = 0
+        var acknowledged = 0
+        for iteration in 0..<10 {
+            let delay = 20 + Int(random.next() % 280)
+            let child = Process()
+            child.executableURL = program
+            child.arguments = [path, name, "100000", "deferred"]
+            let output = Pipe()
+            child.standardOutput = output
+            child.standardError = FileHandle.nullDevice
+            try child.run()
+            usleep(UInt32(delay * 1000))
+            kill(child.processIdentifier, SIGKILL)
+            child.waitUntilExit()
+            let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            let saved = printed.split(separator: "\n").compactMap { line in
+                line.hasPrefix("saved ") ? Int(line.dropFirst(6)) : nil
+            }
+            let round = try verifiedRound(path, name)
+            print(
+                "deferred iteration \(iteration): killed after \(delay) ms, \(saved.count) saves acknowledged, at round \(round)"
+            )
+            #expect(round >= (saved.last ?? 0), "an acknowledged deferred save was lost")
+            #expect(round >= lastRound, "the store went back in time")
+            #expect(round <= max(saved.last ?? 0, lastRound) + 1)
+            lastRound = max(lastRound, round)
+            acknowledged += saved.count
+        }
+        #expect(acknowledged > 0, "the child never saved: it was killed too early every time")
     }
 }

@@ -172,6 +172,10 @@ public struct DocumentChanges: Sendable {
     /// Who saved, for the version history (e.g. "docfs mount", "MyStuff pid 42").
     public var origin: String = ""
     public var conflictPolicy: ConflictPolicy = .keepBoth
+    /// Whether the save returns only once it is on disk. When false it is still atomic and seen
+    /// at once by every process, and survives the process being killed, but a power loss or OS
+    /// crash may lose it until ``DocumentStore/synchronize()`` returns.
+    public var durable: Bool = true
 
     public init(document: DocumentID, base: VersionID) {
         self.document = document
@@ -356,6 +360,9 @@ public protocol DocumentStore: AnyObject, Sendable {
     func makeNodeIDs(count: Int) throws -> [StoreNodeID]
     /// Saves changes atomically as one new version.
     func save(_ changes: DocumentChanges) throws -> SaveResult
+    /// Makes every save committed before the call durable, including deferred ones
+    /// (``DocumentChanges/durable`` false).
+    func synchronize() throws
 
     /// Every version of a document, oldest first.
     func versions(of document: DocumentID) throws -> [VersionInfo]

@@ -32,6 +32,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
     public let chunkSize: Int
     let pool: DatabasePool
     private let counters = Mutex(StoreStatistics())
+    /// Whether the writer connection may still be at `synchronous = NORMAL` after a deferred save.
+    private let writerMayBeRelaxed = Atomic(false)
     private let cache: Mutex<ChunkCache>
 
     public var statistics: StoreStatistics { counters.withLock { $0 } }
@@ -173,8 +175,49 @@ public final class SQLiteStore: DocumentStore, Sendable {
         do { return try pool.read(body) } catch { throw Self.storeError(error, path: path) }
     }
 
-    func write<T>(_ body: (Database) throws -> T) throws -> T {
-        do { return try pool.write(body) } catch { throw Self.storeError(error, path: path) }
+    /// An error for a system call on the store's files that failed with `code`.
+    static func systemError(_ code: Int32, path: String, doing what: String) -> DocumentStoreError {
+        return .io("cannot \(what) the store \(path): \(String(cString: strerror(code)))")
+    }
+
+    /// Runs `body` in one IMMEDIATE transaction. A durable one commits with `synchronous = FULL`
+    /// (it is on disk when this returns); otherwise with NORMAL, which in WAL mode commits
+    /// atomically and survives the process, but reaches the disk only at the next checkpoint,
+    /// durable commit or ``synchronize()``.
+    func write<T>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
+        do {
+            return try pool.writeWithoutTransaction { db in
+                // The pragma fails inside a transaction, hence no `pool.write` here.
+                if !durable || writerMayBeRelaxed.load(ordering: .acquiring) {
+                    try db.execute(sql: "PRAGMA synchronous = \(durable ? "FULL" : "NORMAL")")
+                    if durable { writerMayBeRelaxed.store(false, ordering: .releasing) }
+                }
+                defer { if !durable { restoreFullSynchronous(db) } }
+                var result: T?
+                try db.inTransaction(.immediate) {
+                    result = try body(db)
+                    return .commit
+                }
+                guard let result else {
+                    throw DocumentStoreError.io("a transaction on \(path) gave no result")
+                }
+                return result
+            }
+        } catch {
+            throw Self.storeError(error, path: path)
+        }
+    }
+
+    /// Puts the writer connection back to `synchronous = FULL` after a deferred transaction,
+    /// whether it committed or not.
+    private func restoreFullSynchronous(_ db: Database) {
+        // A failed COMMIT can leave the transaction open; the pragma would fail inside it, and
+        // GRDB traps on a transaction left open at the end of an access.
+        if db.isInsideTransaction { try? db.rollback() }
+        do { try db.execute(sql: "PRAGMA synchronous = FULL") } catch {
+            // The next write retries before it commits anything.
+            writerMayBeRelaxed.store(true, ordering: .releasing)
+        }
     }
 
     // MARK: Documents
@@ -536,6 +579,40 @@ public final class SQLiteStore: DocumentStore, Sendable {
         }
     }
 
+    /// Makes every save committed before the call durable, deferred ones included.
+    public func synchronize() throws {
+        // Why an fsync of the write-ahead log through a descriptor of our own is enough:
+        // - Every commit, deferred or not, has written its frames into the -wal file with
+        //   write(2) before it returned, and fsync flushes the file (the inode), not the
+        //   descriptor: so every committed frame of any connection or process reaches the disk.
+        // - Frames no longer in the log were copied into the database file by a checkpoint, which
+        //   fsyncs the database file before the log may be restarted, truncated or deleted; so a
+        //   missing log means nothing is pending.
+        // - SQLite keeps no POSIX locks on the -wal file (they are on the database and -shm
+        //   files), so closing our descriptor cannot release one of its locks.
+        // - SQLite fsyncs the directory only when it first fsyncs a new log, which deferred
+        //   commits may not have done yet; so the directory is fsynced too, or a new log could
+        //   vanish with its frames.
+        let log = open(path + "-wal", O_RDONLY | O_CLOEXEC)
+        guard log >= 0 else {
+            if errno == ENOENT { return }
+            throw Self.systemError(errno, path: path, doing: "synchronize")
+        }
+        defer { close(log) }
+        try Self.fsyncRetrying(log, path: path)
+        let folder = (path as NSString).deletingLastPathComponent
+        let directory = open(folder.isEmpty ? "." : folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { throw Self.systemError(errno, path: path, doing: "synchronize") }
+        defer { close(directory) }
+        try Self.fsyncRetrying(directory, path: path)
+    }
+
+    private static func fsyncRetrying(_ fd: Int32, path: String) throws {
+        while fsync(fd) != 0 {
+            if errno != EINTR { throw systemError(errno, path: path, doing: "synchronize") }
+        }
+    }
+
     /// The embedded default store: `Default.docstore` in the Documents folder of the app id
     /// `docfs` (see ``SearchPaths``).
     public static func defaultStorePath(environment: [String: String] = ProcessInfo.processInfo.environment)
@@ -569,7 +646,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
     }
 
     public func save(_ changes: DocumentChanges) throws -> SaveResult {
-        try write { db in try self.save(db, changes) }
+        try write(durable: changes.durable) { db in try self.save(db, changes) }
     }
 
     func save(_ db: Database, _ changes: DocumentChanges) throws -> SaveResult {
