@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import TestSupport
 import Testing
 
@@ -392,5 +393,98 @@ struct LiveBufferSource: ContentsSource {
             acknowledged += saved.count
         }
         #expect(acknowledged > 0, "the child never saved: it was killed too early every time")
+    }
+}
+
+@Suite struct FullDiskTests {
+    @Test("SQLITE_FULL, and I/O errors SQLite met as ENOSPC or EDQUOT, are noSpace; other I/O errors not")
+    func mapping() {
+        let path = "/somewhere/S.docstore"
+        func mapped(_ code: ResultCode, _ systemErrno: Int32) -> DocumentStoreError? {
+            SQLiteStore.storeError(DatabaseError(resultCode: code), path: path, systemErrno: systemErrno)
+                as? DocumentStoreError
+        }
+        #expect(mapped(.SQLITE_FULL, 0) == .noSpace(path))
+        #expect(mapped(.SQLITE_IOERR_WRITE, ENOSPC) == .noSpace(path))
+        #expect(mapped(.SQLITE_IOERR_SHMSIZE, EDQUOT) == .noSpace(path))
+        #expect(mapped(.SQLITE_IOERR_WRITE, EIO) == nil)
+        #expect(DocumentStoreError.noSpace(path).description == "the disk holding the store \(path) is full")
+    }
+
+    @Test(
+        "A full disk fails the save with noSpace; the store stays whole and saves again once there is room",
+        .enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
+    func fullDisk() throws {
+        let tmp = try TemporaryDirectory()
+        let disk = tmp.path("disk")
+        try tmp.mkdir("disk")
+        guard mount("tmpfs", disk, "tmpfs", 0, "size=4m,mode=0700") == 0 else {
+            Issue.record("cannot mount a tmpfs on \(disk): \(String(cString: strerror(errno)))")
+            return
+        }
+        defer {
+            if umount2(disk, 0) != 0 { umount2(disk, Int32(MNT_DETACH)) }
+        }
+        let path = disk + "/Full.docstore"
+        do {
+            let store = try SQLiteStore(path: path, options: .create, chunkSize: FlatFile.chunk)
+            let document = try store.createDocument(
+                named: "Full.pkg", kind: .package, type: nil, permissions: nil, origin: "test")
+            var version = document.currentVersion
+            var saved: [(StoreNodeID, Data)] = []
+            // Allocated now: allocating is a write too, and would meet the full disk first.
+            let ids = try store.makeNodeIDs(count: 210)
+
+            /// Saves a new 64 KiB file; returns the error if the save failed.
+            func addFile(durable: Bool = true) throws -> DocumentStoreError? {
+                let id = ids[saved.count]
+                let bytes = sampleBytes(64 * 1024, seed: UInt64(1000 + saved.count))
+                var changes = DocumentChanges(document: document.id, base: version)
+                changes.nodes = [
+                    NodeRecord(
+                        id: id, document: document.id, parent: document.root, name: "f\(saved.count)",
+                        kind: .regularFile, permissions: 0o644)
+                ]
+                changes.contents[id] = .replace(DataContentsSource(bytes))
+                changes.durable = durable
+                do {
+                    version = try store.save(changes).version.id
+                    saved.append((id, bytes))
+                    return nil
+                } catch let error as DocumentStoreError {
+                    return error
+                }
+            }
+
+            var failure: DocumentStoreError?
+            while failure == nil && saved.count < 200 { failure = try addFile() }
+            print("full disk: \(saved.count) saves fit, then \(String(describing: failure))")
+            #expect(failure == .noSpace(path))
+            #expect(failure?.description.contains(path) == true)
+            #expect(saved.count > 10, "a 4 MiB disk holds more than ten 64 KiB files")
+
+            func expectWhole() throws {
+                #expect(try store.document(document.id).currentVersion == version)
+                for (id, bytes) in saved {
+                    #expect(try store.readContents(of: id, at: nil, offset: 0, count: bytes.count) == bytes)
+                }
+                let report = try store.checkIntegrity()
+                #expect(report.isClean, "\(report.problems)")
+            }
+            try expectWhole()
+            // A deferred save fails alike, and leaves the writer at FULL.
+            #expect(try addFile(durable: false) == .noSpace(path))
+            #expect(try StoreTestTools.writerSynchronous(store) == 2)
+            try expectWhole()
+
+            guard mount("tmpfs", disk, "tmpfs", UInt(MS_REMOUNT), "size=64m,mode=0700") == 0 else {
+                Issue.record("cannot grow the tmpfs: \(String(cString: strerror(errno)))")
+                return
+            }
+            #expect(try addFile() == nil)
+            #expect(try addFile(durable: false) == nil)
+            try store.synchronize()
+            try expectWhole()
+        }
     }
 }

@@ -297,6 +297,9 @@ public enum DocumentStoreError: Error, Sendable, Equatable, CustomStringConverti
     /// The store was written by a newer DocFS.
     case newerFormat(path: String, found: Int, supported: Int)
     case io(String)
+    /// The disk holding the store (its location) is full, or the user's quota is used up; the
+    /// change that hit it was not made.
+    case noSpace(String)
 
     public var description: String {
         switch self {
@@ -315,6 +318,7 @@ public enum DocumentStoreError: Error, Sendable, Equatable, CustomStringConverti
             return
                 "the store \(path) has format \(found), newer than this program's \(supported); upgrade DocFS"
         case .io(let message): return message
+        case .noSpace(let location): return "the disk holding the store \(location) is full"
         }
     }
 

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import GRDB
+import GRDBSQLite
 import Synchronization
 
 #if canImport(Glibc)
@@ -113,10 +114,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
             }
             guard create else { throw DocumentStoreError.notAStore(path: path, reason: "no such file") }
             let fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
-            guard fd >= 0 else {
-                throw DocumentStoreError.io(
-                    "cannot create the store \(path): \(String(cString: strerror(errno)))")
-            }
+            guard fd >= 0 else { throw systemError(errno, path: path, doing: "create") }
             close(fd)
             return true
         }
@@ -155,15 +153,19 @@ public final class SQLiteStore: DocumentStore, Sendable {
         throw DocumentStoreError.notAStore(path: path, reason: "it is another application's SQLite database")
     }
 
-    /// Turns SQLite's errors into ones that name the problem.
-    static func storeError(_ error: any Error, path: String) -> any Error {
+    /// Turns SQLite's errors into ones that name the problem. `systemErrno` is the connection's
+    /// `sqlite3_system_errno`, which tells a full disk among I/O errors.
+    static func storeError(_ error: any Error, path: String, systemErrno: Int32 = 0) -> any Error {
         guard let error = error as? DatabaseError else { return error }
         switch error.resultCode {
         case .SQLITE_NOTADB:
             return DocumentStoreError.notAStore(path: path, reason: "it is not an SQLite database")
         case .SQLITE_CORRUPT:
             return DocumentStoreError.corrupt(path: path, reason: error.message ?? "malformed database")
-        case .SQLITE_FULL: return DocumentStoreError.io("the disk holding \(path) is full")
+        case .SQLITE_FULL: return DocumentStoreError.noSpace(path)
+        // Growing the -shm file or syncing reports the errno only as SQLITE_IOERR.
+        case .SQLITE_IOERR where systemErrno == ENOSPC || systemErrno == EDQUOT:
+            return DocumentStoreError.noSpace(path)
         case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN:
             return DocumentStoreError.io(
                 "cannot open the store \(path): \(error.message ?? "permission denied")")
@@ -177,6 +179,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
 
     /// An error for a system call on the store's files that failed with `code`.
     static func systemError(_ code: Int32, path: String, doing what: String) -> DocumentStoreError {
+        if code == ENOSPC || code == EDQUOT { return .noSpace(path) }
         return .io("cannot \(what) the store \(path): \(String(cString: strerror(code)))")
     }
 
@@ -187,21 +190,26 @@ public final class SQLiteStore: DocumentStore, Sendable {
     func write<T>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
         do {
             return try pool.writeWithoutTransaction { db in
-                // The pragma fails inside a transaction, hence no `pool.write` here.
-                if !durable || writerMayBeRelaxed.load(ordering: .acquiring) {
-                    try db.execute(sql: "PRAGMA synchronous = \(durable ? "FULL" : "NORMAL")")
-                    if durable { writerMayBeRelaxed.store(false, ordering: .releasing) }
+                do {
+                    // The pragma fails inside a transaction, hence no `pool.write` here.
+                    if !durable || writerMayBeRelaxed.load(ordering: .acquiring) {
+                        try db.execute(sql: "PRAGMA synchronous = \(durable ? "FULL" : "NORMAL")")
+                        if durable { writerMayBeRelaxed.store(false, ordering: .releasing) }
+                    }
+                    defer { if !durable { restoreFullSynchronous(db) } }
+                    var result: T?
+                    try db.inTransaction(.immediate) {
+                        result = try body(db)
+                        return .commit
+                    }
+                    guard let result else {
+                        throw DocumentStoreError.io("a transaction on \(path) gave no result")
+                    }
+                    return result
+                } catch {
+                    let systemErrno = db.sqliteConnection.map { sqlite3_system_errno($0) } ?? 0
+                    throw Self.storeError(error, path: path, systemErrno: systemErrno)
                 }
-                defer { if !durable { restoreFullSynchronous(db) } }
-                var result: T?
-                try db.inTransaction(.immediate) {
-                    result = try body(db)
-                    return .commit
-                }
-                guard let result else {
-                    throw DocumentStoreError.io("a transaction on \(path) gave no result")
-                }
-                return result
             }
         } catch {
             throw Self.storeError(error, path: path)
