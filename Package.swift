@@ -43,6 +43,8 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "GRDB", package: "GRDB.swift"),
+                // sqlite3_system_errno, to tell a full disk among SQLite's I/O errors.
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
@@ -79,6 +81,8 @@ let package = Package(
                 "TestSupport",
                 "CLinuxSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
+                // The store tests look at SQLite connection settings.
+                .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
         .testTarget(name: "SampleDocumentsTests", dependencies: ["SampleDocuments", "DocumentEngine"]),

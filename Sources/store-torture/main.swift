@@ -1,10 +1,14 @@
-// store-torture <store-path> <document-name> <rounds>
+// store-torture <store-path> <document-name> <rounds> [deferred]
 //
 // Saves `rounds` new versions of a package document, one after another, as fast as it can, so
 // that a test can kill it with SIGKILL at arbitrary points of a save. Every file of round N holds
 // bytes derived from N (see `TortureContents`), so a reader can tell which round each file is
 // from; "saved N" is printed (unbuffered) only after round N's save has committed. Every fifth
 // round it also collects garbage, so kills land in garbage collection too.
+//
+// With `deferred`, the document is a flat file and every save is a deferred (`durable` false)
+// `.sparse` update to the bytes of `TortureContents.contents(round: N, index: N % fileCount)`;
+// every fifth round it synchronizes the store instead, printing "synchronized".
 
 import DocumentEngine
 import Foundation
@@ -58,9 +62,47 @@ func fail(_ message: String) -> Never {
     exit(1)
 }
 
+/// The deferred mode: see the top of the file.
+func saveDeferred(_ store: SQLiteStore, name: String, rounds: Int) throws {
+    var info =
+        try store.document(named: name)
+        ?? store.createDocument(
+            named: name, kind: .flat, type: nil, permissions: nil, origin: "store-torture")
+    let stored = try store.readContents(of: info.root, at: nil, offset: 0, count: 64)
+    var round = (TortureContents.round(of: stored) ?? 0) + 1
+    for _ in 0..<rounds {
+        let data = TortureContents.contents(round: round, index: round % TortureContents.fileCount)
+        let chunkCount = (data.count + store.chunkSize - 1) / store.chunkSize
+        var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+        changes.contents[info.root] = .sparse(
+            size: Int64(data.count), chunks: Array(0..<chunkCount), source: DataContentsSource(data))
+        changes.origin = "store-torture"
+        changes.conflictPolicy = .fail
+        changes.durable = false
+        info.currentVersion = try store.save(changes).version.id
+        say("saved \(round)")
+        if round % 5 == 0 {
+            try store.synchronize()
+            say("synchronized")
+        }
+        round += 1
+    }
+}
+
 let arguments = CommandLine.arguments
-guard arguments.count == 4, let rounds = Int(arguments[3]), rounds >= 0 else {
-    fail("usage: store-torture <store-path> <document-name> <rounds>")
+let deferred = arguments.count == 5 && arguments[4] == "deferred"
+guard arguments.count == 4 || deferred, let rounds = Int(arguments[3]), rounds >= 0 else {
+    fail("usage: store-torture <store-path> <document-name> <rounds> [deferred]")
+}
+
+if deferred {
+    do {
+        try saveDeferred(
+            SQLiteStore(path: arguments[1], options: .create), name: arguments[2], rounds: rounds)
+    } catch {
+        fail(String(describing: error))
+    }
+    exit(0)
 }
 
 do {

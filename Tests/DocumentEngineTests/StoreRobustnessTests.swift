@@ -1,5 +1,6 @@
 import CLinuxSupport
 import Foundation
+import GRDB
 import Testing
 import TestSupport
 
@@ -72,6 +73,13 @@ import TestSupport
             #expect(facts.permissions == 0o600, "\(file) has mode \(String(facts.permissions, radix: 8))")
         }
         _ = store
+    }
+
+    @Test func savesCommitWithSynchronousFull() throws {
+        let tmp = try TemporaryDirectory()
+        let path = tmp.path("Full.docstore")
+        #expect(try StoreTestTools.writerSynchronous(SQLiteStore(path: path, options: .create)) == 2)
+        #expect(try StoreTestTools.writerSynchronous(SQLiteStore(path: path)) == 2, "reopened")
     }
 
     @Test func whatIsNotAStoreIsRefusedByName() throws {
@@ -531,6 +539,11 @@ enum StoreTestTools {
         var text = String(decoding: data, as: UTF8.self)
         if text.hasSuffix("\n") { text.removeLast() }
         return text
+    }
+
+    /// The `synchronous` level the store's writer connection commits with (2 FULL, 1 NORMAL).
+    static func writerSynchronous(_ store: SQLiteStore) throws -> Int {
+        try store.pool.writeWithoutTransaction { try Int.fetchOne($0, sql: "PRAGMA synchronous") } ?? -1
     }
 
     static func fileSize(_ path: String) -> Int64 {

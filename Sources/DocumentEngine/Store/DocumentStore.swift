@@ -137,6 +137,13 @@ public enum ContentUpdate: Sendable {
     /// The file becomes the bytes of `source`. The store compares chunk by chunk and writes only
     /// chunks whose bytes differ.
     case replace(any ContentsSource)
+    /// The file is `size` bytes long; each listed chunk index `i` below `size` is read from
+    /// `source` at `i * chunkSize`, one chunk at a time (never more than a few chunks in memory),
+    /// and written if its bytes differ; other chunks below `size` keep their bytes; chunks at or
+    /// past `size` become holes. Indices at or past `size` are ignored, a negative one is an
+    /// invalid change. A read shorter than asked leaves the rest of that chunk zeros; a read that
+    /// throws aborts the save.
+    case sparse(size: Int64, chunks: [Int], source: any ContentsSource)
 }
 
 /// What to do when a save is based on a version older than the document's current one.
@@ -165,6 +172,10 @@ public struct DocumentChanges: Sendable {
     /// Who saved, for the version history (e.g. "docfs mount", "MyStuff pid 42").
     public var origin: String = ""
     public var conflictPolicy: ConflictPolicy = .keepBoth
+    /// Whether the save returns only once it is on disk. When false it is still atomic and seen
+    /// at once by every process, and survives the process being killed, but a power loss or OS
+    /// crash may lose it until ``DocumentStore/synchronize()`` returns.
+    public var durable: Bool = true
 
     public init(document: DocumentID, base: VersionID) {
         self.document = document
@@ -286,6 +297,9 @@ public enum DocumentStoreError: Error, Sendable, Equatable, CustomStringConverti
     /// The store was written by a newer DocFS.
     case newerFormat(path: String, found: Int, supported: Int)
     case io(String)
+    /// The disk holding the store (its location) is full, or the user's quota is used up; the
+    /// change that hit it was not made.
+    case noSpace(String)
 
     public var description: String {
         switch self {
@@ -304,6 +318,7 @@ public enum DocumentStoreError: Error, Sendable, Equatable, CustomStringConverti
             return
                 "the store \(path) has format \(found), newer than this program's \(supported); upgrade DocFS"
         case .io(let message): return message
+        case .noSpace(let location): return "the disk holding the store \(location) is full"
         }
     }
 
@@ -349,6 +364,9 @@ public protocol DocumentStore: AnyObject, Sendable {
     func makeNodeIDs(count: Int) throws -> [StoreNodeID]
     /// Saves changes atomically as one new version.
     func save(_ changes: DocumentChanges) throws -> SaveResult
+    /// Makes every save committed before the call durable, including deferred ones
+    /// (``DocumentChanges/durable`` false).
+    func synchronize() throws
 
     /// Every version of a document, oldest first.
     func versions(of document: DocumentID) throws -> [VersionInfo]

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import GRDB
+import GRDBSQLite
 import Synchronization
 
 #if canImport(Glibc)
@@ -32,6 +33,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
     public let chunkSize: Int
     let pool: DatabasePool
     private let counters = Mutex(StoreStatistics())
+    /// Whether the writer connection may still be at `synchronous = NORMAL` after a deferred save.
+    private let writerMayBeRelaxed = Atomic(false)
     private let cache: Mutex<ChunkCache>
 
     public var statistics: StoreStatistics { counters.withLock { $0 } }
@@ -46,13 +49,13 @@ public final class SQLiteStore: DocumentStore, Sendable {
         let isNew = try Self.prepareFile(path: path, create: options.contains(.create))
         var configuration = Configuration()
         configuration.busyMode = .timeout(30)
-        configuration.prepareDatabase { db in
-            // FULL: a committed save survives power loss, which fsync's contract needs.
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-        }
         configuration.label = "docfs.store"
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
+            // FULL: a committed save survives power loss, which fsync's contract needs. Set here,
+            // not in prepareDatabase: GRDB sets the writer to NORMAL when it turns WAL on, after
+            // prepareDatabase ran. Only the writer commits, so only its setting matters.
+            try pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = FULL") }
         } catch {
             throw Self.storeError(error, path: path)
         }
@@ -111,10 +114,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
             }
             guard create else { throw DocumentStoreError.notAStore(path: path, reason: "no such file") }
             let fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
-            guard fd >= 0 else {
-                throw DocumentStoreError.io(
-                    "cannot create the store \(path): \(String(cString: strerror(errno)))")
-            }
+            guard fd >= 0 else { throw systemError(errno, path: path, doing: "create") }
             close(fd)
             return true
         }
@@ -153,15 +153,19 @@ public final class SQLiteStore: DocumentStore, Sendable {
         throw DocumentStoreError.notAStore(path: path, reason: "it is another application's SQLite database")
     }
 
-    /// Turns SQLite's errors into ones that name the problem.
-    static func storeError(_ error: any Error, path: String) -> any Error {
+    /// Turns SQLite's errors into ones that name the problem. `systemErrno` is the connection's
+    /// `sqlite3_system_errno`, which tells a full disk among I/O errors.
+    static func storeError(_ error: any Error, path: String, systemErrno: Int32 = 0) -> any Error {
         guard let error = error as? DatabaseError else { return error }
         switch error.resultCode {
         case .SQLITE_NOTADB:
             return DocumentStoreError.notAStore(path: path, reason: "it is not an SQLite database")
         case .SQLITE_CORRUPT:
             return DocumentStoreError.corrupt(path: path, reason: error.message ?? "malformed database")
-        case .SQLITE_FULL: return DocumentStoreError.io("the disk holding \(path) is full")
+        case .SQLITE_FULL: return DocumentStoreError.noSpace(path)
+        // Growing the -shm file or syncing reports the errno only as SQLITE_IOERR.
+        case .SQLITE_IOERR where systemErrno == ENOSPC || systemErrno == EDQUOT:
+            return DocumentStoreError.noSpace(path)
         case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN:
             return DocumentStoreError.io(
                 "cannot open the store \(path): \(error.message ?? "permission denied")")
@@ -173,8 +177,55 @@ public final class SQLiteStore: DocumentStore, Sendable {
         do { return try pool.read(body) } catch { throw Self.storeError(error, path: path) }
     }
 
-    func write<T>(_ body: (Database) throws -> T) throws -> T {
-        do { return try pool.write(body) } catch { throw Self.storeError(error, path: path) }
+    /// An error for a system call on the store's files that failed with `code`.
+    static func systemError(_ code: Int32, path: String, doing what: String) -> DocumentStoreError {
+        if code == ENOSPC || code == EDQUOT { return .noSpace(path) }
+        return .io("cannot \(what) the store \(path): \(String(cString: strerror(code)))")
+    }
+
+    /// Runs `body` in one IMMEDIATE transaction. A durable one commits with `synchronous = FULL`
+    /// (it is on disk when this returns); otherwise with NORMAL, which in WAL mode commits
+    /// atomically and survives the process, but reaches the disk only at the next checkpoint,
+    /// durable commit or ``synchronize()``.
+    func write<T>(durable: Bool = true, _ body: (Database) throws -> T) throws -> T {
+        do {
+            return try pool.writeWithoutTransaction { db in
+                do {
+                    // The pragma fails inside a transaction, hence no `pool.write` here.
+                    if !durable || writerMayBeRelaxed.load(ordering: .acquiring) {
+                        try db.execute(sql: "PRAGMA synchronous = \(durable ? "FULL" : "NORMAL")")
+                        if durable { writerMayBeRelaxed.store(false, ordering: .releasing) }
+                    }
+                    defer { if !durable { restoreFullSynchronous(db) } }
+                    var result: T?
+                    try db.inTransaction(.immediate) {
+                        result = try body(db)
+                        return .commit
+                    }
+                    guard let result else {
+                        throw DocumentStoreError.io("a transaction on \(path) gave no result")
+                    }
+                    return result
+                } catch {
+                    let systemErrno = db.sqliteConnection.map { sqlite3_system_errno($0) } ?? 0
+                    throw Self.storeError(error, path: path, systemErrno: systemErrno)
+                }
+            }
+        } catch {
+            throw Self.storeError(error, path: path)
+        }
+    }
+
+    /// Puts the writer connection back to `synchronous = FULL` after a deferred transaction,
+    /// whether it committed or not.
+    private func restoreFullSynchronous(_ db: Database) {
+        // A failed COMMIT can leave the transaction open; the pragma would fail inside it, and
+        // GRDB traps on a transaction left open at the end of an access.
+        if db.isInsideTransaction { try? db.rollback() }
+        do { try db.execute(sql: "PRAGMA synchronous = FULL") } catch {
+            // The next write retries before it commits anything.
+            writerMayBeRelaxed.store(true, ordering: .releasing)
+        }
     }
 
     // MARK: Documents
@@ -536,6 +587,40 @@ public final class SQLiteStore: DocumentStore, Sendable {
         }
     }
 
+    /// Makes every save committed before the call durable, deferred ones included.
+    public func synchronize() throws {
+        // Why an fsync of the write-ahead log through a descriptor of our own is enough:
+        // - Every commit, deferred or not, has written its frames into the -wal file with
+        //   write(2) before it returned, and fsync flushes the file (the inode), not the
+        //   descriptor: so every committed frame of any connection or process reaches the disk.
+        // - Frames no longer in the log were copied into the database file by a checkpoint, which
+        //   fsyncs the database file before the log may be restarted, truncated or deleted; so a
+        //   missing log means nothing is pending.
+        // - SQLite keeps no POSIX locks on the -wal file (they are on the database and -shm
+        //   files), so closing our descriptor cannot release one of its locks.
+        // - SQLite fsyncs the directory only when it first fsyncs a new log, which deferred
+        //   commits may not have done yet; so the directory is fsynced too, or a new log could
+        //   vanish with its frames.
+        let log = open(path + "-wal", O_RDONLY | O_CLOEXEC)
+        guard log >= 0 else {
+            if errno == ENOENT { return }
+            throw Self.systemError(errno, path: path, doing: "synchronize")
+        }
+        defer { close(log) }
+        try Self.fsyncRetrying(log, path: path)
+        let folder = (path as NSString).deletingLastPathComponent
+        let directory = open(folder.isEmpty ? "." : folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { throw Self.systemError(errno, path: path, doing: "synchronize") }
+        defer { close(directory) }
+        try Self.fsyncRetrying(directory, path: path)
+    }
+
+    private static func fsyncRetrying(_ fd: Int32, path: String) throws {
+        while fsync(fd) != 0 {
+            if errno != EINTR { throw systemError(errno, path: path, doing: "synchronize") }
+        }
+    }
+
     /// The embedded default store: `Default.docstore` in the Documents folder of the app id
     /// `docfs` (see ``SearchPaths``).
     public static func defaultStorePath(environment: [String: String] = ProcessInfo.processInfo.environment)
@@ -569,7 +654,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
     }
 
     public func save(_ changes: DocumentChanges) throws -> SaveResult {
-        try write { db in try self.save(db, changes) }
+        try write(durable: changes.durable) { db in try self.save(db, changes) }
     }
 
     func save(_ db: Database, _ changes: DocumentChanges) throws -> SaveResult {
@@ -618,7 +703,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
             let previous = try Self.node(db, id, lineage: before)
             let result = try writeContents(
                 db, node: id, update: update,
-                previousSize: previous?.kind == .regularFile ? previous?.size ?? 0 : 0,
+                previousSize: previous?.kind == .regularFile ? previous?.size : nil,
                 lineage: before, branch: branch, version: version)
             record.size = result.size
             written.chunks += result.chunks
@@ -729,40 +814,82 @@ public final class SQLiteStore: DocumentStore, Sendable {
         }
     }
 
-    /// Writes the chunks of a content update that differ from the previous ones.
+    /// Writes the chunks of a content update that differ from the previous ones. Chunks are read
+    /// and written one at a time, so an update of any size holds about one chunk in memory.
+    /// `previousSize` is nil when the node was not a regular file before (new, or re-added).
     private func writeContents(
-        _ db: Database, node: StoreNodeID, update: ContentUpdate, previousSize: Int64, lineage: Lineage,
+        _ db: Database, node: StoreNodeID, update: ContentUpdate, previousSize: Int64?, lineage: Lineage,
         branch: Int64,
         version: VersionID
     ) throws -> (size: Int64, chunks: Int, bytes: Int64) {
         let size = Int64(chunkSize)
-        var chunks = 0
-        var bytes: Int64 = 0
+        // Rounds up without computing `bytes + size - 1`, which overflows near Int64.max.
+        func chunkCount(_ bytes: Int64) -> Int64 { bytes / size + (bytes % size == 0 ? 0 : 1) }
         let newSize: Int64
-        var newChunks: [Int64: Data] = [:]  // only for .chunks
+        let indices: [Int64]?  // ascending and below the new end; nil for every chunk below it
+        let bytesOf: (Int64) throws -> Data  // the new bytes of chunk `index`, none past the end
         switch update {
         case .chunks(let s, let given):
             guard s >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
-            newSize = s
             for (index, data) in given {
-                guard index >= 0, data.count <= chunkSize else {
+                guard index >= 0 else {
+                    throw DocumentStoreError.invalidChange("negative chunk index \(index)")
+                }
+                guard data.count <= chunkSize else {
                     throw DocumentStoreError.invalidChange("chunk \(index) is larger than the chunk size")
                 }
-                if Int64(index) * size < s { newChunks[Int64(index)] = data }
+            }
+            newSize = s
+            let count = chunkCount(s)
+            indices = given.keys.map(Int64.init).filter { $0 < count }.sorted()
+            bytesOf = { index in
+                let data = given[Int(index)] ?? Data()
+                // Bytes past the end of the file are not kept, so growing it later reads zeros.
+                let keep = Int(min(Int64(data.count), s - index * size))
+                return keep < data.count ? data.prefix(keep) : data
+            }
+        case .sparse(let s, let listed, let source):
+            guard s >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
+            if let index = listed.first(where: { $0 < 0 }) {
+                throw DocumentStoreError.invalidChange("negative chunk index \(index)")
+            }
+            newSize = s
+            let count = chunkCount(s)
+            indices = Set(listed.lazy.map(Int64.init).filter { $0 < count }).sorted()
+            bytesOf = { index in
+                let wanted = Int(min(size, s - index * size))
+                let data = try source.read(offset: index * size, count: wanted)
+                guard data.count <= wanted else {
+                    throw DocumentStoreError.invalidChange(
+                        "the contents source gave \(data.count) bytes for chunk \(index), more than \(wanted)"
+                    )
+                }
+                return data
             }
         case .replace(let source):
+            guard source.count >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
             newSize = source.count
+            indices = nil
+            bytesOf = { index in
+                let wanted = Int(min(size, newSize - index * size))
+                let data = try source.read(offset: index * size, count: wanted)
+                guard data.count == wanted else {
+                    throw DocumentStoreError.invalidChange("the contents source ended early")
+                }
+                return data
+            }
         }
-        let oldCount = (previousSize + size - 1) / size
-        let newCount = (newSize + size - 1) / size
-        let previous =
-            oldCount > 0
-            ? try Self.chunkMap(
-                db, node: node, lineage: lineage, from: 0, through: max(oldCount, newCount) - 1) : [:]
+        let newCount = chunkCount(newSize)
+        // What a read sees so far, including this save's own rows (a conflict's are in its branch).
+        let view = branch == 0 ? lineage : Lineage(limit: lineage.limit, branch: branch)
+        var chunks = 0
+        var bytes: Int64 = 0
 
-        func put(_ index: Int64, _ data: Data?) throws {
+        /// Makes chunk `index` hold `data`; an all-zero chunk is a hole. Bytes equal to what is
+        /// there already (same hash, so the same chunk) write nothing.
+        func put(_ index: Int64, _ data: Data) throws {
             var chunkID: Int64?
-            if let data, !Self.isZero(data) {
+            if !Self.isZero(data) {
                 let (id, isNew) = try Self.storeChunk(db, data)
                 chunkID = id
                 if isNew {
@@ -770,54 +897,72 @@ public final class SQLiteStore: DocumentStore, Sendable {
                     bytes += Int64(data.count)
                 }
             }
-            if let old = previous[index], old == chunkID { return }
-            if previous[index] == nil && chunkID == nil { return }
-            try db.execute(
-                sql:
-                    "INSERT OR REPLACE INTO chunk_map(node, branch, idx, version, chunk) VALUES (?, ?, ?, ?, ?)",
-                arguments: [node.rawValue, branch, index, version.rawValue, chunkID])
+            if try Self.chunkAt(db, node: node, lineage: view, index: index) == chunkID { return }
+            try Self.insertChunkRow(
+                db, node: node, branch: branch, index: index, version: version, chunk: chunkID)
         }
 
-        switch update {
-        case .chunks:
-            for (index, data) in newChunks.sorted(by: { $0.key < $1.key }) {
-                // Bytes past the end of the file are not kept, so growing it later reads zeros.
-                let keep = Int(min(Int64(data.count), newSize - index * size))
-                try put(index, keep < data.count ? data.prefix(keep) : data)
-            }
-            if newSize < previousSize, newSize % size != 0 {
-                let index = newSize / size
-                if newChunks[index] == nil, let old = previous[index] ?? nil {
-                    let data = try chunk(db, old)
-                    try put(index, data.prefix(Int(newSize - index * size)))
-                }
-            }
-        case .replace(let source):
+        // Chunks past the new end become holes, so that growing the file later reads zeros. A node
+        // that was no file before (a removed file restored) may still have rows from its old life:
+        // they all go, so that unlisted chunks read as zeros rather than as bytes from back then.
+        let keptBelow = previousSize == nil ? 0 : newCount
+        let stale = try Self.chunkMap(db, node: node, lineage: view, from: keptBelow, through: .max)
+        for (index, chunk) in stale.sorted(by: { $0.key < $1.key }) where chunk != nil {
+            try Self.insertChunkRow(
+                db, node: node, branch: branch, index: index, version: version, chunk: nil)
+        }
+        if let indices {
+            for index in indices { try put(index, bytesOf(index)) }
+        } else {
             var index: Int64 = 0
             while index < newCount {
-                let data = try source.read(offset: index * size, count: chunkSize)
-                guard Int64(data.count) == min(size, newSize - index * size) else {
-                    throw DocumentStoreError.invalidChange("the contents source ended early")
-                }
-                let hash = Self.hash(data)
-                if let old = previous[index] ?? nil,
-                    try Data.fetchOne(db, sql: "SELECT hash FROM chunks WHERE id = ?", arguments: [old])
-                        == hash
-                {
-                    index += 1
-                    continue
-                }
-                try put(index, data)
+                try put(index, bytesOf(index))
                 index += 1
             }
         }
-        // Chunks past the new end become holes, so that growing the file later reads zeros.
-        if newCount < oldCount {
-            for index in newCount..<oldCount where (previous[index] ?? nil) != nil {
-                try put(index, nil)
-            }
+        // A shrink that ends inside an unlisted chunk cuts that chunk at the new end.
+        let last = newCount - 1
+        if newSize < previousSize ?? 0, newSize % size != 0, let indices, indices.last != last,
+            let old = try Self.chunkAt(db, node: node, lineage: view, index: last),
+            let stored = try Int64.fetchOne(
+                db, sql: "SELECT size FROM chunks WHERE id = ?", arguments: [old]),
+            stored > newSize - last * size
+        {
+            try put(last, try chunk(db, old).prefix(Int(newSize - last * size)))
         }
         return (newSize, chunks, bytes)
+    }
+
+    /// The chunk at `index` as of `lineage`; nil for a hole, and where no row says anything (both
+    /// read as zeros).
+    static func chunkAt(_ db: Database, node: StoreNodeID, lineage: Lineage, index: Int64) throws -> Int64? {
+        if lineage.branch != 0,
+            let row = try Row.fetchOne(
+                db.cachedStatement(
+                    sql: """
+                        SELECT chunk FROM chunk_map WHERE node = ? AND branch = ? AND idx = ?
+                        ORDER BY version DESC LIMIT 1
+                        """),
+                arguments: [node.rawValue, lineage.branch, index])
+        {
+            return row["chunk"]
+        }
+        return try Row.fetchOne(
+            db.cachedStatement(
+                sql: """
+                    SELECT chunk FROM chunk_map WHERE node = ? AND branch = 0 AND idx = ? AND version <= ?
+                    ORDER BY version DESC LIMIT 1
+                    """),
+            arguments: [node.rawValue, index, lineage.limit]
+        ).flatMap { $0["chunk"] as Int64? }
+    }
+
+    static func insertChunkRow(
+        _ db: Database, node: StoreNodeID, branch: Int64, index: Int64, version: VersionID, chunk: Int64?
+    ) throws {
+        try db.execute(
+            sql: "INSERT OR REPLACE INTO chunk_map(node, branch, idx, version, chunk) VALUES (?, ?, ?, ?, ?)",
+            arguments: [node.rawValue, branch, index, version.rawValue, chunk])
     }
 
     static func hash(_ data: Data) -> Data { Data(SHA256.hash(data: data)) }

@@ -1,0 +1,490 @@
+import Foundation
+import GRDB
+import TestSupport
+import Testing
+
+@testable import DocumentEngine
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+// What the file system's write path needs from the store.
+
+/// One read a contents source served.
+struct SourceRead: Equatable, CustomStringConvertible {
+    var offset: Int64
+    var count: Int
+    var description: String { "\(count)@\(offset)" }
+}
+
+/// The error ``LoggingSource`` throws when told to.
+struct SourceFailure: Error, Equatable {}
+
+/// Bytes in memory that log every read, and throw on read number `failingRead` (1-based).
+struct LoggingSource: ContentsSource {
+    let bytes: Data
+    var failingRead: Int?
+    let log = Locked<[SourceRead]>([])
+
+    init(_ bytes: Data, failingRead: Int? = nil) {
+        self.bytes = bytes
+        self.failingRead = failingRead
+    }
+
+    var count: Int64 { Int64(bytes.count) }
+    var reads: [SourceRead] { log.withLock { $0 } }
+
+    func read(offset: Int64, count: Int) throws -> Data {
+        let number = log.withLock {
+            $0.append(SourceRead(offset: offset, count: count))
+            return $0.count
+        }
+        if number == failingRead { throw SourceFailure() }
+        return try DataContentsSource(bytes).read(offset: offset, count: count)
+    }
+}
+
+/// A flat document in a fresh store with 4 KiB chunks.
+struct FlatFile {
+    static let chunk = 4096
+    let tmp: TemporaryDirectory
+    let store: SQLiteStore
+    let document: DocumentInfo
+
+    init() throws {
+        tmp = try TemporaryDirectory()
+        store = try SQLiteStore(path: tmp.path("W.docstore"), options: .create, chunkSize: Self.chunk)
+        document = try store.createDocument(
+            named: "file.bin", kind: .flat, type: nil, permissions: nil, origin: "test")
+    }
+
+    @discardableResult
+    func save(_ update: ContentUpdate, durable: Bool = true) throws -> SaveResult {
+        var changes = DocumentChanges(
+            document: document.id, base: try store.document(document.id).currentVersion)
+        changes.contents[document.root] = update
+        changes.durable = durable
+        return try store.save(changes)
+    }
+
+    func contents(at version: VersionID? = nil) throws -> Data {
+        let size = try #require(try store.node(document.root, at: version)).size
+        return try store.readContents(of: document.root, at: version, offset: 0, count: Int(size))
+    }
+
+    /// The chunk_map rows a version wrote, as "index:chunk" ("index:" for a hole).
+    func rows(of version: VersionID) throws -> [String] {
+        try StoreTestTools.sqlite(
+            store.path,
+            "SELECT idx || ':' || ifnull(chunk, '') FROM chunk_map WHERE version = \(version.rawValue) ORDER BY idx;"
+        ).split(separator: "\n").map(String.init)
+    }
+
+    func chunkCount() throws -> Int {
+        Int(try StoreTestTools.sqlite(store.path, "SELECT COUNT(*) FROM chunks;")) ?? -1
+    }
+
+    /// `data` with chunk `index` replaced by `bytes`.
+    static func replacing(_ data: Data, chunk index: Int, with bytes: Data) -> Data {
+        var copy = data
+        copy.replaceSubrange(index * chunk..<min(data.count, (index + 1) * chunk), with: bytes)
+        return copy
+    }
+}
+
+@Suite struct SparseUpdateTests {
+    let c = FlatFile.chunk
+
+    @Test("Appending into the last chunk of a multi-chunk file reads and writes that one chunk")
+    func appendIntoLastChunk() throws {
+        let file = try FlatFile()
+        let old = sampleBytes(10 * c + 100, seed: 1)
+        try file.save(.replace(DataContentsSource(old)))
+        file.store.purgeCache()
+        let new = old + sampleBytes(50, seed: 2)
+        let source = LoggingSource(new)
+        let before = file.store.statistics
+        let saved = try file.save(.sparse(size: Int64(new.count), chunks: [10], source: source))
+
+        #expect(source.reads == [SourceRead(offset: Int64(10 * c), count: 150)])
+        #expect(saved.chunksWritten == 1 && saved.bytesWritten == 150)
+        #expect(file.store.statistics.chunksWritten - before.chunksWritten == 1)
+        #expect(file.store.statistics.chunksRead == before.chunksRead, "no stored chunk was read")
+        #expect(try file.rows(of: saved.version.id).map { $0.prefix(3) } == ["10:"])
+        #expect(try file.store.node(file.document.root)?.size == Int64(new.count))
+        #expect(try file.contents() == new)
+        #expect(try file.store.checkIntegrity().isClean)
+    }
+
+    @Test("Listing a middle chunk changes it alone; a listed chunk with the same bytes writes no row")
+    func middleChunk() throws {
+        let file = try FlatFile()
+        let old = sampleBytes(5 * c, seed: 3)
+        try file.save(.replace(DataContentsSource(old)))
+        let new = FlatFile.replacing(old, chunk: 2, with: sampleBytes(c, seed: 4))
+        let source = LoggingSource(new)
+        let saved = try file.save(.sparse(size: Int64(new.count), chunks: [2, 1, 2], source: source))
+
+        #expect(source.reads.map(\.offset) == [Int64(c), Int64(2 * c)], "each listed chunk once, in order")
+        #expect(saved.chunksWritten == 1)
+        #expect(try file.rows(of: saved.version.id).count == 1)
+        #expect(try file.contents() == new)
+
+        // An all-zero chunk is a hole: a row without a chunk, and nothing stored.
+        let zeroed = FlatFile.replacing(new, chunk: 3, with: Data(count: c))
+        let holed = try file.save(
+            .sparse(size: Int64(zeroed.count), chunks: [3], source: LoggingSource(zeroed)))
+        #expect(holed.chunksWritten == 0)
+        #expect(try file.rows(of: holed.version.id) == ["3:"])
+        #expect(try file.contents() == zeroed)
+        #expect(try file.store.checkIntegrity().isClean)
+    }
+
+    @Test("Shrinking into an unlisted chunk cuts it; growing again reads zeros past the old end")
+    func shrinkThenGrow() throws {
+        let file = try FlatFile()
+        let old = sampleBytes(3 * c, seed: 5)
+        let first = try file.save(.replace(DataContentsSource(old)))
+        let unread = LoggingSource(Data())
+
+        let shrunk = try file.save(.sparse(size: Int64(c + 1000), chunks: [], source: unread))
+        #expect(try file.contents() == old.prefix(c + 1000))
+        #expect(try file.rows(of: shrunk.version.id).count == 2, "chunk 1 cut, chunk 2 a hole")
+        #expect(try file.store.checkIntegrity().isClean)
+
+        try file.save(.sparse(size: Int64(3 * c + 10), chunks: [], source: unread))
+        #expect(try file.contents() == old.prefix(c + 1000) + Data(count: 2 * c - 1000 + 10))
+        #expect(try file.contents(at: first.version.id) == old, "history is intact")
+        #expect(unread.reads.isEmpty)
+        #expect(try file.store.checkIntegrity().isClean)
+    }
+
+    @Test("Size 0 empties the file; listed chunks at or past the size are not read")
+    func sizeZeroAndIndicesPastTheEnd() throws {
+        let file = try FlatFile()
+        try file.save(.replace(DataContentsSource(sampleBytes(2 * c + 7, seed: 6))))
+        let ignored = LoggingSource(sampleBytes(3 * c, seed: 7))
+        try file.save(.sparse(size: 0, chunks: [0, 1, 2], source: ignored))
+        #expect(ignored.reads.isEmpty)
+        #expect(try file.store.node(file.document.root)?.size == 0)
+        #expect(try file.contents().isEmpty)
+        #expect(try file.store.checkIntegrity().isClean)
+
+        let bytes = sampleBytes(2 * c, seed: 8)
+        let source = LoggingSource(bytes)
+        try file.save(.sparse(size: Int64(2 * c), chunks: [9, 1, 2], source: source))
+        #expect(source.reads == [SourceRead(offset: Int64(c), count: c)])
+        #expect(try file.contents() == Data(count: c) + bytes.suffix(c), "chunk 0 was emptied: zeros")
+
+        let version = try file.store.document(file.document.id).currentVersion
+        #expect(throws: DocumentStoreError.invalidChange("negative chunk index -1")) {
+            try file.save(.sparse(size: Int64(2 * c), chunks: [0, -1], source: source))
+        }
+        #expect(try file.store.document(file.document.id).currentVersion == version)
+    }
+
+    @Test("A source that throws aborts the save: nothing of it is kept")
+    func throwingSourceRollsBack() throws {
+        let file = try FlatFile()
+        let old = sampleBytes(4 * c, seed: 9)
+        let saved = try file.save(.replace(DataContentsSource(old)))
+        let chunks = try file.chunkCount()
+        let versions = try file.store.versions(of: file.document.id)
+        let statistics = file.store.statistics
+        let source = LoggingSource(sampleBytes(6 * c, seed: 10), failingRead: 3)
+
+        #expect(throws: SourceFailure()) {
+            try file.save(.sparse(size: Int64(6 * c), chunks: Array(0..<6), source: source))
+        }
+        #expect(source.reads.count == 3, "the save stopped at the failing read")
+        #expect(try file.store.document(file.document.id).currentVersion == saved.version.id)
+        #expect(try file.store.versions(of: file.document.id) == versions)
+        #expect(try file.contents() == old)
+        #expect(try file.chunkCount() == chunks, "the two chunks written before the failure were rolled back")
+        #expect(file.store.statistics.chunksWritten == statistics.chunksWritten)
+        #expect(try file.store.checkIntegrity().isClean)
+    }
+
+    @Test("A removed file restored or re-added shows no chunk from its earlier life")
+    func restoreOfARemovedFile() throws {
+        let tmp = try TemporaryDirectory()
+        let store = try SQLiteStore(path: tmp.path("R.docstore"), options: .create, chunkSize: c)
+        let doc = try store.createDocument(
+            named: "R.pkg", kind: .package, type: nil, permissions: nil, origin: "")
+        let id = try store.makeNodeIDs(count: 1)[0]
+        let old = sampleBytes(c, seed: 13) + Data(count: c) + sampleBytes(c, seed: 14)  // chunk 1 a hole
+        var create = DocumentChanges(document: doc.id, base: doc.currentVersion)
+        create.nodes = [
+            NodeRecord(
+                id: id, document: doc.id, parent: doc.root, name: "x", kind: .regularFile, permissions: 0o644)
+        ]
+        create.contents[id] = .replace(DataContentsSource(old))
+        let v1 = try store.save(create)
+        // Later the hole is filled and the file grows, then the file is removed.
+        let grown =
+            FlatFile.replacing(old, chunk: 1, with: sampleBytes(c, seed: 15)) + sampleBytes(c, seed: 16)
+        var fill = DocumentChanges(document: doc.id, base: v1.version.id)
+        fill.contents[id] = .sparse(size: Int64(4 * c), chunks: [1, 3], source: DataContentsSource(grown))
+        let v2 = try store.save(fill)
+        var remove = DocumentChanges(document: doc.id, base: v2.version.id)
+        remove.removedNodes = [id]
+        _ = try store.save(remove)
+
+        _ = try store.restore(v1.version.id, of: doc.id, origin: "test")
+        #expect(try store.node(id)?.size == Int64(3 * c))
+        #expect(try store.readContents(of: id, at: nil, offset: 0, count: 4 * c) == old)
+        #expect(try store.checkIntegrity().isClean)
+
+        // Removed again, then re-added with a sparse update of chunk 0 alone: it has no bytes
+        // from before to keep, so chunks 1 and 2 read as zeros.
+        var again = DocumentChanges(document: doc.id, base: try store.document(doc.id).currentVersion)
+        again.removedNodes = [id]
+        let removed = try store.save(again)
+        var readd = DocumentChanges(document: doc.id, base: removed.version.id)
+        readd.nodes = create.nodes
+        let first = sampleBytes(c, seed: 17)
+        readd.contents[id] = .sparse(size: Int64(3 * c), chunks: [0], source: DataContentsSource(first))
+        _ = try store.save(readd)
+        #expect(
+            try store.readContents(of: id, at: nil, offset: 0, count: 3 * c) == first + Data(count: 2 * c))
+        #expect(try store.checkIntegrity().isClean)
+    }
+
+    @Test("A sparse save reads and writes one chunk at a time (streaming)")
+    func streaming() throws {
+        let file = try FlatFile()
+        let live = Locked((now: 0, most: 0))
+        let source = LiveBufferSource(live: live)
+        let count = 256
+        let saved = try file.save(.sparse(size: Int64(count * c), chunks: Array(0..<count), source: source))
+        #expect(saved.chunksWritten == count)
+        #expect(live.withLock { $0.now } == 0)
+        #expect(
+            live.withLock { $0.most } <= 2, "at most \(live.withLock { $0.most }) chunks were alive at once")
+        #expect(
+            try file.store.readContents(of: file.document.root, at: nil, offset: Int64(77 * c), count: c)
+                == sampleBytes(c, seed: 77))
+    }
+}
+
+/// Chunk `i` is `sampleBytes(count, seed: i)`, each in a buffer of its own whose life is counted.
+struct LiveBufferSource: ContentsSource {
+    let live: Locked<(now: Int, most: Int)>
+    var count: Int64 { .max }
+
+    func read(offset: Int64, count: Int) throws -> Data {
+        let bytes = UnsafeMutableRawPointer.allocate(byteCount: max(1, count), alignment: 16)
+        sampleBytes(count, seed: UInt64(offset) / UInt64(FlatFile.chunk)).copyBytes(
+            to: bytes.assumingMemoryBound(to: UInt8.self), count: count)
+        live.withLock {
+            $0.now += 1
+            $0.most = max($0.most, $0.now)
+        }
+        let live = live
+        return Data(
+            bytesNoCopy: bytes, count: count,
+            deallocator: .custom { pointer, _ in
+                pointer.deallocate()
+                live.withLock { $0.now -= 1 }
+            })
+    }
+}
+
+@Suite struct DeferredSaveTests {
+    @Test("A deferred save is seen at once by another store on the file; the writer goes back to FULL")
+    func visibleAtOnce() throws {
+        let file = try FlatFile()
+        let other = try SQLiteStore(path: file.store.path)
+        let bytes = sampleBytes(3 * FlatFile.chunk + 5, seed: 11)
+        let saved = try file.save(.replace(DataContentsSource(bytes)), durable: false)
+        #expect(try other.document(file.document.id).currentVersion == saved.version.id)
+        #expect(
+            try other.readContents(of: file.document.root, at: nil, offset: 0, count: bytes.count) == bytes)
+        #expect(try StoreTestTools.writerSynchronous(file.store) == 2)
+
+        // Also after a deferred save that failed.
+        #expect(throws: SourceFailure()) {
+            try file.save(
+                .sparse(size: 10, chunks: [0], source: LoggingSource(Data(count: 10), failingRead: 1)),
+                durable: false)
+        }
+        #expect(try StoreTestTools.writerSynchronous(file.store) == 2)
+        #expect(
+            try other.readContents(of: file.document.root, at: nil, offset: 0, count: bytes.count) == bytes)
+    }
+
+    @Test("synchronize() returns when nothing is pending, after a checkpoint, and after deferred saves")
+    func synchronize() throws {
+        let file = try FlatFile()
+        try file.store.synchronize()
+        try file.store.checkpoint()
+        #expect(StoreTestTools.fileSize(file.store.path + "-wal") == 0)
+        try file.store.synchronize()
+        let bytes = sampleBytes(5000, seed: 12)
+        try file.save(.replace(DataContentsSource(bytes)), durable: false)
+        try file.store.synchronize()
+        try file.store.synchronize()
+        #expect(
+            try SQLiteStore(path: file.store.path).readContents(
+                of: file.document.root, at: nil, offset: 0, count: 5000) == bytes)
+    }
+
+    /// The round store-torture's deferred file is at, after checking it holds exactly that round's
+    /// bytes and that the store is whole.
+    func verifiedRound(_ path: String, _ name: String) throws -> Int {
+        typealias Contents = StoreRobustnessTests.TortureContents
+        let store = try SQLiteStore(path: path)
+        let report = try store.checkIntegrity()
+        #expect(report.isClean, "\(report.problems)")
+        let info = try #require(try store.document(named: name))
+        let size = try #require(try store.node(info.root)).size
+        let data = try store.readContents(of: info.root, at: nil, offset: 0, count: Int(size))
+        guard let round = Contents.round(of: data) else {
+            #expect(data.isEmpty)
+            return 0
+        }
+        #expect(data == Contents.contents(round: round, index: round % Contents.fileCount))
+        return round
+    }
+
+    @Test("A deferred save survives SIGKILL of the process that made it", .timeLimit(.minutes(1)))
+    func aKilledProcessKeepsItsDeferredSaves() throws {
+        guard let program = StoreRobustnessTests.tortureProgram() else {
+            Issue.record(
+                "store-torture is not built next to the tests; run `swift build --build-tests` first")
+            return
+        }
+        let tmp = try TemporaryDirectory()
+        let path = tmp.path("Deferred.docstore")
+        let name = "Deferred.bin"
+        do {
+            let store = try SQLiteStore(path: path, options: .create, chunkSize: FlatFile.chunk)
+            _ = try store.createDocument(
+                named: name, kind: .flat, type: nil, permissions: nil, origin: "test")
+        }
+        var random = SystemRandomNumberGenerator()
+        var lastRound = 0
+        var acknowledged = 0
+        for iteration in 0..<10 {
+            let delay = 20 + Int(random.next() % 280)
+            let child = Process()
+            child.executableURL = program
+            child.arguments = [path, name, "100000", "deferred"]
+            let output = Pipe()
+            child.standardOutput = output
+            child.standardError = FileHandle.nullDevice
+            try child.run()
+            usleep(UInt32(delay * 1000))
+            kill(child.processIdentifier, SIGKILL)
+            child.waitUntilExit()
+            let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            let saved = printed.split(separator: "\n").compactMap { line in
+                line.hasPrefix("saved ") ? Int(line.dropFirst(6)) : nil
+            }
+            let round = try verifiedRound(path, name)
+            print(
+                "deferred iteration \(iteration): killed after \(delay) ms, \(saved.count) saves acknowledged, at round \(round)"
+            )
+            #expect(round >= (saved.last ?? 0), "an acknowledged deferred save was lost")
+            #expect(round >= lastRound, "the store went back in time")
+            #expect(round <= max(saved.last ?? 0, lastRound) + 1)
+            lastRound = max(lastRound, round)
+            acknowledged += saved.count
+        }
+        #expect(acknowledged > 0, "the child never saved: it was killed too early every time")
+    }
+}
+
+@Suite struct FullDiskTests {
+    @Test("SQLITE_FULL, and I/O errors SQLite met as ENOSPC or EDQUOT, are noSpace; other I/O errors not")
+    func mapping() {
+        let path = "/somewhere/S.docstore"
+        func mapped(_ code: ResultCode, _ systemErrno: Int32) -> DocumentStoreError? {
+            SQLiteStore.storeError(DatabaseError(resultCode: code), path: path, systemErrno: systemErrno)
+                as? DocumentStoreError
+        }
+        #expect(mapped(.SQLITE_FULL, 0) == .noSpace(path))
+        #expect(mapped(.SQLITE_IOERR_WRITE, ENOSPC) == .noSpace(path))
+        #expect(mapped(.SQLITE_IOERR_SHMSIZE, EDQUOT) == .noSpace(path))
+        #expect(mapped(.SQLITE_IOERR_WRITE, EIO) == nil)
+        #expect(DocumentStoreError.noSpace(path).description == "the disk holding the store \(path) is full")
+    }
+
+    @Test(
+        "A full disk fails the save with noSpace; the store stays whole and saves again once there is room",
+        .enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
+    func fullDisk() throws {
+        let tmp = try TemporaryDirectory()
+        let disk = tmp.path("disk")
+        try tmp.mkdir("disk")
+        guard mount("tmpfs", disk, "tmpfs", 0, "size=4m,mode=0700") == 0 else {
+            Issue.record("cannot mount a tmpfs on \(disk): \(String(cString: strerror(errno)))")
+            return
+        }
+        defer {
+            if umount2(disk, 0) != 0 { umount2(disk, Int32(MNT_DETACH)) }
+        }
+        let path = disk + "/Full.docstore"
+        do {
+            let store = try SQLiteStore(path: path, options: .create, chunkSize: FlatFile.chunk)
+            let document = try store.createDocument(
+                named: "Full.pkg", kind: .package, type: nil, permissions: nil, origin: "test")
+            var version = document.currentVersion
+            var saved: [(StoreNodeID, Data)] = []
+            // Allocated now: allocating is a write too, and would meet the full disk first.
+            let ids = try store.makeNodeIDs(count: 210)
+
+            /// Saves a new 64 KiB file; returns the error if the save failed.
+            func addFile(durable: Bool = true) throws -> DocumentStoreError? {
+                let id = ids[saved.count]
+                let bytes = sampleBytes(64 * 1024, seed: UInt64(1000 + saved.count))
+                var changes = DocumentChanges(document: document.id, base: version)
+                changes.nodes = [
+                    NodeRecord(
+                        id: id, document: document.id, parent: document.root, name: "f\(saved.count)",
+                        kind: .regularFile, permissions: 0o644)
+                ]
+                changes.contents[id] = .replace(DataContentsSource(bytes))
+                changes.durable = durable
+                do {
+                    version = try store.save(changes).version.id
+                    saved.append((id, bytes))
+                    return nil
+                } catch let error as DocumentStoreError {
+                    return error
+                }
+            }
+
+            var failure: DocumentStoreError?
+            while failure == nil && saved.count < 200 { failure = try addFile() }
+            print("full disk: \(saved.count) saves fit, then \(String(describing: failure))")
+            #expect(failure == .noSpace(path))
+            #expect(failure?.description.contains(path) == true)
+            #expect(saved.count > 10, "a 4 MiB disk holds more than ten 64 KiB files")
+
+            func expectWhole() throws {
+                #expect(try store.document(document.id).currentVersion == version)
+                for (id, bytes) in saved {
+                    #expect(try store.readContents(of: id, at: nil, offset: 0, count: bytes.count) == bytes)
+                }
+                let report = try store.checkIntegrity()
+                #expect(report.isClean, "\(report.problems)")
+            }
+            try expectWhole()
+            // A deferred save fails alike, and leaves the writer at FULL.
+            #expect(try addFile(durable: false) == .noSpace(path))
+            #expect(try StoreTestTools.writerSynchronous(store) == 2)
+            try expectWhole()
+
+            guard mount("tmpfs", disk, "tmpfs", UInt(MS_REMOUNT), "size=64m,mode=0700") == 0 else {
+                Issue.record("cannot grow the tmpfs: \(String(cString: strerror(errno)))")
+                return
+            }
+            #expect(try addFile() == nil)
+            #expect(try addFile(durable: false) == nil)
+            try store.synchronize()
+            try expectWhole()
+        }
+    }
+}
