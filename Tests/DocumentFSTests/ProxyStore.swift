@@ -82,6 +82,7 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
         }
         return try inner.save(changes)
     }
+    func synchronize() throws { try inner.synchronize() }
     func versions(of document: DocumentID) throws -> [VersionInfo] { try inner.versions(of: document) }
     func restore(_ version: VersionID, of document: DocumentID, origin: String) throws -> SaveResult {
         try inner.restore(version, of: document, origin: origin)
