@@ -494,6 +494,33 @@ struct PosixSemanticsTests {
         }
     }
 
+    @Test("after a rename onto a flat document, its inode is still its root node id + 1, before and after a remount")
+    func flatDocumentInodeAfterRenameOnto() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        let flat = try engine.document("Flat.txt")
+        let expected = UInt64(flat.root.rawValue) + 1
+        let (before, after) = try await withMount(fixture.store) { mount -> (UInt64, UInt64) in
+            // What sed -i, perl -i and GIO do: write a temporary file, rename it onto the document.
+            try await offThread {
+                let before = UInt64(try statOf(mount.url("Flat.txt")).st_ino)
+                try writeText(mount.url("sedAbc123"), "replaced\n")
+                try sys(rename(mount.url("sedAbc123"), mount.url("Flat.txt")), "rename")
+                return (before, UInt64(try statOf(mount.url("Flat.txt")).st_ino))
+            }
+        }
+        #expect(try engine.document("Flat.txt").id == flat.id)
+        #expect(try engine.document("Flat.txt").root == flat.root)
+        #expect(try engine.text("Flat.txt") == "replaced\n")
+        let remounted = try await withMount(try SQLiteStore(path: fixture.path)) { mount in
+            try await offThread { UInt64(try statOf(mount.url("Flat.txt")).st_ino) }
+        }
+        #expect(before == expected)
+        #expect(after == expected, "inode \(after) after the rename")
+        #expect(remounted == expected)
+    }
+
     @Test("files made by another user belong to that user (allow_other, a 0777 package directory)")
     func ownerIsTheCaller() async throws {
         let fixture = try Fixture.small()

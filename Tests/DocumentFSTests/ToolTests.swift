@@ -56,6 +56,56 @@ func statLines(_ directory: String) async throws -> String {
     return result.output
 }
 
+/// How the store's records of a copy differ from the local tree it was copied from (kind, mode,
+/// size, mtime to the nanosecond, link target, user xattrs); empty when they agree. `prefix` is
+/// the copy's path in the document ("" when the copy is the document itself).
+func storeDifferences(from local: String, _ engine: Engine, _ document: String, at prefix: String) throws -> [String] {
+    let tree = try engine.tree(document)
+    var relatives = [""]
+    if let enumerator = FileManager.default.enumerator(atPath: local) {
+        while let relative = enumerator.nextObject() as? String { relatives.append(relative) }
+    }
+    var differences: [String] = []
+    for relative in relatives {
+        let path = relative.isEmpty ? prefix : (prefix.isEmpty ? relative : prefix + "/" + relative)
+        guard let record = tree[path] else {
+            differences.append("\(path): missing")
+            continue
+        }
+        let st = try lstatOf(relative.isEmpty ? local : local + "/" + relative)
+        let kind: FileWrapper.Kind =
+            switch st.st_mode & S_IFMT {
+            case S_IFDIR: .directory
+            case S_IFLNK: .symbolicLink
+            default: .regularFile
+            }
+        if record.kind != kind { differences.append("\(path): kind \(record.kind)") }
+        if kind != .symbolicLink, record.permissions != Int(st.st_mode & 0o7777) {
+            differences.append("\(path): mode \(String(record.permissions, radix: 8))")
+        }
+        if kind == .regularFile, record.size != Int64(st.st_size) { differences.append("\(path): size \(record.size)") }
+        if FileTime(record.modified) != FileTime(st.st_mtim) {
+            differences.append("\(path): mtime \(FileTime(record.modified)) not \(FileTime(st.st_mtim))")
+        }
+        if kind == .symbolicLink {
+            let target = try FileManager.default.destinationOfSymbolicLink(atPath: local + "/" + relative)
+            if record.linkTarget != target { differences.append("\(path): target \(String(describing: record.linkTarget))") }
+        }
+    }
+    return differences
+}
+
+/// Polls until the store's records of a copy agree with the local tree (the metadata of a copy
+/// may wait for the quiet interval), then expects that they do.
+func expectStoreMatches(
+    _ local: String, _ engine: Engine, _ document: String, at prefix: String,
+    sourceLocation: SourceLocation = #_sourceLocation
+) async throws {
+    _ = try await waitUntil(timeout: 4) { try storeDifferences(from: local, engine, document, at: prefix).isEmpty }
+    let differences = try await offThread { try storeDifferences(from: local, engine, document, at: prefix) }
+    #expect(differences == [], "\(document)/\(prefix)", sourceLocation: sourceLocation)
+}
+
 /// `getfattr -d` of a tree (user. names), for comparing a copy with its source.
 func xattrDump(_ directory: String) async throws -> String {
     let result = try await sh("find . -mindepth 1 | sort | xargs -d '\\n' getfattr -h -d 2>/dev/null", in: directory)
@@ -123,10 +173,8 @@ struct ToolTests {
             }
             // Through the engine: a package document, and the same records in both copies.
             #expect(try engine.document("Copied.pkg").kind == .package)
-            try await expectEventually("the copies reached the store") {
-                try engine.text("Copied.pkg", "sub/deeper/d.txt") == "deep\n"
-                    && engine.text("Work.pkg", "tree/sub/deeper/d.txt") == "deep\n"
-            }
+            try await expectStoreMatches(local + "/tree", engine, "Work.pkg", at: "tree")
+            try await expectStoreMatches(local + "/tree", engine, "Copied.pkg", at: "")
             for (document, prefix) in [("Work.pkg", "tree/"), ("Copied.pkg", "")] {
                 let tree = try engine.tree(document)
                 let a = try #require(tree[prefix + "a.txt"])
@@ -321,6 +369,7 @@ struct ToolTests {
             let expected = FileTime(Timestamp(seconds: 981_173_106, nanoseconds: 123_456_789))
             try await expectEventually("the times in the store") {
                 try engine.record("Work.pkg", "notes.txt").map { FileTime($0.modified) } == expected
+                    && engine.record("Work.pkg", "link").map { $0.modified.seconds } == 1_104_537_600
             }
             #expect(try engine.record("Work.pkg", "notes.txt")?.accessed.seconds == 1_083_827_289)
             #expect(try engine.record("Work.pkg", "link").map { $0.modified.seconds } == 1_104_537_600)
@@ -391,11 +440,10 @@ struct ToolTests {
             let source = try await statLines(local + "/tree")
             #expect(try await statLines(mount.url("Work.pkg/tree")) == source)
             let big = try Data(contentsOf: URL(fileURLWithPath: local + "/tree/big.bin"))
-            try await expectEventually("the tree in the store") {
-                try engine.contents("Work.pkg", "tree/big.bin") == big
-                    && engine.text("Work.pkg", "tree/sub/deeper/d.txt") == "deep\n"
-            }
-            #expect(try engine.scratchNamesInStore() == [])
+            try await expectStoreMatches(local + "/tree", engine, "Work.pkg", at: "tree")
+            #expect(try engine.contents("Work.pkg", "tree/big.bin") == big)
+            let scratchInStore = try engine.scratchNamesInStore()
+            #expect(scratchInStore == [])
             let before = try engine.tree("Work.pkg")
 
             // One file changes (size and time, so rsync's quick check sees it).
@@ -405,9 +453,8 @@ struct ToolTests {
             let written = fixture.store.statistics.bytesWritten
             let second = try await sh("rsync \(flags) \(local)/tree/ Work.pkg/tree/", in: mount.path)
             #expect(second.status == 0, "\(second.error)")
-            try await expectEventually("the changed file in the store") {
-                try engine.text("Work.pkg", "tree/a.txt") == "alpha, changed\n"
-            }
+            try await expectStoreMatches(local + "/tree", engine, "Work.pkg", at: "tree")
+            #expect(try engine.text("Work.pkg", "tree/a.txt") == "alpha, changed\n")
             let bytes = fixture.store.statistics.bytesWritten - written
             #expect(bytes < 64 * 1024, "the second run wrote \(bytes) bytes")
             // Every other regular file is the record it was (not rewritten).
@@ -457,9 +504,8 @@ struct ToolTests {
                 "mkdir back && tar -xpf mount.tar -C back && diff -r tree back/tree && echo same", in: local)
             #expect(back.output == "same\n", "\(back.output) \(back.error)")
             let big = try Data(contentsOf: URL(fileURLWithPath: local + "/tree/big.bin"))
-            try await expectEventually("the extracted tree in the store") {
-                try engine.contents("Work.pkg", "tree/big.bin") == big
-            }
+            try await expectStoreMatches(local + "/tree", engine, "Work.pkg", at: "tree")
+            #expect(try engine.contents("Work.pkg", "tree/big.bin") == big)
             #expect(try engine.record("Work.pkg", "tree/run-link")?.linkTarget == "sub/run.sh")
         }
     }
@@ -519,7 +565,8 @@ struct ToolTests {
                     && engine.text("Other.pkg", "flat-copy.txt") == Fixture.flatText
             }
             #expect(try engine.text("Work.pkg", "sub/moved.txt") == Fixture.notesText)
-            #expect(try engine.scratchNamesInStore() == [])
+            let scratchInStore = try engine.scratchNamesInStore()
+            #expect(scratchInStore == [])
         }
     }
 }
