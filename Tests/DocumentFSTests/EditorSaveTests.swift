@@ -174,6 +174,64 @@ struct EditorSaveTests {
         }
     }
 
+    // MARK: Scratch names (fuse-notes §3.4)
+
+    /// One name of each scratch pattern (and vim's probe numbers), made by hand.
+    static let scratchSamples = [
+        ".notes.txt.swp", ".notes.txt.swo", ".notes.txt.swx", ".notes.txt.swz", "notes.txt~", "#notes.txt#",
+        ".goutputstream-AB12cd", "sedAb12Cd", ".~lock.notes.txt#", "lu4321.tmp", ".notes.txt.kate-swp",
+        "notes.txt.kate-swp", "4913", "5036", "5159",
+    ]
+
+    @Test("scratch files of every pattern are real files in a package and at the root, but never reach the store", arguments: EditTarget.allCases)
+    func scratchFilesStayOutOfTheStore(_ target: EditTarget) async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        let versions = try engine.store.documents().map { try engine.store.versions(of: $0.id).count }
+        let samples = Self.scratchSamples
+        try await withMount(fixture.store) { mount in
+            let directory = target.directory(in: mount)
+            let listed = try await offThread { () -> [String] in
+                for name in samples {
+                    let fd = try openFile(directory + "/" + name, O_RDWR | O_CREAT | O_EXCL, 0o600)
+                    try writeAll(fd, "scratch \(name)\n")
+                    try sys(fsync(fd), "fsync \(name)")
+                    try sys(close(fd), "close \(name)")
+                }
+                // emacs's lock is a symbolic link.
+                try sys(symlink("root@host.1:2", directory + "/.#notes.txt"), "symlink")
+                return try entries(in: directory)
+            }
+            #expect(Set(samples + [".#notes.txt"]).isSubset(of: Set(listed)), "\(listed)")
+            // Past a quiet interval: nothing was saved at all (an app would reload on a new
+            // version).
+            _ = try await offThread { usleep(useconds_t((quietInterval + 0.5) * 1_000_000)) }
+            let scratchInStore = try engine.scratchNamesInStore()
+            #expect(scratchInStore == [])
+            #expect(try engine.store.documents().map { try engine.store.versions(of: $0.id).count } == versions)
+            let (texts, link) = try await offThread { () -> ([String], String) in
+                let texts = try samples.map { try readText(directory + "/" + $0) }
+                let link = try FileManager.default.destinationOfSymbolicLink(atPath: directory + "/.#notes.txt")
+                return (texts, link)
+            }
+            #expect(texts == samples.map { "scratch \($0)\n" })
+            #expect(link == "root@host.1:2")
+            // Renamed onto the wrapper, a scratch file is published in one save.
+            let before = try engine.versions(target.document).count
+            try await offThread {
+                try sys(rename(directory + "/.goutputstream-AB12cd", target.filePath(in: mount)), "rename")
+            }
+            #expect(try engine.text(target.document, target.path) == "scratch .goutputstream-AB12cd\n")
+            #expect(try engine.versions(target.document).count == before + 1)
+        }
+        // Never saved: gone after a remount.
+        try await withMount(try SQLiteStore(path: fixture.path)) { mount in
+            let listed = try await offThread { try entries(in: target.directory(in: mount)) }
+            #expect(listed.filter(isScratchName) == [], "\(listed)")
+        }
+    }
+
     // MARK: vim (fuse-notes §3.1)
 
     /// vim non-interactively, with a swap file in the same directory (`directory=.`, not `-n`),
