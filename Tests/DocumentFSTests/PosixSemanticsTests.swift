@@ -199,6 +199,125 @@ struct PosixSemanticsTests {
         }
     }
 
+    @Test("a document deleted while open stays readable and writable; the store keeps it restorable as it was")
+    func deleteOpenDocument() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        let flat = try engine.document("Flat.txt")
+        try await withMount(fixture.store) { mount in
+            let p = mount.path
+            try await offThread {
+                let fd = try openFile(p + "/Flat.txt", O_RDWR)
+                defer { close(fd) }
+                try sys(unlink(p + "/Flat.txt"), "unlink")
+                #expect(try entries(in: p) == ["Other.pkg", "Work.pkg"])
+                try pwriteAll(fd, Array("ALPHA".utf8), at: 0)
+                #expect(try preadBytes(fd, count: 100, at: 0) == Array("ALPHA\nbeta\n".utf8))
+                #expect(fsync(fd) == 0)
+                #expect(close(fd) == 0)
+            }
+            try await expectEventually("the deletion") { try engine.store.document(named: "Flat.txt") == nil }
+            #expect(try engine.store.deletedDocuments().contains { $0.id == flat.id })
+            _ = try await offThread { usleep(useconds_t((quietInterval + 0.3) * 1_000_000)) }
+            // Restored, it has the contents it had when it was deleted, not the later writes.
+            _ = try engine.store.undeleteDocument(flat.id, as: nil)
+            #expect(try engine.text("Flat.txt") == Fixture.flatText)
+        }
+    }
+
+    @Test("a file renamed over while open keeps reading its own bytes; a handle's writes follow a rename")
+    func openFilesAcrossRenames() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            let w = mount.url("Work.pkg")
+            try await offThread {
+                // A reader of notes.txt while sed -i-style replaces it.
+                let reader = try openFile(w + "/notes.txt", O_RDONLY)
+                defer { close(reader) }
+                #expect(try preadBytes(reader, count: 3, at: 0) == Array("one".utf8))
+                try writeText(w + "/sedAAAAAA", "replacement\n")
+                try sys(rename(w + "/sedAAAAAA", w + "/notes.txt"), "rename onto notes.txt")
+                #expect(try preadBytes(reader, count: 100, at: 0) == Array(Fixture.notesText.utf8))
+                #expect(try readText(w + "/notes.txt") == "replacement\n")
+
+                // A writer whose file is renamed, and moved to another directory, meanwhile.
+                let writer = try openFile(w + "/sub/inner.txt", O_WRONLY | O_APPEND)
+                defer { close(writer) }
+                try writeAll(writer, "first\n")
+                try sys(rename(w + "/sub/inner.txt", w + "/moved.txt"), "rename inner.txt")
+                try writeAll(writer, "second\n")
+                #expect(close(writer) == 0)
+            }
+            #expect(try engine.text("Work.pkg", "notes.txt") == "replacement\n")
+            try await expectEventually("the moved file with both writes") {
+                try engine.text("Work.pkg", "moved.txt") == Fixture.innerText + "first\nsecond\n"
+                    && engine.record("Work.pkg", "sub/inner.txt") == nil
+            }
+        }
+    }
+
+    @Test("a small change in a big file saves only the chunk it touches")
+    func incrementalSave() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        let chunk = Fixture.chunkSize
+        let bytes = sampleBytes(4 * chunk + 1000, seed: 3)
+        try await withMount(fixture.store) { mount in
+            let path = mount.url("Work.pkg/big.bin")
+            try await offThread {
+                let fd = try openFile(path, O_WRONLY | O_CREAT | O_EXCL, 0o644)
+                defer { close(fd) }
+                try bytes.withUnsafeBytes { raw in
+                    let n = try sys(write(fd, raw.baseAddress!, raw.count), "write")
+                    #expect(n == raw.count)
+                }
+                #expect(close(fd) == 0)
+            }
+            #expect(try engine.contents("Work.pkg", "big.bin") == bytes)
+            let written = fixture.store.statistics.bytesWritten
+            try await offThread {
+                let fd = try openFile(path, O_RDWR)
+                defer { close(fd) }
+                try pwriteAll(fd, Array("patched".utf8), at: 2 * chunk + 100)
+                #expect(close(fd) == 0)
+            }
+            var expected = bytes
+            expected.replaceSubrange((2 * chunk + 100)..<(2 * chunk + 107), with: Data("patched".utf8))
+            #expect(try engine.contents("Work.pkg", "big.bin") == expected)
+            let delta = fixture.store.statistics.bytesWritten - written
+            #expect(delta <= Int64(chunk), "a 7-byte change wrote \(delta) bytes")
+        }
+    }
+
+    @Test("writes through a shared mmap are saved")
+    func mmapWrites() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            let path = mount.url("Work.pkg/notes.txt")
+            try await offThread {
+                let fd = try openFile(path, O_RDWR)
+                defer { close(fd) }
+                guard let map = mmap(nil, 14, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), map != MAP_FAILED else {
+                    throw SyscallError(errno: errno, what: "mmap")
+                }
+                let bytes = map.assumingMemoryBound(to: UInt8.self)
+                #expect(bytes[0] == UInt8(ascii: "o"))
+                for (i, c) in "ONE".utf8.enumerated() { bytes[i] = c }
+                try sys(msync(map, 14, MS_SYNC), "msync")
+                munmap(map, 14)
+                try sys(fsync(fd), "fsync")
+                #expect(close(fd) == 0)
+            }
+            #expect(try engine.text("Work.pkg", "notes.txt") == "ONE\ntwo\nthree\n")
+        }
+    }
+
     // MARK: Truncation, append, sparse files
 
     @Test("ftruncate through a handle and truncate(2) by path, growing and shrinking")

@@ -100,6 +100,56 @@ struct SharedStoreTests {
         }
     }
 
+    @Test("a mount's save and another process's save of one document: disjoint changes both apply, a clash keeps both")
+    func concurrentSaves() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let other = try Engine(fixture)
+        /// Another process replaces one wrapper's contents.
+        func otherSaves(_ path: String, _ text: String) throws {
+            let work = try other.document("Work.pkg")
+            let record = try #require(try other.record("Work.pkg", path))
+            var changes = DocumentChanges(document: work.id, base: work.currentVersion)
+            changes.nodes = [record]
+            changes.contents = [record.id: .replace(DataContentsSource(Data(text.utf8)))]
+            changes.origin = "another process"
+            _ = try other.store.save(changes)
+        }
+        try await withMount(fixture.store) { mount in
+            let notes = mount.url("Work.pkg/notes.txt")
+            // Disjoint: the mount changes notes.txt while the other process saves sub/inner.txt.
+            let fd = try await offThread { () -> Int32 in
+                let fd = try openFile(notes, O_WRONLY | O_APPEND)
+                try writeAll(fd, "mount\n")
+                return fd
+            }
+            try otherSaves("sub/inner.txt", "other\n")
+            try await offThread { try sys(close(fd), "close") }
+            #expect(try other.text("Work.pkg", "notes.txt") == Fixture.notesText + "mount\n")
+            #expect(try other.text("Work.pkg", "sub/inner.txt") == "other\n")
+
+            // The same wrapper: nothing is lost; one of the two is a conflict version.
+            let again = try await offThread { () -> Int32 in
+                let fd = try openFile(notes, O_WRONLY | O_TRUNC)
+                try writeAll(fd, "mount's version\n")
+                return fd
+            }
+            try otherSaves("notes.txt", "other's version\n")
+            let closed = try await offThread { errnoOf(close(again)) }
+            #expect(closed == 0, "errno \(closed)")
+            let work = try other.document("Work.pkg")
+            let versions = try other.store.versions(of: work.id)
+            let texts = try versions.map { try other.text(of: work.id, "notes.txt", at: $0.id) }
+            #expect(texts.contains("mount's version\n"), "\(texts)")
+            #expect(texts.contains("other's version\n"), "\(texts)")
+            #expect(versions.contains { $0.isConflict })
+            // The mount shows the store's current version.
+            let current = try other.text("Work.pkg", "notes.txt")
+            let shown = try await waitUntil(timeout: 3) { try readText(notes) == current }
+            #expect(shown != nil, "the mount does not show the current \(String(describing: current))")
+        }
+    }
+
     @Test("an app's save through Document shows up in the mount within a second")
     func documentSaveShowsUp() async throws {
         let fixture = try Fixture.small()
