@@ -118,30 +118,26 @@ struct SharedStoreTests {
         try await withMount(fixture.store) { mount in
             let notes = mount.url("Work.pkg/notes.txt")
             // Disjoint: the mount changes notes.txt while the other process saves sub/inner.txt.
-            let fd = try await offThread { () -> Int32 in
-                let fd = try openFile(notes, O_WRONLY | O_APPEND)
-                try writeAll(fd, "mount\n")
-                return fd
-            }
+            // (The writers are child processes: see FileHolder.)
+            let appender = try await offThread { try FileHolder(notes, flags: "O_WRONLY|O_APPEND") }
+            defer { appender.stop() }
+            try await offThread { try appender.send("write mount") }
             try otherSaves("sub/inner.txt", "other\n")
-            try await offThread { try sys(close(fd), "close") }
-            #expect(try other.text("Work.pkg", "notes.txt") == Fixture.notesText + "mount\n")
+            try await offThread { try appender.send("close") }
+            #expect(try other.text("Work.pkg", "notes.txt") == Fixture.notesText + "mount")
             #expect(try other.text("Work.pkg", "sub/inner.txt") == "other\n")
 
             // The same wrapper: nothing is lost; one of the two is a conflict version.
-            let again = try await offThread { () -> Int32 in
-                let fd = try openFile(notes, O_WRONLY | O_TRUNC)
-                try writeAll(fd, "mount's version\n")
-                return fd
-            }
-            try otherSaves("notes.txt", "other's version\n")
-            let closed = try await offThread { errnoOf(close(again)) }
-            #expect(closed == 0, "errno \(closed)")
+            let writer = try await offThread { try FileHolder(notes, flags: "O_WRONLY|O_TRUNC") }
+            defer { writer.stop() }
+            try await offThread { try writer.send("write mount's version") }
+            try otherSaves("notes.txt", "other's version")
+            try await offThread { try writer.send("close") }
             let work = try other.document("Work.pkg")
             let versions = try other.store.versions(of: work.id)
             let texts = try versions.map { try other.text(of: work.id, "notes.txt", at: $0.id) }
-            #expect(texts.contains("mount's version\n"), "\(texts)")
-            #expect(texts.contains("other's version\n"), "\(texts)")
+            #expect(texts.contains("mount's version"), "\(texts)")
+            #expect(texts.contains("other's version"), "\(texts)")
             #expect(versions.contains { $0.isConflict })
             // The mount shows the store's current version.
             let current = try other.text("Work.pkg", "notes.txt")

@@ -276,3 +276,60 @@ func quoted(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'",
 func waitUntil(timeout: Double, _ condition: @escaping @Sendable () throws -> Bool) async throws -> Double? {
     try await offThread { eventually(timeout: timeout, condition) }
 }
+
+/// A child process (perl, under `timeout`) that holds one file open for writing and obeys lines
+/// on its standard input: `write TEXT` (at offset 0, or at the end with O_APPEND), `close`. Each
+/// answers one line ("ok" or "error …"). The descriptor lives in the child: a program this
+/// process spawns gets a copy of every descriptor of the process, and the kernel closes that
+/// copy at exec with a FLUSH, which is a save point. Tests that count saves of a file open for
+/// writing hold it here, out of reach of the other suites' spawns.
+final class FileHolder: @unchecked Sendable {
+    private let process = Process()
+    private let input = Pipe()
+    private let output = Pipe()
+
+    /// `flags`: a perl expression of Fcntl constants, like `O_WRONLY|O_APPEND`.
+    init(_ path: String, flags: String = "O_RDWR") throws {
+        let script = """
+            use Fcntl; $| = 1;
+            sysopen(my $fh, $ARGV[0], eval $ARGV[1]) or die "open: $!";
+            print "ok\\n";
+            while (my $line = <STDIN>) {
+              chomp $line;
+              if ($line =~ /^write (.*)$/) { sysseek($fh, 0, 0); print((syswrite($fh, $1) // -1) == length($1) ? "ok\\n" : "error $!\\n"); }
+              elsif ($line eq "close") { print(close($fh) ? "ok\\n" : "error $!\\n"); }
+            }
+            """
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = timedCommand("/usr/bin/perl", ["-e", script, path, flags], seconds: childTimeout)
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let first = try readLine()
+        if first != "ok" { throw TestFailure("file holder: \(first)") }
+    }
+
+    private func readLine() throws -> String {
+        var bytes: [UInt8] = []
+        while true {
+            let data = output.fileHandleForReading.readData(ofLength: 1)
+            guard let byte = data.first else { throw TestFailure("file holder ended") }
+            if byte == 0x0A { return String(decoding: bytes, as: UTF8.self) }
+            bytes.append(byte)
+        }
+    }
+
+    /// Sends one command and waits for its answer; throws unless it is "ok".
+    func send(_ command: String) throws {
+        input.fileHandleForWriting.write(Data((command + "\n").utf8))
+        let answer = try readLine()
+        if answer != "ok" { throw TestFailure("file holder, \(command): \(answer)") }
+    }
+
+    /// Ends the child (closing its descriptor if still open).
+    func stop() {
+        try? input.fileHandleForWriting.close()
+        process.waitUntilExit()
+    }
+}
