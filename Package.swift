@@ -62,6 +62,7 @@ let package = Package(
             name: "docfs",
             dependencies: [
                 "DocumentFS",
+                "FUSE",
                 "DocumentEngine",
                 "SampleDocuments",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
