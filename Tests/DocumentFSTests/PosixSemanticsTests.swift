@@ -318,6 +318,82 @@ struct PosixSemanticsTests {
         }
     }
 
+    @Test("threads writing different files of one document at once: every file saved whole, the store intact")
+    func concurrentWriters() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            let w = mount.url("Work.pkg")
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for writer in 0..<6 {
+                    group.addTask {
+                        try await offThread {
+                            for round in 0..<8 {
+                                let text = String(repeating: "writer \(writer) round \(round)\n", count: 50 + writer)
+                                try writeText(w + "/w\(writer).txt", text)
+                            }
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            for writer in 0..<6 {
+                let text = String(repeating: "writer \(writer) round 7\n", count: 50 + writer)
+                #expect(try engine.text("Work.pkg", "w\(writer).txt") == text, "w\(writer).txt")
+            }
+        }
+        #expect(try engine.store.checkIntegrity().isClean)
+    }
+
+    @Test("a directory renamed while a file in it is open and changed: the close saves it at its new path")
+    func renameDirectoryWithOpenFile() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        let inner = try #require(try engine.record("Work.pkg", "sub/inner.txt"))
+        try await withMount(fixture.store) { mount in
+            let w = mount.url("Work.pkg")
+            try await offThread {
+                let fd = try openFile(w + "/sub/inner.txt", O_WRONLY | O_APPEND)
+                defer { close(fd) }
+                try writeAll(fd, "before\n")
+                try sys(mkdir(w + "/new", 0o755), "mkdir")
+                try sys(rename(w + "/sub", w + "/new/renamed"), "rename sub")
+                try writeAll(fd, "after\n")
+                #expect(close(fd) == 0)
+            }
+            try await expectEventually("the file at its new path") {
+                try engine.text("Work.pkg", "new/renamed/inner.txt") == Fixture.innerText + "before\nafter\n"
+            }
+            #expect(try engine.record("Work.pkg", "new/renamed/inner.txt")?.id == inner.id)
+            #expect(try engine.paths("Work.pkg") == ["link", "new", "new/renamed", "new/renamed/inner.txt", "notes.txt"])
+        }
+    }
+
+    @Test("a scratch file renamed to an ordinary new name becomes a wrapper (or a flat document at the root)")
+    func scratchFileRenamedToOrdinaryName() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            try await offThread {
+                try writeText(mount.url("Work.pkg/.kept.txt.swp"), "was scratch\n")
+                try sys(rename(mount.url("Work.pkg/.kept.txt.swp"), mount.url("Work.pkg/kept.txt")), "rename")
+                try writeText(mount.url("sedQwErTy"), "was scratch at the root\n")
+                try sys(rename(mount.url("sedQwErTy"), mount.url("Kept.txt")), "rename at the root")
+            }
+            try await expectEventually("the published files") {
+                try engine.text("Work.pkg", "kept.txt") == "was scratch\n"
+                    && engine.store.document(named: "Kept.txt") != nil
+            }
+            #expect(try engine.document("Kept.txt").kind == .flat)
+            #expect(try engine.text("Kept.txt") == "was scratch at the root\n")
+            let scratchInStore = try engine.scratchNamesInStore()
+            #expect(scratchInStore == [])
+        }
+    }
+
     // MARK: Truncation, append, sparse files
 
     @Test("ftruncate through a handle and truncate(2) by path, growing and shrinking")

@@ -194,6 +194,33 @@ struct ToolTests {
         }
     }
 
+    @Test("cp and dd of a 3 MiB file with odd block sizes, and a dd conv=notrunc patch, are byte-identical in the store")
+    func bigCopies() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let local = try localDirectory()
+        defer { try? FileManager.default.removeItem(atPath: local) }
+        let bytes = sampleBytes(3 * 1024 * 1024 + 12345, seed: 11)
+        try bytes.write(to: URL(fileURLWithPath: local + "/big.bin"))
+        let engine = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            let copied = try await sh(
+                "cp \(local)/big.bin Work.pkg/cp.bin && dd if=\(local)/big.bin of=Work.pkg/dd.bin bs=7777 2>/dev/null"
+                    + " && cp \(local)/big.bin Big.bin"
+                    + " && printf 'PATCH' | dd of=Work.pkg/dd.bin bs=1 seek=1048570 conv=notrunc 2>/dev/null",
+                in: mount.path)
+            #expect(copied.status == 0, "\(copied.error)")
+            var patched = bytes
+            patched.replaceSubrange(1_048_570..<1_048_575, with: Data("PATCH".utf8))
+            #expect(try engine.contents("Work.pkg", "cp.bin") == bytes)
+            #expect(try engine.contents("Work.pkg", "dd.bin") == patched)
+            #expect(try engine.contents("Big.bin") == bytes)
+            let back = try await shBytes("cat Work.pkg/dd.bin", in: mount.path)
+            #expect(back == patched)
+        }
+        #expect(try engine.store.checkIntegrity().isClean)
+    }
+
     // MARK: mv
 
     @Test("mv renames in a directory, over an existing file, and between directories of a package")
@@ -521,6 +548,7 @@ struct ToolTests {
             let set = try await sh(
                 "setfattr -n user.k -v value Work.pkg/notes.txt && setfattr -x user.color Work.pkg/notes.txt"
                     + " && setfattr -n user.dir -v d Work.pkg/sub && setfattr -n user.flat -v f Flat.txt"
+                    + " && setfattr -n user.package -v p Work.pkg && chmod 750 Work.pkg"
                     + " && getfattr -d Work.pkg/notes.txt Work.pkg/sub Flat.txt",
                 in: mount.path)
             #expect(set.status == 0, "\(set.error)")
@@ -529,6 +557,11 @@ struct ToolTests {
                 try engine.record("Work.pkg", "notes.txt")?.extendedAttributes == ["user.k": Data("value".utf8)]
                     && engine.record("Work.pkg", "sub")?.extendedAttributes == ["user.dir": Data("d".utf8)]
                     && engine.record("Flat.txt")?.extendedAttributes == ["user.flat": Data("f".utf8)]
+            }
+            // The package's own directory: its root record.
+            try await expectEventually("the package root's xattr and mode") {
+                let root = try engine.record("Work.pkg")
+                return root?.extendedAttributes == ["user.package": Data("p".utf8)] && root?.permissions == 0o750
             }
             let trusted = try await sh("setfattr -n trusted.x -v 1 Work.pkg/notes.txt", in: mount.path)
             #expect(trusted.status != 0 && trusted.error.contains("Operation not supported"), "\(trusted.error)")
