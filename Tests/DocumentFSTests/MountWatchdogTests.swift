@@ -26,7 +26,7 @@ struct MountWatchdogTests {
         let stuck = try await offThread { () -> Int32 in
             let fd = open(path, O_RDONLY | O_CLOEXEC)
             if fd < 0 { return errno }
-            defer { close(fd) }
+            defer { close(fd) }  // once: nothing else closes it
             var buffer = [UInt8](repeating: 0, count: 16)
             return read(fd, &buffer, 16) < 0 ? errno : 0
         }

@@ -157,12 +157,9 @@ struct PosixSemanticsTests {
             let w = mount.url("Work.pkg")
             try await offThread {
                 // An existing wrapper, and a new file.
-                let old = try openFile(w + "/notes.txt", O_RDWR)
-                let new = try openFile(w + "/scratch.dat", O_RDWR | O_CREAT | O_EXCL, 0o600)
-                defer {
-                    close(old)
-                    close(new)
-                }
+                let oldFile = try OpenedFile(w + "/notes.txt", O_RDWR)
+                let newFile = try OpenedFile(w + "/scratch.dat", O_RDWR | O_CREAT | O_EXCL, 0o600)
+                let (old, new) = (oldFile.fd, newFile.fd)
                 try writeAll(new, "abc")
                 try sys(unlink(w + "/notes.txt"), "unlink notes.txt")
                 try sys(unlink(w + "/scratch.dat"), "unlink scratch.dat")
@@ -179,8 +176,8 @@ struct PosixSemanticsTests {
                 usleep(useconds_t((quietInterval + 0.5) * 1_000_000))
                 try pwriteAll(old, Array("!".utf8), at: 14)
                 #expect(try preadBytes(old, count: 100, at: 10) == Array("ree\n!".utf8))
-                #expect(close(old) == 0)
-                #expect(close(new) == 0)
+                #expect(oldFile.close() == 0)
+                #expect(newFile.close() == 0)
             }
             try await expectEventually("the unlink in the store") {
                 try engine.paths("Work.pkg") == ["link", "sub", "sub/inner.txt"]
@@ -208,14 +205,14 @@ struct PosixSemanticsTests {
         try await withMount(fixture.store) { mount in
             let p = mount.path
             try await offThread {
-                let fd = try openFile(p + "/Flat.txt", O_RDWR)
-                defer { close(fd) }
+                let file = try OpenedFile(p + "/Flat.txt", O_RDWR)
+                let fd = file.fd
                 try sys(unlink(p + "/Flat.txt"), "unlink")
                 #expect(try entries(in: p) == ["Other.pkg", "Work.pkg"])
                 try pwriteAll(fd, Array("ALPHA".utf8), at: 0)
                 #expect(try preadBytes(fd, count: 100, at: 0) == Array("ALPHA\nbeta\n".utf8))
                 #expect(fsync(fd) == 0)
-                #expect(close(fd) == 0)
+                #expect(file.close() == 0)
             }
             try await expectEventually("the deletion") { try engine.store.document(named: "Flat.txt") == nil }
             #expect(try engine.store.deletedDocuments().contains { $0.id == flat.id })
@@ -235,8 +232,8 @@ struct PosixSemanticsTests {
             let w = mount.url("Work.pkg")
             try await offThread {
                 // A reader of notes.txt while sed -i-style replaces it.
-                let reader = try openFile(w + "/notes.txt", O_RDONLY)
-                defer { close(reader) }
+                let readerFile = try OpenedFile(w + "/notes.txt", O_RDONLY)
+                let reader = readerFile.fd
                 #expect(try preadBytes(reader, count: 3, at: 0) == Array("one".utf8))
                 try writeText(w + "/sedAAAAAA", "replacement\n")
                 try sys(rename(w + "/sedAAAAAA", w + "/notes.txt"), "rename onto notes.txt")
@@ -244,12 +241,13 @@ struct PosixSemanticsTests {
                 #expect(try readText(w + "/notes.txt") == "replacement\n")
 
                 // A writer whose file is renamed, and moved to another directory, meanwhile.
-                let writer = try openFile(w + "/sub/inner.txt", O_WRONLY | O_APPEND)
-                defer { close(writer) }
+                let writerFile = try OpenedFile(w + "/sub/inner.txt", O_WRONLY | O_APPEND)
+                let writer = writerFile.fd
                 try writeAll(writer, "first\n")
                 try sys(rename(w + "/sub/inner.txt", w + "/moved.txt"), "rename inner.txt")
                 try writeAll(writer, "second\n")
-                #expect(close(writer) == 0)
+                #expect(writerFile.close() == 0)
+                readerFile.close()
             }
             #expect(try engine.text("Work.pkg", "notes.txt") == "replacement\n")
             try await expectEventually("the moved file with both writes") {
@@ -269,21 +267,19 @@ struct PosixSemanticsTests {
         try await withMount(fixture.store) { mount in
             let path = mount.url("Work.pkg/big.bin")
             try await offThread {
-                let fd = try openFile(path, O_WRONLY | O_CREAT | O_EXCL, 0o644)
-                defer { close(fd) }
+                let file = try OpenedFile(path, O_WRONLY | O_CREAT | O_EXCL, 0o644)
                 try bytes.withUnsafeBytes { raw in
-                    let n = try sys(write(fd, raw.baseAddress!, raw.count), "write")
+                    let n = try sys(write(file.fd, raw.baseAddress!, raw.count), "write")
                     #expect(n == raw.count)
                 }
-                #expect(close(fd) == 0)
+                #expect(file.close() == 0)
             }
             #expect(try engine.contents("Work.pkg", "big.bin") == bytes)
             let written = fixture.store.statistics.bytesWritten
             try await offThread {
-                let fd = try openFile(path, O_RDWR)
-                defer { close(fd) }
-                try pwriteAll(fd, Array("patched".utf8), at: 2 * chunk + 100)
-                #expect(close(fd) == 0)
+                let file = try OpenedFile(path, O_RDWR)
+                try pwriteAll(file.fd, Array("patched".utf8), at: 2 * chunk + 100)
+                #expect(file.close() == 0)
             }
             var expected = bytes
             expected.replaceSubrange((2 * chunk + 100)..<(2 * chunk + 107), with: Data("patched".utf8))
@@ -301,8 +297,8 @@ struct PosixSemanticsTests {
         try await withMount(fixture.store) { mount in
             let path = mount.url("Work.pkg/notes.txt")
             try await offThread {
-                let fd = try openFile(path, O_RDWR)
-                defer { close(fd) }
+                let file = try OpenedFile(path, O_RDWR)
+                let fd = file.fd
                 guard let map = mmap(nil, 14, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), map != MAP_FAILED else {
                     throw SyscallError(errno: errno, what: "mmap")
                 }
@@ -312,7 +308,7 @@ struct PosixSemanticsTests {
                 try sys(msync(map, 14, MS_SYNC), "msync")
                 munmap(map, 14)
                 try sys(fsync(fd), "fsync")
-                #expect(close(fd) == 0)
+                #expect(file.close() == 0)
             }
             #expect(try engine.text("Work.pkg", "notes.txt") == "ONE\ntwo\nthree\n")
         }
@@ -355,13 +351,13 @@ struct PosixSemanticsTests {
         try await withMount(fixture.store) { mount in
             let w = mount.url("Work.pkg")
             try await offThread {
-                let fd = try openFile(w + "/sub/inner.txt", O_WRONLY | O_APPEND)
-                defer { close(fd) }
+                let file = try OpenedFile(w + "/sub/inner.txt", O_WRONLY | O_APPEND)
+                let fd = file.fd
                 try writeAll(fd, "before\n")
                 try sys(mkdir(w + "/new", 0o755), "mkdir")
                 try sys(rename(w + "/sub", w + "/new/renamed"), "rename sub")
                 try writeAll(fd, "after\n")
-                #expect(close(fd) == 0)
+                #expect(file.close() == 0)
             }
             try await expectEventually("the file at its new path") {
                 try engine.text("Work.pkg", "new/renamed/inner.txt") == Fixture.innerText + "before\nafter\n"
@@ -493,13 +489,13 @@ struct PosixSemanticsTests {
         let engine = try Engine(fixture)
         let before = try engine.versions("Work.pkg").count
         try await withMount(fixture.store) { mount in
-            let fd = try await offThread { () -> Int32 in
-                let fd = try openFile(mount.url("Work.pkg/new.txt"), O_WRONLY | O_CREAT | O_EXCL, 0o644)
-                try writeAll(fd, "durable\n")
-                try sys(fsync(fd), "fsync")
-                return fd
+            let file = try await offThread { () -> OpenedFile in
+                let file = try OpenedFile(mount.url("Work.pkg/new.txt"), O_WRONLY | O_CREAT | O_EXCL, 0o644)
+                try writeAll(file.fd, "durable\n")
+                try sys(fsync(file.fd), "fsync")
+                return file
             }
-            defer { close(fd) }
+            let fd = file.fd
             // No polling: fsync has returned.
             #expect(try engine.text("Work.pkg", "new.txt") == "durable\n")
             let afterFirst = try engine.versions("Work.pkg").count
@@ -510,16 +506,15 @@ struct PosixSemanticsTests {
             }
             #expect(try engine.text("Work.pkg", "new.txt") == "durable\nmore\n")
             // Nothing changed since: close saves nothing more.
-            try await offThread { try sys(close(fd), "close") }
+            try await offThread { try sys(file.close(), "close") }
             let afterClose = try engine.versions("Work.pkg").count
             _ = try await offThread { usleep(useconds_t((quietInterval + 0.3) * 1_000_000)) }
             #expect(try engine.versions("Work.pkg").count == afterClose)
             // A flat document too.
             try await offThread {
-                let flat = try openFile(mount.url("Flat.txt"), O_WRONLY | O_TRUNC)
-                defer { close(flat) }
-                try writeAll(flat, "synced\n")
-                try sys(fsync(flat), "fsync Flat.txt")
+                let flatFile = try OpenedFile(mount.url("Flat.txt"), O_WRONLY | O_TRUNC)
+                try writeAll(flatFile.fd, "synced\n")
+                try sys(fsync(flatFile.fd), "fsync Flat.txt")
                 #expect(try engine.text("Flat.txt") == "synced\n")
             }
         }

@@ -204,6 +204,30 @@ func openFile(_ path: String, _ flags: Int32, _ mode: mode_t = 0o644) throws -> 
     try sys(open(path, flags | O_CLOEXEC, mode), "open \(path)")
 }
 
+/// A descriptor on the mount that is closed exactly once: by ``close()``, or when the object
+/// goes away. (A second close(2) of a number another thread has since been given closes that
+/// thread's file: a store's SQLite file or a session's /dev/fuse.)
+final class OpenedFile: @unchecked Sendable {
+    private(set) var fd: Int32
+
+    init(_ path: String, _ flags: Int32, _ mode: mode_t = 0o644) throws {
+        fd = try openFile(path, flags, mode)
+    }
+
+    /// close(2) the first time (its result, errno set on -1); 0 afterwards.
+    @discardableResult
+    func close() -> Int32 {
+        guard fd >= 0 else { return 0 }
+        let descriptor = fd
+        fd = -1
+        return Glibc.close(descriptor)
+    }
+
+    deinit {
+        if fd >= 0 { Glibc.close(fd) }
+    }
+}
+
 func writeAll(_ fd: Int32, _ text: String) throws {
     let bytes = Array(text.utf8)
     let n = try sys(write(fd, bytes, bytes.count), "write")
