@@ -520,6 +520,30 @@ struct PosixSemanticsTests {
         }
     }
 
+    @Test("fsync returns after a durable save: the store is on disk, not only visible (fuse-notes §3.6)")
+    func fsyncWaitsForTheDisk() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let proxy = ProxyStore(fixture.store)
+        try await withMount(proxy) { mount in
+            let calls = try await offThread { () -> [String] in
+                let file = try OpenedFile(mount.url("Work.pkg/notes.txt"), O_WRONLY | O_APPEND)
+                // (Counted from before the write: another suite's spawn may FLUSH, and so save,
+                // the change before the fsync.)
+                let before = proxy.calls.count
+                try writeAll(file.fd, "more\n")
+                try sys(fsync(file.fd), "fsync")
+                let calls = Array(proxy.calls.dropFirst(before))
+                try sys(file.close(), "close")
+                return calls
+            }
+            // The change was saved by this fsync, and the last thing before it returned made
+            // every save durable.
+            #expect(calls.contains { $0.hasSuffix("save") }, "\(calls)")
+            #expect(calls.last == "save" || calls.last == "synchronize", "\(calls)")
+        }
+    }
+
     @Test("close of a changed file saves before close returns; a clean close saves nothing")
     func closeSaves() async throws {
         let fixture = try Fixture.small()

@@ -11,6 +11,9 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     let failSaves = Atomic<Bool>(false)
     /// Saves attempted while `failSaves` was set.
     let failedSaves = Atomic<Int>(0)
+    /// "save" (durable), "deferred save" (`durable` false) and "synchronize", in call order.
+    private let log = Mutex<[String]>([])
+    var calls: [String] { log.withLock { $0 } }
     private let gate = NSCondition()
     private var holdReads = false
     private var heldReads = 0
@@ -80,9 +83,14 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
             failedSaves.add(1, ordering: .sequentiallyConsistent)
             throw InjectedFailure()
         }
-        return try inner.save(changes)
+        let result = try inner.save(changes)
+        log.withLock { $0.append(changes.durable ? "save" : "deferred save") }
+        return result
     }
-    func synchronize() throws { try inner.synchronize() }
+    func synchronize() throws {
+        try inner.synchronize()
+        log.withLock { $0.append("synchronize") }
+    }
     func versions(of document: DocumentID) throws -> [VersionInfo] { try inner.versions(of: document) }
     func restore(_ version: VersionID, of document: DocumentID, origin: String) throws -> SaveResult {
         try inner.restore(version, of: document, origin: origin)
