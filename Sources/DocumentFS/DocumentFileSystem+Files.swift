@@ -180,6 +180,7 @@ extension DocumentFileSystem {
         guard let document = document(&state, of: node) else { return }
         document.dirty = true
         document.lastChange = .now
+        document.touched[ObjectIdentifier(node)] = node
     }
 
     public func flush(

@@ -60,6 +60,7 @@ extension DocumentFileSystem {
             directory.record.changed = record.modified
             state.nodes[node.ino] = node
             changed(&state, directory)
+            changed(&state, node)
             return node
         }
     }
@@ -308,6 +309,7 @@ extension DocumentFileSystem {
             parent.record.changed = now
             changed(&state, parent)
         }
+        changed(&state, node)
         func release(_ n: ViewNode) {
             n.linked = false
             if n.openHandles == 0 && table.node(for: n.ino) == nil { state.nodes[n.ino] = nil }
@@ -430,7 +432,7 @@ extension DocumentFileSystem {
                 for n in [node, target, from, to] { n.record.changed = now }
                 from.record.modified = now
                 to.record.modified = now
-                changed(&state, node)
+                for n in [node, target, from, to] { changed(&state, n) }
                 return self.document(&state, of: node)
             }
             try checkNoEquivalent(newText, in: to.children, except: target)
@@ -453,7 +455,7 @@ extension DocumentFileSystem {
             from.record.changed = now
             to.record.modified = now
             to.record.changed = now
-            changed(&state, node)
+            for n in [node, from, to] { changed(&state, n) }
             // A rename onto a wrapper's name (or publishing a scratch file) is a save point.
             guard isPersisted(node), target != nil || wasScratch else { return nil }
             return self.document(&state, of: node)

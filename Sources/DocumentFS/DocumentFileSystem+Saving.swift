@@ -10,6 +10,8 @@ extension DocumentFileSystem {
         var changes: DocumentChanges
         var records: [StoreNodeID: NodeRecord]
         var snapshots: [(node: ViewNode, id: StoreNodeID, snapshot: FileContents.Snapshot)]
+        /// The nodes it looked at, to look at again if it fails.
+        var touched: [ObjectIdentifier: ViewNode]
     }
 
     /// Saves the document's changes as one store version. Returns when the save is committed
@@ -33,6 +35,7 @@ extension DocumentFileSystem {
                     }
                     document.dirty = true
                     document.lastError = error
+                    document.touched.merge(prepared.touched) { current, _ in current }
                 }
                 logger.error("saving \(document.info.name) failed: \(error)")
                 throw error
@@ -49,13 +52,16 @@ extension DocumentFileSystem {
                     for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
                         item.snapshot.contents.saveFailed()
                     }
+                    document.touched.merge(prepared.touched) { current, _ in current }
                     return true
                 }
                 for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
                     item.snapshot.contents.saved(item.snapshot, as: item.id, version: result.version.id)
                 }
-                var committed = prepared.records
+                var committed = document.committed ?? [:]
+                for (id, record) in prepared.records { committed[id] = record }
                 for id in prepared.changes.nodes.map(\.id) { committed[id]?.version = result.version.id }
+                for id in prepared.changes.removedNodes { committed[id] = nil }
                 document.committed = committed
                 document.base = result.version.id
                 return false
@@ -72,32 +78,45 @@ extension DocumentFileSystem {
     }
 
     /// Computes the document's changes against its saved state and freezes the files it sends.
+    /// Only the nodes touched since the last save are looked at.
     private func prepare(_ state: inout State, _ document: DocumentState, durable: Bool) throws(Errno)
         -> PreparedSave?
     {
         guard let committed = document.committed else { return nil }
-        document.dirty = false
         let root = document.root
         // A document renamed away under a scratch name is not saved (it is still in the store
-        // under its name).
+        // under its name); its changes wait.
         guard root.linked, root.atMountRoot, !isHidden(root, of: document), state.rootEntries[root.name] === root
         else { return nil }
+        let touched = document.touched
+        document.touched = [:]
+        document.dirty = false
         var records: [StoreNodeID: NodeRecord] = [:]
+        var gone: Set<StoreNodeID> = []
         var changes = DocumentChanges(document: document.id, base: document.base)
         changes.origin = origin
         changes.conflictPolicy = .rebaseIfDisjoint
         changes.durable = durable
         var snapshots: [(node: ViewNode, id: StoreNodeID, snapshot: FileContents.Snapshot)] = []
 
-        func visit(_ node: ViewNode, parent: StoreNodeID?) {
-            guard node.linked else { return }
-            if parent != nil && node.kind != .directory && configuration.scratchNames.matches(node.name) { return }
+        for node in touched.values.sorted(by: { $0.storeID < $1.storeID }) {
+            // A node a flat document's new file took over from is no longer the document's.
+            guard node.document == document.id else { continue }
+            guard isPersisted(node) else {
+                if committed[node.persistAs] != nil { gone.insert(node.persistAs) }
+                continue
+            }
             var record = node.record
             record.id = node.persistAs
             record.document = document.id
-            record.parent = parent
-            record.name = parent == nil ? document.info.name : node.name.string
-            if parent == nil { record.preferredName = committed[record.id]?.preferredName }
+            if node.atMountRoot {
+                record.parent = nil
+                record.name = document.info.name
+                record.preferredName = committed[record.id]?.preferredName
+            } else {
+                record.parent = node.parent?.persistAs
+                record.name = node.name.string
+            }
             let stored = committed[record.id]
             if let contents = node.contents, node.kind == .regularFile {
                 record.size = contents.size
@@ -117,22 +136,16 @@ extension DocumentFileSystem {
                 }
             }
             records[record.id] = record
-            if stored == nil || !(stored.map { record.sameContent(as: $0) } ?? false)
-                || changes.contents[record.id] != nil
-            {
+            if changes.contents[record.id] != nil || !(stored.map { record.sameContent(as: $0) } ?? false) {
                 changes.nodes.append(record)
             }
-            for child in node.children.values.sorted(by: { $0.storeID < $1.storeID }) {
-                visit(child, parent: record.id)
-            }
         }
-        visit(root, parent: nil)
-        changes.removedNodes = committed.keys.filter { records[$0] == nil }.sorted()
+        changes.removedNodes = gone.subtracting(records.keys).sorted()
         guard !changes.isEmpty else {
             for item in snapshots { item.snapshot.contents.saveFailed() }
             return nil
         }
-        return PreparedSave(changes: changes, records: records, snapshots: snapshots)
+        return PreparedSave(changes: changes, records: records, snapshots: snapshots, touched: touched)
     }
 
     // MARK: - The quiet-interval saver
@@ -334,6 +347,15 @@ extension DocumentFileSystem {
         }
         document.committed = committed
         document.base = version
+        // What the mount still has that the store does not (after a conflict: changes to
+        // wrappers the other save did not touch) is saved by the next save.
+        document.touched = [:]
+        for node in byID.values where node.linked {
+            if node.contentsModified || !(committed[node.persistAs].map { node.record.sameContent(as: $0) } ?? false) {
+                document.touched[ObjectIdentifier(node)] = node
+                document.dirty = true
+            }
+        }
         return notices
     }
 

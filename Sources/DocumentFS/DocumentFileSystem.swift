@@ -65,6 +65,8 @@ public final class DocumentFileSystem: FileSystem {
     let rootOwner: (uid: UInt32, gid: UInt32)
     let spillDirectory: String
     let chunkSize: Int
+    /// File systems made by this process, to tell their origins apart.
+    private static let instances = Atomic<Int>(0)
     /// Who saved, in the store's history: unique to this mount, so its own events are told
     /// apart from other processes' (another mount of the same store included).
     let origin: String
@@ -129,7 +131,9 @@ public final class DocumentFileSystem: FileSystem {
         self.configuration = configuration
         self.logger = logger
         chunkSize = store.chunkSize
-        origin = "\(configuration.origin) pid \(getpid()) #\(UInt32.random(in: 0...UInt32.max))"
+        let instance = Self.instances.add(1, ordering: .relaxed).newValue
+        let host = ProcessInfo.processInfo.hostName
+        origin = "\(configuration.origin) (\(host) pid \(getpid())\(instance > 1 ? ".\(instance)" : ""))"
         startSequence = try store.latestEventSequence()
         var st = stat()
         if stat(store.location, &st) == 0 {

@@ -77,6 +77,9 @@ final class DocumentState: @unchecked Sendable {
     var base: VersionID
     /// Something changed since the last save began.
     var dirty = false
+    /// The nodes changed (or moved, or removed) since the last save began: a save looks at these
+    /// only, so its cost follows the change, not the size of the document.
+    var touched: [ObjectIdentifier: ViewNode] = [:]
     /// When the last change happened, for the quiet-interval save.
     var lastChange = ContinuousClock.now
     /// Serialises saves of this document.
