@@ -18,9 +18,8 @@ extension DocumentFileSystem {
             // Close-to-open: an open sees the document as it is now, even before the observer
             // has noticed another process's save.
             try revalidate(file)
-            if flags.contains(.truncate) && flags.isWritable {
-                try truncate(file, to: 0)
-            }
+            let truncated = flags.contains(.truncate) && flags.isWritable
+            if truncated { try truncate(file, to: 0) }
             let (handle, keep) = try state.withLock { state throws(Errno) in
                 guard file.kind == .regularFile, let contents = file.contents else { throw .isDirectory }
                 let keep = file.openedGeneration == contents.generation
@@ -30,7 +29,8 @@ extension DocumentFileSystem {
                 state.nextHandle += 1
                 state.files[handle] = OpenFile(
                     node: file, writable: flags.isWritable, generation: contents.generation,
-                    snapshot: contents.isModified ? nil : contents.base)
+                    snapshot: contents.isModified ? nil : contents.base,
+                    writers: truncated ? [context.pid, threadGroup(of: context.pid)] : [])
                 return (handle, keep)
             }
             reply.opened(FUSE.FileHandle(handle), options: keep ? [.keepCache] : [])
@@ -138,12 +138,14 @@ extension DocumentFileSystem {
         data: [UInt8], info: WriteInfo, reply: ReplyWrite
     ) {
         answer(reply) { () throws(Errno) in
-            let file = try state.withLock { state throws(Errno) -> ViewNode in
+            let (file, known) = try state.withLock { state throws(Errno) -> (ViewNode, Bool) in
                 guard let open = state.files[handle.rawValue] else { throw .badFileDescriptor }
                 // A page-cache write (shared mmap) may carry another open's handle.
                 if !open.writable && !info.isWritePage { throw .badFileDescriptor }
-                return open.node
+                return (open.node, info.isWritePage || open.writers.contains(context.pid))
             }
+            // The request names the writing thread; its process is what a later close matches.
+            let writer = known ? nil : threadGroup(of: context.pid)
             let start = Int64(clamping: offset)
             try retrying { () throws(Errno) in
                 try withChunksTaken(file, { $0.partiallyCoveredChunks(offset: start, count: data.count) }) {
@@ -153,6 +155,10 @@ extension DocumentFileSystem {
                     file.record.modified = now
                     file.record.changed = now
                     state.files[handle.rawValue]?.wrote = true
+                    if let writer {
+                        state.files[handle.rawValue]?.writers.insert(writer)
+                        state.files[handle.rawValue]?.writers.insert(context.pid)
+                    }
                     changed(&state, file)
                 }
             }
@@ -188,10 +194,12 @@ extension DocumentFileSystem {
         reply: ReplyEmpty
     ) {
         answer(reply) { () throws(Errno) in
-            // Close of a dirty file is a save point; its error is what close(2) returns.
+            // Close of a dirty file by a process that wrote it is a save point; its error is what
+            // close(2) returns.
+            let closer = threadGroup(of: context.pid)
             let document = state.withLock { state -> DocumentState? in
                 guard let open = state.files[handle.rawValue], open.wrote || open.node.contentsModified,
-                    isPersisted(open.node)
+                    open.writers.contains(closer) || open.writers.contains(context.pid), isPersisted(open.node)
                 else { return nil }
                 state.files[handle.rawValue]?.wrote = false
                 return self.document(&state, of: open.node)
@@ -287,6 +295,14 @@ extension DocumentFileSystem {
             if let size = changes.size {
                 guard target.kind == .regularFile else { throw .isDirectory }
                 try truncate(target, to: Int64(clamping: size))
+                if let handle = changes.handle {
+                    // ftruncate is a write through the handle: its close saves.
+                    let writer = threadGroup(of: context.pid)
+                    state.withLock { state in
+                        state.files[handle.rawValue]?.wrote = true
+                        state.files[handle.rawValue]?.writers.formUnion([writer, context.pid])
+                    }
+                }
             }
             let attrs = state.withLock { state -> FileAttributes in
                 let now = Timestamp.now
@@ -395,4 +411,15 @@ extension DocumentFileSystem {
             reply.ok()
         }
     }
+}
+
+/// The process (thread group) of a thread: FUSE requests carry the calling thread's id.
+func threadGroup(of thread: Int32) -> Int32 {
+    guard thread > 0, let status = try? String(contentsOfFile: "/proc/\(thread)/status", encoding: .utf8) else {
+        return thread
+    }
+    for line in status.split(separator: "\n") where line.hasPrefix("Tgid:") {
+        return Int32(line.dropFirst(5).trimmingCharacters(in: .whitespaces)) ?? thread
+    }
+    return thread
 }

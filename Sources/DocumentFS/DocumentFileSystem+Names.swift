@@ -59,7 +59,8 @@ extension DocumentFileSystem {
             directory.record.modified = record.modified
             directory.record.changed = record.modified
             state.nodes[node.ino] = node
-            changed(&state, directory)
+            // A scratch file changes the folder's times in the mount, but is no reason to save.
+            if !isScratch(node) { changed(&state, directory) }
             changed(&state, node)
             return node
         }
@@ -137,7 +138,9 @@ extension DocumentFileSystem {
                 old.linked = false
             }
             old.document = nil
+            if old.storeID == document.info.root { old.reportedIno = old.ino | (1 << 63) }
         }
+        node.reportedIno = node.storeID == document.info.root ? nil : inodeNumber(document.info.root)
         node.document = document.id
         node.persistAs = document.info.root
         node.atMountRoot = true
@@ -178,7 +181,7 @@ extension DocumentFileSystem {
                 state.nextHandle += 1
                 state.files[handle] = OpenFile(
                     node: node, writable: flags.isWritable, generation: node.contents?.generation ?? 0,
-                    snapshot: nil, wrote: true)
+                    snapshot: nil, wrote: true, writers: [context.pid, threadGroup(of: context.pid)])
                 return (handle, attributes(node))
             }
             reply.created(
@@ -296,6 +299,11 @@ extension DocumentFileSystem {
         reply.error(configuration.readOnly ? .readOnlyFileSystem : .notPermitted)
     }
 
+    /// Whether the node is a file under a scratch name (never saved).
+    func isScratch(_ node: ViewNode) -> Bool {
+        node.kind != .directory && configuration.scratchNames.matches(node.name)
+    }
+
     /// Takes `node` out of the tree; open handles keep it alive.
     func detach(_ state: inout State, _ node: ViewNode) {
         node.linked = false
@@ -307,7 +315,7 @@ extension DocumentFileSystem {
             let now = Timestamp.now
             parent.record.modified = now
             parent.record.changed = now
-            changed(&state, parent)
+            if !isScratch(node) { changed(&state, parent) }
         }
         changed(&state, node)
         func release(_ n: ViewNode) {
@@ -455,7 +463,11 @@ extension DocumentFileSystem {
             from.record.changed = now
             to.record.modified = now
             to.record.changed = now
-            for n in [node, from, to] { changed(&state, n) }
+            changed(&state, node)
+            if !wasScratch || isPersisted(node) {
+                changed(&state, from)
+                changed(&state, to)
+            }
             // A rename onto a wrapper's name (or publishing a scratch file) is a save point.
             guard isPersisted(node), target != nil || wasScratch else { return nil }
             return self.document(&state, of: node)

@@ -79,6 +79,10 @@ public final class DocumentFileSystem: FileSystem {
         var snapshot: ContentBase?
         /// This handle wrote since its last flush.
         var wrote = false
+        /// Processes (thread group ids) that wrote through this handle: only their close is a
+        /// save point. A FLUSH also comes from every child that merely inherited the descriptor
+        /// (at its exec or exit), which must not save a half-written file.
+        var writers: Set<Int32> = []
     }
 
     /// One readdir entry. `cookie` is the offset that continues *after* it.
@@ -415,7 +419,7 @@ public final class DocumentFileSystem: FileSystem {
         }
         let record = node.record
         return FileAttributes(
-            ino: node.ino, type: type,
+            ino: node.reportedIno ?? node.ino, type: type,
             permissions: FilePermissions(rawValue: UInt32(record.permissions & 0o7777)),
             nlink: nlink, uid: record.uid, gid: record.gid, size: UInt64(clamping: node.size),
             atime: record.accessed.timespec, mtime: record.modified.timespec,
@@ -529,7 +533,9 @@ public final class DocumentFileSystem: FileSystem {
             let own = attributes(directory)
             entries.append(DirectoryEntry(cookie: 1, name: ".", ino: directory.ino, attributes: own))
             let parent = directory.parent.map { attributes($0) } ?? rootAttributes(&state)
-            entries.append(DirectoryEntry(cookie: 2, name: "..", ino: parent.ino, attributes: parent))
+            entries.append(
+                DirectoryEntry(
+                    cookie: 2, name: "..", ino: directory.parent?.ino ?? mountRootInode, attributes: parent))
             children = Array(directory.children.values)
         } else {
             let own = rootAttributes(&state)

@@ -114,6 +114,26 @@ struct WritePathTests {
         }
     }
 
+    @Test("a child that inherited a dirty descriptor does not save it when it execs; the writer's close does")
+    func flushFromChildIsNotASavePoint() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store, configure: { $0.fileSystem.quietInterval = .seconds(60) }) { mount in
+            let path = mount.path + "/Project.pkg/notes.txt"
+            let before = try #require(try stored(fixture, "Project.pkg", "notes.txt"))
+            let fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
+            try #require(fd >= 0)
+            let half = Array("half".utf8)
+            #expect(write(fd, half, half.count) == half.count)
+            // The exec closes the child's copy of the descriptor: the kernel sends FLUSH from it.
+            let child = try await offThread { try run("/bin/true", []) }
+            #expect(child.status == 0)
+            #expect(try stored(fixture, "Project.pkg", "notes.txt") == before)
+            #expect(close(fd) == 0)
+            #expect(try stored(fixture, "Project.pkg", "notes.txt") == before + "half")
+        }
+    }
+
     @Test("fsync makes a write durable in the store before it returns; a large file round-trips")
     func fsyncAndLarge() async throws {
         let fixture = try await Fixture.make()
@@ -150,7 +170,7 @@ struct ScratchNameTests {
     @Test(
         "swap, backup, lock and temporary names are scratch",
         arguments: [
-            ".notes.txt.swp", ".notes.txt.swo", "notes.txt~", "4913", "5036", "#notes.txt#", ".#notes.txt",
+            ".notes.txt.swp", ".notes.txt.swo", ".notes.txt.swx", "notes.txt~", "4913", "5036", "#notes.txt#", ".#notes.txt",
             "sedAb12Cd", ".goutputstream-X1Y2Z3", ".~lock.report.odt#", "lu12345.tmp", "notes.txt.kate-swp",
             "XXJaCZx4", ".notes.txt.aB3dEf",
         ])
@@ -161,7 +181,7 @@ struct ScratchNameTests {
     @Test(
         "ordinary names are not scratch",
         arguments: [
-            "notes.txt", "4914", "5000", ".profile.backup", ".config", "sedation", "README", "image.png",
+            "notes.txt", "main.swift", ".main.swift", "4914", "5000", ".profile.backup", ".config", "sedation", "README", "image.png",
             ".hidden.ABCDEF", "a#b", "lu.txt",
         ])
     func ordinary(_ name: String) {
