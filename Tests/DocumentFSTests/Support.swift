@@ -34,7 +34,7 @@ func temporaryDirectory(_ prefix: String) throws -> String {
     return String(cString: dir)
 }
 
-/// How long a test may hold a mount before the watchdog aborts it: 90 s, or
+/// How long a test may hold a mount before the watchdog aborts it: 180 s (a busy cooperative pool can delay a test by tens of seconds), or
 /// `DOCFS_TEST_MOUNT_DEADLINE` seconds.
 let defaultMountDeadline: Duration = {
     if let text = ProcessInfo.processInfo.environment["DOCFS_TEST_MOUNT_DEADLINE"], let seconds = Double(text),
@@ -42,7 +42,7 @@ let defaultMountDeadline: Duration = {
     {
         return .milliseconds(Int64(seconds * 1000))
     }
-    return .seconds(90)
+    return .seconds(180)
 }()
 
 /// Guards one FUSE mount against a hung test: if the test has not closed the mount by the deadline,
