@@ -72,11 +72,11 @@ echo "checking the store after $kills kills"
 status=0
 timeout 120 "$docfs" fsck "$store" || { echo "PROBLEM: fsck is not clean"; status=1; }
 mkdir "$work/export"
-timeout 120 "$docfs" export "$store" Crash.pkg "$work/export/Crash.pkg"
+timeout 120 "$docfs" export "$store" Crash.pkg "$work/export/Crash.pkg" >/dev/null
 for ((w = 0; w < writers; w++)); do
     for k in 0 1; do
         if timeout 30 "$docfs" ls "$store" | grep -q "W$w-$k.txt"; then
-            timeout 30 "$docfs" export "$store" "W$w-$k.txt" "$work/export/W$w-$k.txt"
+            timeout 30 "$docfs" export "$store" "W$w-$k.txt" "$work/export/W$w-$k.txt" >/dev/null
         fi
     done
 done

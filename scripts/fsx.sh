@@ -46,12 +46,12 @@ wait "$timer" || { echo "the daemon exited with $?"; status=1; }
 timer=
 timeout 120 "$docfs" fsck "$store" || { echo "PROBLEM: fsck is not clean"; status=1; }
 mkdir "$work/export"
-timeout 120 "$docfs" export "$store" F.pkg "$work/export/F.pkg"
+timeout 120 "$docfs" export "$store" F.pkg "$work/export/F.pkg" >/dev/null
 diff -r "$work/model-pkg" "$work/export/F.pkg" || { echo "PROBLEM: the store's F.pkg differs from the model"; status=1; }
 mkdir "$work/export/root"
 for f in "$work"/model-root/*; do
     name=$(basename "$f")
-    timeout 30 "$docfs" export "$store" "$name" "$work/export/root/$name" || status=1
+    timeout 30 "$docfs" export "$store" "$name" "$work/export/root/$name" >/dev/null || status=1
 done
 diff -r "$work/model-root" "$work/export/root" || { echo "PROBLEM: the store's flat documents differ from the model"; status=1; }
 if [ "$status" -eq 0 ]; then echo "fsx: OK (seed $seed, $ops operations)"; else echo "fsx: FAILED (seed $seed, $ops operations)"; fi
