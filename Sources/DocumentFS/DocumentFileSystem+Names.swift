@@ -378,6 +378,7 @@ extension DocumentFileSystem {
                 document.dirty = false
                 if state.rootEntries[document.root.name] === document.root { detach(&state, document.root) }
                 state.documents[document.id] = nil
+                state.rootGeneration &+= 1
             }
             return
         }
@@ -567,6 +568,7 @@ extension DocumentFileSystem {
                 state.withLock { state in
                     detach(&state, replaced.root)
                     state.documents[replaced.id] = nil
+                    state.rootGeneration &+= 1
                 }
             }
             let info = try storeCall { try store.renameDocument(document.id, to: newText) }
@@ -577,6 +579,7 @@ extension DocumentFileSystem {
                 document.root.record.name = newText
                 state.rootEntries[newName] = document.root
                 state.rootChanged = .now
+                state.rootGeneration &+= 1
             }
         case .exchangeDocuments(let a, let b):
             // The store renames one at a time: through a temporary name no one else uses.
@@ -595,6 +598,7 @@ extension DocumentFileSystem {
                 state.rootEntries[a.root.name] = a.root
                 state.rootEntries[b.root.name] = b.root
                 state.rootChanged = .now
+                state.rootGeneration &+= 1
             }
         case .createDocument(let node):
             let mode = state.withLock { _ in node.record.permissions }

@@ -394,20 +394,32 @@ extension DocumentFileSystem {
     /// Reads the root listing again and shows documents other processes created, renamed or
     /// deleted.
     func refreshListing() {
-        guard state.withLock({ $0.listed }) else { return }
+        // A listing taken while this mount creates, renames or deletes a document is stale
+        // for that document: applying it would undo the change (the new name vanishes, the old
+        // one comes back). Such a listing is dropped and taken again.
+        for _ in 0..<5 {
+            if refreshListingOnce() { return }
+        }
+        logger.warning("the store's listing kept changing under this mount's own changes; refreshed later")
+    }
+
+    /// One try of ``refreshListing()``: false if this mount changed its documents meanwhile.
+    private func refreshListingOnce() -> Bool {
+        guard let generation = state.withLock({ $0.listed ? $0.rootGeneration : nil }) else { return true }
         let infos: [DocumentInfo]
         do {
             infos = try store.documents()
         } catch {
             logger.warning("cannot list the store: \(error)")
-            return
+            return true
         }
         var roots: [DocumentID: NodeRecord] = [:]
         let known = state.withLock { Set($0.documents.keys) }
         for info in infos where !known.contains(info.id) {
             if let record = try? store.node(info.root, at: info.currentVersion) { roots[info.id] = record }
         }
-        let notices = state.withLock { state -> [Notice] in
+        let notices = state.withLock { state -> [Notice]? in
+            guard state.rootGeneration == generation else { return nil }
             var notices: [Notice] = []
             let live = Dictionary(uniqueKeysWithValues: infos.map { ($0.id, $0) })
             for (id, document) in state.documents {
@@ -448,6 +460,8 @@ extension DocumentFileSystem {
             notices.append(.inode(mountRootInode))
             return notices
         }
+        guard let notices else { return false }
         send(notices)
+        return true
     }
 }

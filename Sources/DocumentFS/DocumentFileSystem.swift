@@ -113,6 +113,10 @@ public final class DocumentFileSystem: FileSystem {
         /// A signature of each directory's last listing, for `keep_cache` on `opendir`.
         var listedSignatures: [UInt64: Int] = [:]
         var rootChanged: Timespec = .now
+        /// Counts this mount's changes to the set of documents and their names (install, rename,
+        /// delete), so that ``refreshListing()`` can tell that a store listing it took is older
+        /// than the state it is about to reconcile with it.
+        var rootGeneration: UInt64 = 0
         /// Node ids taken from the store in batches for new files.
         var spareIDs: [StoreNodeID] = []
         /// Weak: the session owns the notifier, and the notifier's session core owns this file
@@ -285,6 +289,7 @@ public final class DocumentFileSystem: FileSystem {
         node.atMountRoot = true
         let document = DocumentState(info: info, root: node)
         state.documents[info.id] = document
+        state.rootGeneration &+= 1
         state.nodes[node.ino] = node
         if state.rootEntries[node.name] == nil { state.rootEntries[node.name] = node }
         return document

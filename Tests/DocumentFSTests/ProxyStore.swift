@@ -11,6 +11,9 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     let failSaves = Atomic<Bool>(false)
     /// Saves attempted while `failSaves` was set.
     let failedSaves = Atomic<Int>(0)
+    /// Milliseconds `documents()` waits after reading the listing (so that what it returns is
+    /// stale by the time the caller uses it).
+    let listingDelay = Atomic<Int>(0)
     /// "save" (durable), "deferred save" (`durable` false) and "synchronize", in call order.
     private let log = Mutex<[String]>([])
     var calls: [String] { log.withLock { $0 } }
@@ -49,7 +52,12 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     var chunkSize: Int { inner.chunkSize }
     var statistics: StoreStatistics { inner.statistics }
 
-    func documents() throws -> [DocumentInfo] { try inner.documents() }
+    func documents() throws -> [DocumentInfo] {
+        let infos = try inner.documents()
+        let delay = listingDelay.load(ordering: .relaxed)
+        if delay > 0 { usleep(UInt32(delay) * 1000) }
+        return infos
+    }
     func document(_ id: DocumentID) throws -> DocumentInfo { try inner.document(id) }
     func document(named name: String) throws -> DocumentInfo? { try inner.document(named: name) }
     func createDocument(
