@@ -8,7 +8,7 @@ of PROCESSES*THREADS slots of SLOT bytes; `Shared.pkg/p<p>t<t>.txt`, each thread
 the shared package; `Own-p<p>t<t>.pkg/own.txt`, each thread's own package; `Flat-p<p>t<t>.txt`,
 each thread's own flat document. Each thread, ITERATIONS times: rewrites its slot of
 shared.bin (pwrite), rewrites its own files (truncate+write, or write+ftruncate), reads other
-threads' slots and files (which must each be one complete record of some iteration), sometimes
+threads' slots and files (which must read in full; a read racing a write may see parts of both), sometimes
 fsyncs, lists folders and stats files. Every syscall that takes more than OP_LIMIT seconds is
 reported (a deadlock shows up as a stuck process, which the caller's timeout kills).
 
@@ -90,8 +90,11 @@ def thread_body(mount, p, t, count, seed, iterations, problems, last):
                 otag = f"p{q}t{u}"
                 with Timed(problems, f"{tag} read slot of {otag}"):
                     got = os.pread(sfd, SLOT, slot_index(q, u, count[1]) * SLOT)
-                if got != bytes(SLOT) and parse(f"slot{otag}", got, SLOT) is None:
-                    problems.append(f"{tag}: slot of {otag} is not one complete record: {got[:30]!r}")
+                # Linux does not make a read atomic against a concurrent write of the same
+                # range (a local ext4 file tears the same way), so only the length is checked
+                # here; the final state is checked strictly.
+                if len(got) != SLOT:
+                    problems.append(f"{tag}: slot of {otag}: {len(got)} bytes read of {SLOT}")
                 opath = os.path.join(mount, rng.choice(own_files(otag)))
                 with Timed(problems, f"{tag} read {opath}"):
                     with open(opath, "rb") as f:
