@@ -12,7 +12,9 @@ extension DocumentFileSystem {
     /// Checks a new name: the store keeps names as UTF-8 text of at most 255 bytes.
     func validate(_ name: FUSE.FileName) throws(Errno) -> String {
         guard name.bytes.count <= 255 else { throw .fileNameTooLong }
-        guard !name.bytes.isEmpty, !name.isDotOrDotDot, !name.bytes.contains(0x2F) else { throw .invalidArgument }
+        guard !name.bytes.isEmpty, !name.isDotOrDotDot, !name.bytes.contains(0x2F) else {
+            throw .invalidArgument
+        }
         guard let text = String(validating: name.bytes, as: UTF8.self) else { throw .illegalByteSequence }
         return text
     }
@@ -22,7 +24,8 @@ extension DocumentFileSystem {
     func checkNoEquivalent(_ text: String, in children: [FUSE.FileName: ViewNode], except: ViewNode? = nil)
         throws(Errno)
     {
-        for (name, node) in children where node !== except && name.string == text && name.bytes != Array(text.utf8) {
+        for (name, node) in children
+        where node !== except && name.string == text && name.bytes != Array(text.utf8) {
             throw .fileExists
         }
     }
@@ -69,7 +72,8 @@ extension DocumentFileSystem {
     /// Creates a file or document at the mount root: a scratch file stays in memory, a name a
     /// hidden document still has in the store takes that document over, anything else is a new
     /// flat document.
-    func createAtRoot(_ context: RequestContext, name: FUSE.FileName, permissions: FilePermissions) throws(Errno)
+    func createAtRoot(_ context: RequestContext, name: FUSE.FileName, permissions: FilePermissions)
+        throws(Errno)
         -> ViewNode
     {
         let text = try validate(name)
@@ -95,7 +99,9 @@ extension DocumentFileSystem {
         let id = try newStoreID()
         if let adopted = try state.withLock({ state throws(Errno) -> ViewNode? in
             guard state.rootEntries[name] == nil else { throw .fileExists }
-            guard let document = state.documents.values.first(where: { $0.info.name == text }) else { return nil }
+            guard let document = state.documents.values.first(where: { $0.info.name == text }) else {
+                return nil
+            }
             guard document.info.kind == .flat else { throw .fileExists }
             let record = newRecord(
                 id, document: document.id, parent: nil, name: text, kind: .regularFile,
@@ -170,7 +176,9 @@ extension DocumentFileSystem {
             if parent == .root {
                 node = try createAtRoot(context, name: name, permissions: permissions)
             } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+                guard let directory = try resolve(parent, loadingChildren: true) else {
+                    throw .noSuchFileOrDirectory
+                }
                 node = try createInPackage(
                     context, directory: directory, name: name, kind: .regularFile, permissions: permissions)
             }
@@ -202,7 +210,9 @@ extension DocumentFileSystem {
             if parent == .root {
                 node = try createAtRoot(context, name: name, permissions: permissions)
             } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+                guard let directory = try resolve(parent, loadingChildren: true) else {
+                    throw .noSuchFileOrDirectory
+                }
                 node = try createInPackage(
                     context, directory: directory, name: name, kind: .regularFile, permissions: permissions)
             }
@@ -229,7 +239,8 @@ extension DocumentFileSystem {
                     try store.createDocument(
                         named: text, kind: .package, type: nil, permissions: mode, origin: origin)
                 }
-                guard let record = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
+                guard let record = try storeCall({ try store.node(info.root, at: info.currentVersion) })
+                else {
                     throw .ioError
                 }
                 node = try state.withLock { state throws(Errno) -> ViewNode in
@@ -245,7 +256,9 @@ extension DocumentFileSystem {
                     return document.root
                 }
             } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+                guard let directory = try resolve(parent, loadingChildren: true) else {
+                    throw .noSuchFileOrDirectory
+                }
                 node = try createInPackage(
                     context, directory: directory, name: name, kind: .directory, permissions: permissions)
             }
@@ -259,7 +272,9 @@ extension DocumentFileSystem {
     ) {
         answer(reply) { () throws(Errno) in
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
-            guard let destination = String(validating: target, as: UTF8.self) else { throw .illegalByteSequence }
+            guard let destination = String(validating: target, as: UTF8.self) else {
+                throw .illegalByteSequence
+            }
             let node: ViewNode
             if parent == .root {
                 // Only scratch links (emacs's lock `.#name`) at the root: a document is a file or
@@ -272,7 +287,8 @@ extension DocumentFileSystem {
                     guard state.rootEntries[name] == nil else { throw .fileExists }
                     let record = newRecord(
                         id, document: nil, parent: nil, name: text, kind: .symbolicLink,
-                        permissions: FilePermissions(rawValue: 0o777), context: RequestContext.umaskless(context),
+                        permissions: FilePermissions(rawValue: 0o777),
+                        context: RequestContext.umaskless(context),
                         linkTarget: destination)
                     let node = makeNode(storeID: id, document: nil, record: record, name: name)
                     node.atMountRoot = true
@@ -282,7 +298,9 @@ extension DocumentFileSystem {
                     return node
                 }
             } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+                guard let directory = try resolve(parent, loadingChildren: true) else {
+                    throw .noSuchFileOrDirectory
+                }
                 node = try createInPackage(
                     context.umaskless, directory: directory, name: name, kind: .symbolicLink,
                     permissions: FilePermissions(rawValue: 0o777), linkTarget: destination)
@@ -381,7 +399,9 @@ extension DocumentFileSystem {
             }
             return
         }
-        guard let directoryNode = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+        guard let directoryNode = try resolve(parent, loadingChildren: true) else {
+            throw .noSuchFileOrDirectory
+        }
         try state.withLock { state throws(Errno) in
             guard let node = directoryNode.children[name] else { throw .noSuchFileOrDirectory }
             if directory && node.kind != .directory { throw .notDirectory }
@@ -412,7 +432,8 @@ extension DocumentFileSystem {
     }
 
     func renameInPackage(
-        _ parent: NodeID, _ name: FUSE.FileName, _ newParent: NodeID, _ newName: FUSE.FileName, _ newText: String,
+        _ parent: NodeID, _ name: FUSE.FileName, _ newParent: NodeID, _ newName: FUSE.FileName,
+        _ newText: String,
         flags: RenameFlags
     ) throws(Errno) {
         guard let from = try resolve(parent, loadingChildren: true),

@@ -195,7 +195,9 @@ final class FileContents: @unchecked Sendable {
             guard let stored else { throw .ioError }
             let keep = Int(max(0, min(Int64(stored.count), base.size - start)))
             if keep > 0 {
-                try withRawBytes(Array(stored.prefix(keep))) { raw throws(Errno) in try layer.write(raw, at: start) }
+                try withRawBytes(Array(stored.prefix(keep))) { raw throws(Errno) in
+                    try layer.write(raw, at: start)
+                }
             }
         }
         layer.add(chunk)
@@ -278,7 +280,8 @@ final class FileContents: @unchecked Sendable {
             case .layer(let layer):
                 try withMutableRawBytes(&buffer) { raw throws(Errno) in
                     try layer.read(
-                        into: UnsafeMutableRawBufferPointer(rebasing: raw[destination..<destination + length]),
+                        into: UnsafeMutableRawBufferPointer(
+                            rebasing: raw[destination..<destination + length]),
                         at: at)
                 }
             case .base(let base):
@@ -353,7 +356,8 @@ final class FileContents: @unchecked Sendable {
                 case .layer(let layer):
                     try data.withUnsafeMutableBytes { raw in
                         try layer.read(
-                            into: UnsafeMutableRawBufferPointer(rebasing: raw[destination..<destination + length]),
+                            into: UnsafeMutableRawBufferPointer(
+                                rebasing: raw[destination..<destination + length]),
                             at: at)
                     }
                 case .base(let base):
@@ -416,13 +420,16 @@ struct SnapshotSource: ContentsSource {
 }
 
 /// `Array.withUnsafeBytes` for bodies with typed throws.
-func withRawBytes<T>(_ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(Errno) -> T) throws(Errno) -> T {
+func withRawBytes<T>(_ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(Errno) -> T) throws(Errno) -> T
+{
     let result = bytes.withUnsafeBytes { raw in Result { () throws(Errno) -> T in try body(raw) } }
     return try result.get()
 }
 
 /// `Array.withUnsafeMutableBytes` for bodies with typed throws.
-func withMutableRawBytes<T>(_ bytes: inout [UInt8], _ body: (UnsafeMutableRawBufferPointer) throws(Errno) -> T)
+func withMutableRawBytes<T>(
+    _ bytes: inout [UInt8], _ body: (UnsafeMutableRawBufferPointer) throws(Errno) -> T
+)
     throws(Errno) -> T
 {
     let result = bytes.withUnsafeMutableBytes { raw in Result { () throws(Errno) -> T in try body(raw) } }
