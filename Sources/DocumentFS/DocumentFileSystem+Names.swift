@@ -113,23 +113,35 @@ extension DocumentFileSystem {
         }) {
             return adopted
         }
+        return try createDocument(context, name: name, text: text, kind: .flat, permissions: permissions)
+    }
+
+    /// Creates a document in the store and shows it at the root, owned by the caller.
+    func createDocument(
+        _ context: RequestContext, name: FUSE.FileName, text: String, kind: DocumentKind,
+        permissions: FilePermissions
+    ) throws(Errno) -> ViewNode {
+        try state.withLock { state throws(Errno) in
+            if state.rootEntries[name] != nil { throw .fileExists }
+        }
         let mode = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
         let info = try storeCall {
-            try store.createDocument(named: text, kind: .flat, type: nil, permissions: mode, origin: origin)
+            try store.createDocument(named: text, kind: kind, type: nil, permissions: mode, origin: origin)
         }
-        guard var record = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
+        guard let record = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
             throw .ioError
         }
         return try state.withLock { state throws(Errno) -> ViewNode in
             if let existing = state.documents[info.id] { return existing.root }
             guard state.rootEntries[name] == nil else { throw .fileExists }
-            if record.uid != context.uid || record.gid != context.gid {
-                record.uid = context.uid
-                record.gid = context.gid
-            }
             let document = install(&state, info: info, rootRecord: record)
             document.committed = [record.id: record]
-            if record.uid != getuid() || record.gid != getgid() { changed(&state, document.root) }
+            // The store made it as this process's user; the next save records the caller.
+            if record.uid != context.uid || record.gid != context.gid {
+                document.root.record.uid = context.uid
+                document.root.record.gid = context.gid
+                changed(&state, document.root)
+            }
             state.rootChanged = .now
             return document.root
         }
@@ -166,22 +178,25 @@ extension DocumentFileSystem {
         node.name.string != document.info.name
     }
 
+    /// A new regular file in `parent`.
+    func createFile(
+        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions
+    )
+        throws(Errno) -> ViewNode
+    {
+        if parent == .root { return try createAtRoot(context, name: name, permissions: permissions) }
+        guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+        return try createInPackage(
+            context, directory: directory, name: name, kind: .regularFile, permissions: permissions)
+    }
+
     public func create(
         _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions,
         flags: OpenFlags, reply: ReplyCreate
     ) {
         answer(reply) { () throws(Errno) in
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
-            let node: ViewNode
-            if parent == .root {
-                node = try createAtRoot(context, name: name, permissions: permissions)
-            } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else {
-                    throw .noSuchFileOrDirectory
-                }
-                node = try createInPackage(
-                    context, directory: directory, name: name, kind: .regularFile, permissions: permissions)
-            }
+            let node = try createFile(context, parent: parent, name: name, permissions: permissions)
             let (handle, attrs) = state.withLock { state in
                 node.openHandles += 1
                 node.openedGeneration = node.contents?.generation
@@ -206,16 +221,7 @@ extension DocumentFileSystem {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             // Wrappers are files, folders and links: no devices, fifos or sockets.
             guard type == .regular else { throw .notPermitted }
-            let node: ViewNode
-            if parent == .root {
-                node = try createAtRoot(context, name: name, permissions: permissions)
-            } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else {
-                    throw .noSuchFileOrDirectory
-                }
-                node = try createInPackage(
-                    context, directory: directory, name: name, kind: .regularFile, permissions: permissions)
-            }
+            let node = try createFile(context, parent: parent, name: name, permissions: permissions)
             entry(reply, node, state.withLock { _ in attributes(node) })
         }
     }
@@ -231,30 +237,8 @@ extension DocumentFileSystem {
                 // A folder at the root is a new package document.
                 let text = try validate(name)
                 try ensureListing()
-                try state.withLock { state throws(Errno) in
-                    if state.rootEntries[name] != nil { throw .fileExists }
-                }
-                let mode = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
-                let info = try storeCall {
-                    try store.createDocument(
-                        named: text, kind: .package, type: nil, permissions: mode, origin: origin)
-                }
-                guard let record = try storeCall({ try store.node(info.root, at: info.currentVersion) })
-                else {
-                    throw .ioError
-                }
-                node = try state.withLock { state throws(Errno) -> ViewNode in
-                    if let existing = state.documents[info.id] { return existing.root }
-                    let document = install(&state, info: info, rootRecord: record)
-                    document.committed = [record.id: record]
-                    if record.uid != context.uid || record.gid != context.gid {
-                        document.root.record.uid = context.uid
-                        document.root.record.gid = context.gid
-                        changed(&state, document.root)
-                    }
-                    state.rootChanged = .now
-                    return document.root
-                }
+                node = try createDocument(
+                    context, name: name, text: text, kind: .package, permissions: permissions)
             } else {
                 guard let directory = try resolve(parent, loadingChildren: true) else {
                     throw .noSuchFileOrDirectory
