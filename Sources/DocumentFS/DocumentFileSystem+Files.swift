@@ -65,7 +65,8 @@ extension DocumentFileSystem {
                 buffer.withUnsafeMutableBytes { raw in
                     let n = min(data.count, raw.count - piece.destination)
                     data.copyBytes(
-                        to: UnsafeMutableRawBufferPointer(rebasing: raw[piece.destination..<piece.destination + n]))
+                        to: UnsafeMutableRawBufferPointer(
+                            rebasing: raw[piece.destination..<piece.destination + n]))
                 }
             }
             reply.data(buffer)
@@ -76,7 +77,8 @@ extension DocumentFileSystem {
     /// `needs` names the chunks (called under the lock); `apply` runs once they are all in the
     /// top layer.
     func withChunksTaken<T>(
-        _ file: ViewNode, _ needs: (FileContents) -> [Int], _ apply: (inout State, FileContents) throws(Errno) -> T
+        _ file: ViewNode, _ needs: (FileContents) -> [Int],
+        _ apply: (inout State, FileContents) throws(Errno) -> T
     ) throws(Errno) -> T {
         var fetched: [Int: (base: ContentBase, data: Data)] = [:]
         while true {
@@ -199,7 +201,8 @@ extension DocumentFileSystem {
             let closer = threadGroup(of: context.pid)
             let document = state.withLock { state -> DocumentState? in
                 guard let open = state.files[handle.rawValue], open.wrote || open.node.contentsModified,
-                    open.writers.contains(closer) || open.writers.contains(context.pid), isPersisted(open.node)
+                    open.writers.contains(closer) || open.writers.contains(context.pid),
+                    isPersisted(open.node)
                 else { return nil }
                 state.files[handle.rawValue]?.wrote = false
                 return self.document(&state, of: open.node)
@@ -268,7 +271,9 @@ extension DocumentFileSystem {
                     try retrying { () throws(Errno) in
                         try withChunksTaken(file, { $0.partiallyCoveredChunks(offset: position, count: n) }) {
                             state, contents throws(Errno) in
-                            try withRawBytes(zeros) { raw throws(Errno) in try contents.write(raw, at: position) }
+                            try withRawBytes(zeros) { raw throws(Errno) in
+                                try contents.write(raw, at: position)
+                            }
                             changed(&state, file)
                         }
                     }
@@ -307,7 +312,9 @@ extension DocumentFileSystem {
             let attrs = state.withLock { state -> FileAttributes in
                 let now = Timestamp.now
                 var record = target.record
-                if let permissions = changes.permissions { record.permissions = Int(permissions.rawValue & 0o7777) }
+                if let permissions = changes.permissions {
+                    record.permissions = Int(permissions.rawValue & 0o7777)
+                }
                 if let uid = changes.uid { record.uid = uid }
                 if let gid = changes.gid { record.gid = gid }
                 switch changes.atime {
@@ -351,7 +358,8 @@ extension DocumentFileSystem {
         }
         answer(reply) { () throws(Errno) in
             let value = try state.withLock { state throws(Errno) -> Data in
-                guard let n = try self.node(&state, node), let value = n.record.extendedAttributes[name] else {
+                guard let n = try self.node(&state, node), let value = n.record.extendedAttributes[name]
+                else {
                     throw .noData
                 }
                 return value
@@ -415,7 +423,8 @@ extension DocumentFileSystem {
 
 /// The process (thread group) of a thread: FUSE requests carry the calling thread's id.
 func threadGroup(of thread: Int32) -> Int32 {
-    guard thread > 0, let status = try? String(contentsOfFile: "/proc/\(thread)/status", encoding: .utf8) else {
+    guard thread > 0, let status = try? String(contentsOfFile: "/proc/\(thread)/status", encoding: .utf8)
+    else {
         return thread
     }
     for line in status.split(separator: "\n") where line.hasPrefix("Tgid:") {

@@ -12,7 +12,9 @@ extension DocumentFileSystem {
     /// Checks a new name: the store keeps names as UTF-8 text of at most 255 bytes.
     func validate(_ name: FUSE.FileName) throws(Errno) -> String {
         guard name.bytes.count <= 255 else { throw .fileNameTooLong }
-        guard !name.bytes.isEmpty, !name.isDotOrDotDot, !name.bytes.contains(0x2F) else { throw .invalidArgument }
+        guard !name.bytes.isEmpty, !name.isDotOrDotDot, !name.bytes.contains(0x2F) else {
+            throw .invalidArgument
+        }
         guard let text = String(validating: name.bytes, as: UTF8.self) else { throw .illegalByteSequence }
         return text
     }
@@ -22,7 +24,8 @@ extension DocumentFileSystem {
     func checkNoEquivalent(_ text: String, in children: [FUSE.FileName: ViewNode], except: ViewNode? = nil)
         throws(Errno)
     {
-        for (name, node) in children where node !== except && name.string == text && name.bytes != Array(text.utf8) {
+        for (name, node) in children
+        where node !== except && name.string == text && name.bytes != Array(text.utf8) {
             throw .fileExists
         }
     }
@@ -69,7 +72,8 @@ extension DocumentFileSystem {
     /// Creates a file or document at the mount root: a scratch file stays in memory, a name a
     /// hidden document still has in the store takes that document over, anything else is a new
     /// flat document.
-    func createAtRoot(_ context: RequestContext, name: FUSE.FileName, permissions: FilePermissions) throws(Errno)
+    func createAtRoot(_ context: RequestContext, name: FUSE.FileName, permissions: FilePermissions)
+        throws(Errno)
         -> ViewNode
     {
         let text = try validate(name)
@@ -95,7 +99,9 @@ extension DocumentFileSystem {
         let id = try newStoreID()
         if let adopted = try state.withLock({ state throws(Errno) -> ViewNode? in
             guard state.rootEntries[name] == nil else { throw .fileExists }
-            guard let document = state.documents.values.first(where: { $0.info.name == text }) else { return nil }
+            guard let document = state.documents.values.first(where: { $0.info.name == text }) else {
+                return nil
+            }
             guard document.info.kind == .flat else { throw .fileExists }
             let record = newRecord(
                 id, document: document.id, parent: nil, name: text, kind: .regularFile,
@@ -107,23 +113,35 @@ extension DocumentFileSystem {
         }) {
             return adopted
         }
+        return try createDocument(context, name: name, text: text, kind: .flat, permissions: permissions)
+    }
+
+    /// Creates a document in the store and shows it at the root, owned by the caller.
+    func createDocument(
+        _ context: RequestContext, name: FUSE.FileName, text: String, kind: DocumentKind,
+        permissions: FilePermissions
+    ) throws(Errno) -> ViewNode {
+        try state.withLock { state throws(Errno) in
+            if state.rootEntries[name] != nil { throw .fileExists }
+        }
         let mode = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
         let info = try storeCall {
-            try store.createDocument(named: text, kind: .flat, type: nil, permissions: mode, origin: origin)
+            try store.createDocument(named: text, kind: kind, type: nil, permissions: mode, origin: origin)
         }
-        guard var record = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
+        guard let record = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
             throw .ioError
         }
         return try state.withLock { state throws(Errno) -> ViewNode in
             if let existing = state.documents[info.id] { return existing.root }
             guard state.rootEntries[name] == nil else { throw .fileExists }
-            if record.uid != context.uid || record.gid != context.gid {
-                record.uid = context.uid
-                record.gid = context.gid
-            }
             let document = install(&state, info: info, rootRecord: record)
             document.committed = [record.id: record]
-            if record.uid != getuid() || record.gid != getgid() { changed(&state, document.root) }
+            // The store made it as this process's user; the next save records the caller.
+            if record.uid != context.uid || record.gid != context.gid {
+                document.root.record.uid = context.uid
+                document.root.record.gid = context.gid
+                changed(&state, document.root)
+            }
             state.rootChanged = .now
             return document.root
         }
@@ -160,20 +178,25 @@ extension DocumentFileSystem {
         node.name.string != document.info.name
     }
 
+    /// A new regular file in `parent`.
+    func createFile(
+        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions
+    )
+        throws(Errno) -> ViewNode
+    {
+        if parent == .root { return try createAtRoot(context, name: name, permissions: permissions) }
+        guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+        return try createInPackage(
+            context, directory: directory, name: name, kind: .regularFile, permissions: permissions)
+    }
+
     public func create(
         _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions,
         flags: OpenFlags, reply: ReplyCreate
     ) {
         answer(reply) { () throws(Errno) in
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
-            let node: ViewNode
-            if parent == .root {
-                node = try createAtRoot(context, name: name, permissions: permissions)
-            } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
-                node = try createInPackage(
-                    context, directory: directory, name: name, kind: .regularFile, permissions: permissions)
-            }
+            let node = try createFile(context, parent: parent, name: name, permissions: permissions)
             let (handle, attrs) = state.withLock { state in
                 node.openHandles += 1
                 node.openedGeneration = node.contents?.generation
@@ -198,14 +221,7 @@ extension DocumentFileSystem {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             // Wrappers are files, folders and links: no devices, fifos or sockets.
             guard type == .regular else { throw .notPermitted }
-            let node: ViewNode
-            if parent == .root {
-                node = try createAtRoot(context, name: name, permissions: permissions)
-            } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
-                node = try createInPackage(
-                    context, directory: directory, name: name, kind: .regularFile, permissions: permissions)
-            }
+            let node = try createFile(context, parent: parent, name: name, permissions: permissions)
             entry(reply, node, state.withLock { _ in attributes(node) })
         }
     }
@@ -221,31 +237,12 @@ extension DocumentFileSystem {
                 // A folder at the root is a new package document.
                 let text = try validate(name)
                 try ensureListing()
-                try state.withLock { state throws(Errno) in
-                    if state.rootEntries[name] != nil { throw .fileExists }
-                }
-                let mode = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
-                let info = try storeCall {
-                    try store.createDocument(
-                        named: text, kind: .package, type: nil, permissions: mode, origin: origin)
-                }
-                guard let record = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
-                    throw .ioError
-                }
-                node = try state.withLock { state throws(Errno) -> ViewNode in
-                    if let existing = state.documents[info.id] { return existing.root }
-                    let document = install(&state, info: info, rootRecord: record)
-                    document.committed = [record.id: record]
-                    if record.uid != context.uid || record.gid != context.gid {
-                        document.root.record.uid = context.uid
-                        document.root.record.gid = context.gid
-                        changed(&state, document.root)
-                    }
-                    state.rootChanged = .now
-                    return document.root
-                }
+                node = try createDocument(
+                    context, name: name, text: text, kind: .package, permissions: permissions)
             } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+                guard let directory = try resolve(parent, loadingChildren: true) else {
+                    throw .noSuchFileOrDirectory
+                }
                 node = try createInPackage(
                     context, directory: directory, name: name, kind: .directory, permissions: permissions)
             }
@@ -259,7 +256,9 @@ extension DocumentFileSystem {
     ) {
         answer(reply) { () throws(Errno) in
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
-            guard let destination = String(validating: target, as: UTF8.self) else { throw .illegalByteSequence }
+            guard let destination = String(validating: target, as: UTF8.self) else {
+                throw .illegalByteSequence
+            }
             let node: ViewNode
             if parent == .root {
                 // Only scratch links (emacs's lock `.#name`) at the root: a document is a file or
@@ -272,7 +271,8 @@ extension DocumentFileSystem {
                     guard state.rootEntries[name] == nil else { throw .fileExists }
                     let record = newRecord(
                         id, document: nil, parent: nil, name: text, kind: .symbolicLink,
-                        permissions: FilePermissions(rawValue: 0o777), context: RequestContext.umaskless(context),
+                        permissions: FilePermissions(rawValue: 0o777),
+                        context: RequestContext.umaskless(context),
                         linkTarget: destination)
                     let node = makeNode(storeID: id, document: nil, record: record, name: name)
                     node.atMountRoot = true
@@ -282,7 +282,9 @@ extension DocumentFileSystem {
                     return node
                 }
             } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+                guard let directory = try resolve(parent, loadingChildren: true) else {
+                    throw .noSuchFileOrDirectory
+                }
                 node = try createInPackage(
                     context.umaskless, directory: directory, name: name, kind: .symbolicLink,
                     permissions: FilePermissions(rawValue: 0o777), linkTarget: destination)
@@ -382,7 +384,9 @@ extension DocumentFileSystem {
             }
             return
         }
-        guard let directoryNode = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+        guard let directoryNode = try resolve(parent, loadingChildren: true) else {
+            throw .noSuchFileOrDirectory
+        }
         try state.withLock { state throws(Errno) in
             guard let node = directoryNode.children[name] else { throw .noSuchFileOrDirectory }
             if directory && node.kind != .directory { throw .notDirectory }
@@ -413,7 +417,8 @@ extension DocumentFileSystem {
     }
 
     func renameInPackage(
-        _ parent: NodeID, _ name: FUSE.FileName, _ newParent: NodeID, _ newName: FUSE.FileName, _ newText: String,
+        _ parent: NodeID, _ name: FUSE.FileName, _ newParent: NodeID, _ newName: FUSE.FileName,
+        _ newText: String,
         flags: RenameFlags
     ) throws(Errno) {
         guard let from = try resolve(parent, loadingChildren: true),

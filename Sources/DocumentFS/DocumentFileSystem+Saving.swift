@@ -86,7 +86,8 @@ extension DocumentFileSystem {
         let root = document.root
         // A document renamed away under a scratch name is not saved (it is still in the store
         // under its name); its changes wait.
-        guard root.linked, root.atMountRoot, !isHidden(root, of: document), state.rootEntries[root.name] === root
+        guard root.linked, root.atMountRoot, !isHidden(root, of: document),
+            state.rootEntries[root.name] === root
         else { return nil }
         let touched = document.touched
         document.touched = [:]
@@ -152,7 +153,9 @@ extension DocumentFileSystem {
 
     func startSaver() {
         let quiet = configuration.quietInterval
-        let pause = min(0.25, max(0.01, Double(quiet.components.seconds) + Double(quiet.components.attoseconds) / 1e18) / 4)
+        let pause = min(
+            0.25,
+            max(0.01, Double(quiet.components.seconds) + Double(quiet.components.attoseconds) / 1e18) / 4)
         let thread = Thread { [weak self] in
             while true {
                 guard let self, !self.state.withLock({ $0.stopping }) else { return }
@@ -169,7 +172,8 @@ extension DocumentFileSystem {
         let now = ContinuousClock.now
         let due = state.withLock { state in
             state.documents.values.filter { document in
-                (document.dirty || document.lastError != nil) && now - document.lastChange >= configuration.quietInterval
+                (document.dirty || document.lastError != nil)
+                    && now - document.lastChange >= configuration.quietInterval
             }
         }
         for document in due {
@@ -228,17 +232,21 @@ extension DocumentFileSystem {
         let info = try storeCall { try store.document(document.id) }
         let loaded = state.withLock { _ in document.isLoaded }
         if !loaded {
-            guard let root = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else { return }
+            guard let root = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
+                return
+            }
             let notices = state.withLock { _ -> [Notice] in
                 document.base = info.currentVersion
                 document.needsReload = false
                 guard document.root.persistAs == root.id, !document.root.contentsModified,
-                    !document.root.record.sameContent(as: root) || document.root.contents?.base.version != root.version
+                    !document.root.record.sameContent(as: root)
+                        || document.root.contents?.base.version != root.version
                 else { return [] }
                 var updated = root
                 updated.name = document.root.record.name
                 document.root.record = updated
-                document.root.contents?.reset(to: ContentBase(node: root.id, version: root.version, size: root.size))
+                document.root.contents?.reset(
+                    to: ContentBase(node: root.id, version: root.version, size: root.size))
                 return [.inode(document.root.ino)]
             }
             send(notices)
@@ -266,7 +274,9 @@ extension DocumentFileSystem {
 
     /// Shows `records` (the document at `version`) in the tree, keeping scratch files and nodes
     /// that are unchanged. Returns what the kernel must forget.
-    private func apply(_ state: inout State, _ document: DocumentState, records: [NodeRecord], version: VersionID)
+    private func apply(
+        _ state: inout State, _ document: DocumentState, records: [NodeRecord], version: VersionID
+    )
         -> [Notice]
     {
         var notices: [Notice] = []
@@ -291,24 +301,30 @@ extension DocumentFileSystem {
             seen.insert(record.id)
             if let node = byID[record.id] {
                 let before = old[record.id]
-                if before == nil || before?.version != record.version || !node.record.sameContent(as: record) {
+                if before == nil || before?.version != record.version || !node.record.sameContent(as: record)
+                {
                     // The root's name is the document's, which the root listing follows.
                     let keepName = node.atMountRoot ? node.name : FUSE.FileName(record.name)
-                    if node.name != keepName || (node.parent?.persistAs != record.parent && !node.atMountRoot) {
+                    if node.name != keepName || (node.parent?.persistAs != record.parent && !node.atMountRoot)
+                    {
                         notices.append(.entry(parent: parentIno(node), name: node.name))
                     }
                     var updated = record
                     if node.atMountRoot { updated.name = node.record.name }
                     node.record = updated
                     node.name = keepName
-                    if let contents = node.contents, before?.version != record.version || contents.size != record.size {
-                        contents.reset(to: ContentBase(node: record.id, version: record.version, size: record.size))
+                    if let contents = node.contents,
+                        before?.version != record.version || contents.size != record.size
+                    {
+                        contents.reset(
+                            to: ContentBase(node: record.id, version: record.version, size: record.size))
                     }
                     notices.append(.inode(node.ino))
                 }
             } else {
                 let node = makeNode(
-                    storeID: record.id, document: document.id, record: record, name: FUSE.FileName(record.name))
+                    storeID: record.id, document: document.id, record: record,
+                    name: FUSE.FileName(record.name))
                 byID[record.id] = node
                 state.nodes[node.ino] = node
             }
@@ -319,7 +335,9 @@ extension DocumentFileSystem {
         }
         document.root.children = document.root.children.filter { !isPersistedName($0.value) }
         for record in records where record.id != document.info.root {
-            guard let node = byID[record.id], let parentID = record.parent, let parent = byID[parentID] else { continue }
+            guard let node = byID[record.id], let parentID = record.parent, let parent = byID[parentID] else {
+                continue
+            }
             if node.parent !== parent, let previous = node.parent { notices.append(.inode(previous.ino)) }
             node.parent = parent
             node.linked = true
@@ -351,7 +369,9 @@ extension DocumentFileSystem {
         // wrappers the other save did not touch) is saved by the next save.
         document.touched = [:]
         for node in byID.values where node.linked {
-            if node.contentsModified || !(committed[node.persistAs].map { node.record.sameContent(as: $0) } ?? false) {
+            if node.contentsModified
+                || !(committed[node.persistAs].map { node.record.sameContent(as: $0) } ?? false)
+            {
                 document.touched[ObjectIdentifier(node)] = node
                 document.dirty = true
             }

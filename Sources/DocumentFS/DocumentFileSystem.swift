@@ -285,7 +285,8 @@ public final class DocumentFileSystem: FileSystem {
 
     /// A document's state and node at the root, from its listing and root record.
     func install(_ state: inout State, info: DocumentInfo, rootRecord: NodeRecord) -> DocumentState {
-        let node = makeNode(storeID: info.root, document: info.id, record: rootRecord, name: FUSE.FileName(info.name))
+        let node = makeNode(
+            storeID: info.root, document: info.id, record: rootRecord, name: FUSE.FileName(info.name))
         node.atMountRoot = true
         let document = DocumentState(info: info, root: node)
         state.documents[info.id] = document
@@ -319,14 +320,17 @@ public final class DocumentFileSystem: FileSystem {
     }
 
     /// Builds the node tree of a freshly read document.
-    private func attachTree(_ state: inout State, _ document: DocumentState, records: [NodeRecord], version: VersionID) {
+    private func attachTree(
+        _ state: inout State, _ document: DocumentState, records: [NodeRecord], version: VersionID
+    ) {
         var byID: [StoreNodeID: ViewNode] = [document.info.root: document.root]
         var committed: [StoreNodeID: NodeRecord] = [:]
         for record in records {
             committed[record.id] = record
             if record.id == document.info.root {
                 // The node at the root may already carry unsaved changes (chmod, a write).
-                if document.root.persistAs == record.id && !document.dirty && !document.root.contentsModified {
+                if document.root.persistAs == record.id && !document.dirty && !document.root.contentsModified
+                {
                     document.root.record = record
                 }
                 continue
@@ -620,7 +624,9 @@ public final class DocumentFileSystem: FileSystem {
         reply: ReplyEmpty
     ) {
         answer(reply) { () throws(Errno) in
-            if let directory = try resolve(node), let document = state.withLock({ self.document(&$0, of: directory) }) {
+            if let directory = try resolve(node),
+                let document = state.withLock({ self.document(&$0, of: directory) })
+            {
                 try save(document, durable: true)
             }
             try storeCall { try store.synchronize() }
