@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "DocumentEngine", targets: ["DocumentEngine"]),
         .library(name: "FUSE", targets: ["FUSE"]),
         .library(name: "DocumentFS", targets: ["DocumentFS"]),
+        .library(name: "PostgresStore", targets: ["PostgresStore"]),
         .executable(name: "docfs", targets: ["docfs"]),
     ],
     dependencies: [
@@ -18,6 +19,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        // The PostgreSQL store only; its NIO stack stays inside the PostgresStore module.
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         // libfuse 3.14's low-level API, imported through a shim header (FUSE_USE_VERSION 312).
@@ -48,6 +51,16 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
+        // The shared store on PostgreSQL. The only module that imports NIO (through postgres-nio).
+        .target(
+            name: "PostgresStore",
+            dependencies: [
+                "DocumentEngine",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         .target(
             name: "DocumentFS",
             dependencies: [
@@ -64,6 +77,7 @@ let package = Package(
                 "DocumentFS",
                 "FUSE",
                 "DocumentEngine",
+                "PostgresStore",
                 "SampleDocuments",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -75,11 +89,15 @@ let package = Package(
         .target(name: "SampleDocuments", dependencies: ["DocumentEngine"]),
         // Helpers shared by the test targets; not a product.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
+        // Store fixtures of every kind (SQLite, PostgreSQL) for the parameterised suites.
+        .target(name: "StoreTestSupport", dependencies: ["DocumentEngine", "PostgresStore"], path: "Tests/StoreTestSupport"),
         .testTarget(
             name: "DocumentEngineTests",
             dependencies: [
                 "DocumentEngine",
                 "TestSupport",
+                "StoreTestSupport",
+                "PostgresStore",
                 "CLinuxSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
                 // The store tests look at SQLite connection settings.
@@ -87,7 +105,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "SampleDocumentsTests", dependencies: ["SampleDocuments", "DocumentEngine"]),
-        .testTarget(name: "DocumentFSTests", dependencies: ["TestSupport", "DocumentFS", "DocumentEngine", "FUSE", "SampleDocuments", "CLinuxSupport", .product(name: "SystemPackage", package: "swift-system")]),
+        .testTarget(name: "DocumentFSTests", dependencies: ["TestSupport", "StoreTestSupport", "PostgresStore", "DocumentFS", "DocumentEngine", "FUSE", "SampleDocuments", "CLinuxSupport", .product(name: "SystemPackage", package: "swift-system")]),
         .testTarget(name: "DocfsTests", dependencies: ["TestSupport", "DocumentEngine", "SampleDocuments"]),
         // Micro-benchmark of the FUSE layer (scripts/fuse-bench.sh).
         .executableTarget(

@@ -6,6 +6,12 @@ cd "$(dirname "$0")/.."
 
 ./scripts/install-deps.sh
 
+# The PostgreSQL store's tests need a server: a local one on loopback unless one is given.
+if [ -z "${DOCFS_TEST_POSTGRES_URL:-}" ]; then
+    DOCFS_TEST_POSTGRES_URL=$(./scripts/postgres.sh start)
+fi
+export DOCFS_TEST_POSTGRES_URL
+
 swift build --build-tests
 # A hung test (a FUSE mount that never answers) must fail this run, not stall it: give the
 # whole suite a generous limit, then unmount anything the tests left behind.

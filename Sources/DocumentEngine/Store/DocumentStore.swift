@@ -68,6 +68,20 @@ public struct DocumentInfo: Sendable, Equatable {
     public var currentVersion: VersionID
     public var created: Timestamp
     public var modified: Timestamp
+
+    public init(
+        id: DocumentID, name: String, type: String, kind: DocumentKind, root: StoreNodeID,
+        currentVersion: VersionID, created: Timestamp, modified: Timestamp
+    ) {
+        self.id = id
+        self.name = name
+        self.type = type
+        self.kind = kind
+        self.root = root
+        self.currentVersion = currentVersion
+        self.created = created
+        self.modified = modified
+    }
 }
 
 /// One wrapper's metadata at some version. Reading it reads no contents.
@@ -201,6 +215,20 @@ public struct VersionInfo: Sendable, Equatable {
     public var isResolved: Bool
     /// Content bytes this save wrote.
     public var bytesWritten: Int64
+
+    public init(
+        id: VersionID, document: DocumentID, base: VersionID?, created: Timestamp, origin: String,
+        isConflict: Bool, isResolved: Bool, bytesWritten: Int64
+    ) {
+        self.id = id
+        self.document = document
+        self.base = base
+        self.created = created
+        self.origin = origin
+        self.isConflict = isConflict
+        self.isResolved = isResolved
+        self.bytesWritten = bytesWritten
+    }
 }
 
 /// What a save did.
@@ -214,6 +242,13 @@ public struct SaveResult: Sendable, Equatable {
     public var bytesWritten: Int64
     /// Wrapper records written.
     public var nodesWritten: Int
+
+    public init(version: VersionInfo, chunksWritten: Int, bytesWritten: Int64, nodesWritten: Int) {
+        self.version = version
+        self.chunksWritten = chunksWritten
+        self.bytesWritten = bytesWritten
+        self.nodesWritten = nodesWritten
+    }
 }
 
 /// How long old versions are kept. Both limits apply: a version is dropped only when it is
@@ -252,6 +287,17 @@ public struct StoreEvent: Sendable, Equatable {
     /// The document's name after the event.
     public var name: String
     public var origin: String
+
+    public init(
+        sequence: Int64, kind: Kind, document: DocumentID, version: VersionID?, name: String, origin: String
+    ) {
+        self.sequence = sequence
+        self.kind = kind
+        self.document = document
+        self.version = version
+        self.name = name
+        self.origin = origin
+    }
 }
 
 /// Counters of a store's I/O, for tests and benchmarks.
@@ -385,9 +431,19 @@ public protocol DocumentStore: AnyObject, Sendable {
     /// Checks every chunk against its hash, that every wrapper is reachable, that nothing dangles,
     /// and that sizes agree.
     func checkIntegrity() throws -> IntegrityReport
+
+    /// Drops chunks cached in memory, so the next reads come from the database (for tests and
+    /// benchmarks that measure cold reads).
+    func purgeCache()
 }
 
 extension DocumentStore {
     /// All wrapper records of a document at its current version.
     public func nodes(of document: DocumentID) throws -> [NodeRecord] { try nodes(of: document, at: nil) }
+
+    /// One wrapper record at the current version, or nil if it does not exist.
+    public func node(_ id: StoreNodeID) throws -> NodeRecord? { try node(id, at: nil) }
+
+    /// A store without a cache has nothing to drop.
+    public func purgeCache() {}
 }

@@ -368,7 +368,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
     }
 
     /// A type identifier from the name's extension, for documents created without one.
-    static func typeIdentifier(forName name: String) -> String {
+    package static func typeIdentifier(forName name: String) -> String {
         let ext = (name as NSString).pathExtension.lowercased()
         switch ext {
         case "": return "public.data"
@@ -965,10 +965,10 @@ public final class SQLiteStore: DocumentStore, Sendable {
             arguments: [node.rawValue, branch, index, version.rawValue, chunk])
     }
 
-    static func hash(_ data: Data) -> Data { Data(SHA256.hash(data: data)) }
+    package static func hash(_ data: Data) -> Data { Data(SHA256.hash(data: data)) }
 
     /// Whether every byte is zero: such a chunk is stored as a hole.
-    static func isZero(_ data: Data) -> Bool {
+    package static func isZero(_ data: Data) -> Bool {
         data.withUnsafeBytes { raw in
             var words = raw.count / 8
             var index = 0
@@ -1283,8 +1283,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
 /// The store's `user.` extended attributes as one blob: u32 count, then per attribute a u16 name
 /// length, the name, a u32 value length and the value (little-endian). Decoding checks every
 /// length, so a damaged row gives an error, not a crash.
-enum XattrCoding {
-    static func encode(_ xattrs: [String: Data]) -> Data {
+package enum XattrCoding {
+    package static func encode(_ xattrs: [String: Data]) -> Data {
         var out = Data()
         func append<T: FixedWidthInteger>(_ v: T) {
             withUnsafeBytes(of: v.littleEndian) { out.append(contentsOf: $0) }
@@ -1300,7 +1300,7 @@ enum XattrCoding {
         return out
     }
 
-    static func decode(_ data: Data) throws -> [String: Data] {
+    package static func decode(_ data: Data) throws -> [String: Data] {
         if data.isEmpty { return [:] }
         let bytes = [UInt8](data)
         var offset = 0
@@ -1337,22 +1337,22 @@ enum XattrCoding {
 }
 
 /// A least-recently-used cache of chunk bytes by chunk id (ids are never reused).
-struct ChunkCache {
+package struct ChunkCache {
     let capacity: Int
     private var entries: [Int64: (data: Data, tick: UInt64)] = [:]
     private var bytes = 0
     private var tick: UInt64 = 0
 
-    init(capacity: Int) { self.capacity = capacity }
+    package init(capacity: Int) { self.capacity = capacity }
 
-    mutating func get(_ id: Int64) -> Data? {
+    package mutating func get(_ id: Int64) -> Data? {
         guard let entry = entries[id] else { return nil }
         tick += 1
         entries[id] = (entry.data, tick)
         return entry.data
     }
 
-    mutating func put(_ id: Int64, _ data: Data) {
+    package mutating func put(_ id: Int64, _ data: Data) {
         guard data.count <= capacity / 4 else { return }
         tick += 1
         if let old = entries.updateValue((data, tick), forKey: id) { bytes -= old.data.count }
@@ -1367,7 +1367,7 @@ struct ChunkCache {
         }
     }
 
-    mutating func removeAll() {
+    package mutating func removeAll() {
         entries = [:]
         bytes = 0
     }

@@ -5,8 +5,14 @@ import Synchronization
 /// to a handler on a dedicated thread, never on a caller's or a request handler's thread.
 ///
 /// It polls the store's event log (for SQLite, one indexed read of the latest sequence number per
-/// interval), so it works across processes without a server.
+/// interval), so it works across processes without a server. A store that pushes notifications
+/// (``StoreChangeNotifying``, e.g. PostgreSQL's LISTEN/NOTIFY) wakes it at once instead, and it
+/// polls only every ``notifiedPollInterval`` in case a notification was lost.
 public final class StoreObserver: Sendable {
+    /// How often a store that notifies is polled anyway: a notification sent while the listening
+    /// connection was down is lost, and the poll finds its event.
+    public static let notifiedPollInterval: Duration = .seconds(1)
+
     private let store: any DocumentStore
     private let interval: Duration
     private let handler: @Sendable ([StoreEvent]) -> Void
@@ -25,12 +31,21 @@ public final class StoreObserver: Sendable {
         let pause = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
         // The thread holds the observer only while polling, so an observer nobody stops is still
         // freed (and stops) when its last owner lets go.
+        let notifying = store as? any StoreChangeNotifying
         let thread = Thread { [weak self] in
+            // Taken before the first poll, so a change committed during that poll still ends the
+            // next wait.
+            var generation = notifying?.changeGeneration ?? 0
             var last = start
             while let observer = self, !observer.stopped.load(ordering: .sequentiallyConsistent) {
                 last = observer.poll(after: last)
                 _ = consume observer
-                Thread.sleep(forTimeInterval: pause)
+                if let notifying {
+                    generation = notifying.waitForChange(
+                        after: generation, timeout: Self.notifiedPollInterval)
+                } else {
+                    Thread.sleep(forTimeInterval: pause)
+                }
             }
         }
         thread.name = "docfs.store-observer"
@@ -61,6 +76,17 @@ public final class StoreObserver: Sendable {
             return last
         }
     }
+}
+
+/// A store that tells its observers when it may have changed, so they need not poll often.
+public protocol StoreChangeNotifying: DocumentStore {
+    /// A counter that grows whenever the store may have a new event (any process's save, create,
+    /// rename or delete), and whenever notifications may have been missed (a reconnection).
+    /// Reading it starts listening if the store was not yet.
+    var changeGeneration: UInt64 { get }
+    /// Blocks until ``changeGeneration`` exceeds `generation` or `timeout` passes; returns the
+    /// generation then.
+    func waitForChange(after generation: UInt64, timeout: Duration) -> UInt64
 }
 
 extension DocumentStore {

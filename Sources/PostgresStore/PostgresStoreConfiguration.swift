@@ -1,0 +1,128 @@
+import DocumentEngine
+import Foundation
+import PostgresNIO
+
+extension PostgresStore {
+    /// Where a PostgreSQL store is and how to log in: from a `postgres://` URL, with libpq's
+    /// environment variables (`PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`,
+    /// `PGSSLMODE`) for what the URL leaves out.
+    public struct Configuration: Sendable, Equatable {
+        /// A host name or address, or an absolute path: the folder of the server's Unix socket.
+        public var host: String
+        public var port: Int
+        public var user: String
+        public var password: String?
+        public var database: String
+        /// Whether to require TLS (`sslmode=require`); otherwise the connection is plain.
+        public var requireTLS: Bool
+        /// How long any one request (connecting included) may take before it fails with an
+        /// I/O error.
+        public var timeout: Duration
+
+        public init(
+            host: String = "127.0.0.1", port: Int = 5432, user: String = "postgres", password: String? = nil,
+            database: String, requireTLS: Bool = false, timeout: Duration = .seconds(10)
+        ) {
+            self.host = host
+            self.port = port
+            self.user = user
+            self.password = password
+            self.database = database
+            self.requireTLS = requireTLS
+            self.timeout = timeout
+        }
+
+        /// Whether `text` names a PostgreSQL store (`postgres://` or `postgresql://`).
+        public static func isURL(_ text: String) -> Bool {
+            text.hasPrefix("postgres://") || text.hasPrefix("postgresql://")
+        }
+
+        /// Parses `postgres://[user[:password]@][host][:port][/database][?sslmode=…&host=…]`.
+        public init(url text: String, environment: [String: String] = ProcessInfo.processInfo.environment)
+            throws
+        {
+            guard Self.isURL(text), let components = URLComponents(string: text) else {
+                throw DocumentStoreError.invalidName(text, reason: "not a postgres:// URL")
+            }
+            var query: [String: String] = [:]
+            for item in components.queryItems ?? [] { query[item.name] = item.value ?? "" }
+            func nonEmpty(_ value: String?) -> String? { value.flatMap { $0.isEmpty ? nil : $0 } }
+            host =
+                nonEmpty(components.percentEncodedHost?.removingPercentEncoding) ?? nonEmpty(query["host"])
+                ?? nonEmpty(environment["PGHOST"]) ?? "127.0.0.1"
+            if let port = components.port {
+                self.port = port
+            } else if let text = nonEmpty(query["port"]) ?? nonEmpty(environment["PGPORT"]) {
+                guard let port = Int(text), (1...65535).contains(port) else {
+                    throw DocumentStoreError.invalidName(text, reason: "not a port number")
+                }
+                self.port = port
+            } else {
+                port = 5432
+            }
+            user =
+                nonEmpty(components.user?.removingPercentEncoding) ?? nonEmpty(query["user"])
+                ?? nonEmpty(environment["PGUSER"]) ?? nonEmpty(environment["USER"]) ?? "postgres"
+            password =
+                components.password?.removingPercentEncoding ?? query["password"] ?? environment["PGPASSWORD"]
+            let path = components.path.hasPrefix("/") ? String(components.path.dropFirst()) : components.path
+            database =
+                nonEmpty(path.removingPercentEncoding) ?? nonEmpty(query["dbname"])
+                ?? nonEmpty(environment["PGDATABASE"]) ?? user
+            let mode = nonEmpty(query["sslmode"]) ?? nonEmpty(environment["PGSSLMODE"]) ?? "disable"
+            switch mode {
+            case "disable", "allow", "prefer": requireTLS = false
+            case "require", "verify-ca", "verify-full": requireTLS = true
+            default: throw DocumentStoreError.invalidName(mode, reason: "unknown sslmode")
+            }
+            if let text = nonEmpty(query["connect_timeout"]), let seconds = Int(text), seconds > 0 {
+                timeout = .seconds(seconds)
+            } else {
+                timeout = .seconds(10)
+            }
+        }
+
+        /// The store as a URL without its password, for messages and listings.
+        public var url: String {
+            var components = URLComponents()
+            components.scheme = "postgres"
+            components.user = user
+            if host.hasPrefix("/") {
+                components.host = ""
+                components.queryItems = [URLQueryItem(name: "host", value: host)]
+            } else {
+                components.host = host
+            }
+            components.port = port
+            components.path = "/" + database
+            return components.string ?? "postgres://\(user)@\(host):\(port)/\(database)"
+        }
+
+        /// This configuration for another database on the same server.
+        public func with(database: String) -> Configuration {
+            var copy = self
+            copy.database = database
+            return copy
+        }
+
+        func connectionConfiguration() throws -> PostgresConnection.Configuration {
+            if host.hasPrefix("/") {
+                return PostgresConnection.Configuration(
+                    unixSocketPath: "\(host)/.s.PGSQL.\(port)", username: user, password: password,
+                    database: database)
+            }
+            let tls: PostgresConnection.Configuration.TLS
+            if requireTLS {
+                do {
+                    tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+                } catch {
+                    throw DocumentStoreError.io("cannot set up TLS for \(url): \(error)")
+                }
+            } else {
+                tls = .disable
+            }
+            return PostgresConnection.Configuration(
+                host: host, port: port, username: user, password: password, database: database, tls: tls)
+        }
+    }
+}
