@@ -1,16 +1,20 @@
 import DocumentEngine
 import Foundation
+import PostgresStore
+import StoreTestSupport
 import Testing
 import TestSupport
 
-/// The SQLite store: documents, lazy reads, incremental and atomic saves, versions, conflicts.
+/// The stores (SQLite, PostgreSQL): documents, lazy reads, incremental and atomic saves, versions,
+/// conflicts. Each test taking a `StoreKind` runs once per store.
 @Suite struct SQLiteStoreTests {
     let tmp: TemporaryDirectory
-    let store: SQLiteStore
+    let fixture: StoreFixture
+    var store: any DocumentStore { fixture.store }
 
-    init() throws {
+    init(_ kind: StoreKind = .sqlite) throws {
         tmp = try TemporaryDirectory()
-        store = try SQLiteStore(path: tmp.path("Test.docstore"), options: .create, chunkSize: 64 * 1024)
+        fixture = try StoreFixture(kind, chunkSize: 64 * 1024)
     }
 
     /// Adds a regular file with `data` to a package document and saves it.
@@ -36,7 +40,8 @@ import TestSupport
         return try store.readContents(of: id, at: version, offset: 0, count: Int(size))
     }
 
-    @Test("Documents: create, list, find, rename, delete and undelete")
+    @Test("Documents: create, list, find, rename, delete and undelete", arguments: StoreKind.all)
+    static func documentLifecycle(_ kind: StoreKind) throws { try Self(kind).documentLifecycle() }
     func documentLifecycle() throws {
         let package = try store.createDocument(
             named: "Things I Own.mystuff", kind: .package, type: nil, permissions: nil, origin: "test")
@@ -65,14 +70,15 @@ import TestSupport
         #expect(try store.documents().count == 2)
     }
 
-    @Test("Lazy: listing documents and wrappers reads no contents; a ranged read reads only its chunks")
+    @Test("Lazy: listing documents and wrappers reads no contents; a ranged read reads only its chunks", arguments: StoreKind.all)
+    static func lazyReads(_ kind: StoreKind) throws { try Self(kind).lazyReads() }
     func lazyReads() throws {
         let doc = try store.createDocument(
             named: "Big.pkg", kind: .package, type: nil, permissions: nil, origin: "")
         let big = (0..<10).map { sampleBytes(64 * 1024, seed: UInt64($0)) }.reduce(Data(), +)
         let (id, _) = try addFile("big.bin", big, to: doc)
         for i in 0..<20 { try addFile("small\(i).txt", Data("file \(i)".utf8), to: doc) }
-        store.purgeCache()
+        fixture.purgeCache()
         let before = store.statistics
         _ = try store.documents()
         let nodes = try store.nodes(of: doc.id)
@@ -132,7 +138,8 @@ import TestSupport
         #expect(try store.readContents(of: id, at: nil, offset: size, count: 10) == Data([0x2A]))
     }
 
-    @Test("Incremental: replacing one 1 MB image of 100 writes that image's chunks and metadata only")
+    @Test("Incremental: replacing one 1 MB image of 100 writes that image's chunks and metadata only", arguments: StoreKind.all)
+    static func replaceOneImage(_ kind: StoreKind) throws { try Self(kind).replaceOneImage() }
     func replaceOneImage() throws {
         let doc = try store.createDocument(
             named: "Album.pkg", kind: .package, type: nil, permissions: nil, origin: "")
@@ -146,19 +153,24 @@ import TestSupport
             changes.contents[id] = .replace(DataContentsSource(sampleBytes(1_000_000, seed: UInt64(i))))
         }
         let saved = try store.save(changes)
-        try store.checkpoint()
+        let sqlite = store as? SQLiteStore
+        try sqlite?.checkpoint()
         var replace = DocumentChanges(document: doc.id, base: saved.version.id)
         replace.contents[ids[42]] = .replace(DataContentsSource(sampleBytes(1_000_000, seed: 4242)))
         let result = try store.save(replace)
         #expect(result.bytesWritten == 1_000_000)
         #expect(result.nodesWritten == 1)
-        let wal = try FileFacts(store.path + "-wal").size
-        #expect(wal <= 1_100_000 + 64 * 1024, "the save wrote \(wal) bytes of WAL")
+        // The log measures SQLite's writes; PostgreSQL's server log is shared with other tests.
+        if let sqlite {
+            let wal = try FileFacts(sqlite.path + "-wal").size
+            #expect(wal <= 1_100_000 + 64 * 1024, "the save wrote \(wal) bytes of WAL")
+        }
         #expect(try contents(ids[42]) == sampleBytes(1_000_000, seed: 4242))
         #expect(try contents(ids[41]) == sampleBytes(1_000_000, seed: 41))
     }
 
-    @Test("Identical contents are stored once (content-addressed chunks)")
+    @Test("Identical contents are stored once (content-addressed chunks)", arguments: StoreKind.all)
+    static func deduplication(_ kind: StoreKind) throws { try Self(kind).deduplication() }
     func deduplication() throws {
         let doc = try store.createDocument(
             named: "Dups.pkg", kind: .package, type: nil, permissions: nil, origin: "")
@@ -169,7 +181,8 @@ import TestSupport
         #expect(second.bytesWritten == 0)
     }
 
-    @Test("Truncation and growth: bytes past a shrink read back as zeros")
+    @Test("Truncation and growth: bytes past a shrink read back as zeros", arguments: StoreKind.all)
+    static func truncateAndGrow(_ kind: StoreKind) throws { try Self(kind).truncateAndGrow() }
     func truncateAndGrow() throws {
         let doc = try store.createDocument(
             named: "T.pkg", kind: .package, type: nil, permissions: nil, origin: "")
@@ -191,7 +204,8 @@ import TestSupport
         #expect(try store.checkIntegrity().isClean)
     }
 
-    @Test("Versions: every save is one; old versions read as they were; restore is a new save")
+    @Test("Versions: every save is one; old versions read as they were; restore is a new save", arguments: StoreKind.all)
+    static func versions(_ kind: StoreKind) throws { try Self(kind).versions() }
     func versions() throws {
         let doc = try store.createDocument(
             named: "V.pkg", kind: .package, type: nil, permissions: nil, origin: "app")
@@ -218,7 +232,8 @@ import TestSupport
         #expect(try store.events(after: 0).last?.kind == .restored)
     }
 
-    @Test("Conflicts: a save based on an old version keeps both; rebase and fail policies")
+    @Test("Conflicts: a save based on an old version keeps both; rebase and fail policies", arguments: StoreKind.all)
+    static func conflicts(_ kind: StoreKind) throws { try Self(kind).conflicts() }
     func conflicts() throws {
         let doc = try store.createDocument(
             named: "C.pkg", kind: .package, type: nil, permissions: nil, origin: "")
@@ -256,7 +271,8 @@ import TestSupport
         #expect(try store.versions(of: doc.id).first { $0.id == conflict.version.id }?.isResolved == true)
     }
 
-    @Test("A save is validated: unique names, existing directory parents, no root removal")
+    @Test("A save is validated: unique names, existing directory parents, no root removal", arguments: StoreKind.all)
+    static func invalidSaves(_ kind: StoreKind) throws { try Self(kind).invalidSaves() }
     func invalidSaves() throws {
         let doc = try store.createDocument(
             named: "I.pkg", kind: .package, type: nil, permissions: nil, origin: "")
@@ -289,7 +305,8 @@ import TestSupport
         #expect(try store.nodes(of: doc.id).count == 2)
     }
 
-    @Test("Removing a directory removes its subtree; renames and moves are record changes")
+    @Test("Removing a directory removes its subtree; renames and moves are record changes", arguments: StoreKind.all)
+    static func treeChanges(_ kind: StoreKind) throws { try Self(kind).treeChanges() }
     func treeChanges() throws {
         let doc = try store.createDocument(
             named: "Tree.pkg", kind: .package, type: nil, permissions: nil, origin: "")
@@ -325,7 +342,8 @@ import TestSupport
         #expect(try store.checkIntegrity().isClean)
     }
 
-    @Test("Metadata round-trips exactly: modes, owners, nanosecond times, preferred names, xattrs")
+    @Test("Metadata round-trips exactly: modes, owners, nanosecond times, preferred names, xattrs", arguments: StoreKind.all)
+    static func metadata(_ kind: StoreKind) throws { try Self(kind).metadata() }
     func metadata() throws {
         let doc = try store.createDocument(
             named: "M.pkg", kind: .package, type: "com.example.m", permissions: 0o700, origin: "")
@@ -351,9 +369,10 @@ import TestSupport
         #expect(abs(Timestamp(time.date).rawValue - time.rawValue) < 1000)  // a Date holds ~0.1 µs
     }
 
-    @Test("Several connections (as several processes) see each other's saves and events")
+    @Test("Several connections (as several processes) see each other's saves and events", arguments: StoreKind.all)
+    static func sharedStore(_ kind: StoreKind) throws { try Self(kind).sharedStore() }
     func sharedStore() throws {
-        let other = try SQLiteStore(path: store.path)
+        let other = try fixture.reopen()
         let doc = try store.createDocument(
             named: "Shared.txt", kind: .flat, type: nil, permissions: nil, origin: "app")
         let start = try other.latestEventSequence()
@@ -410,11 +429,13 @@ struct DistinctChunks: ContentsSource {
 
 /// Observing a store from another connection, as another process would.
 @Suite struct StoreObserverTests {
-    @Test("An observer sees another connection's saves, renames and deletions within a second")
-    func observer() async throws {
-        let tmp = try TemporaryDirectory()
-        let writer = try SQLiteStore(path: tmp.path("O.docstore"), options: .create)
-        let reader = try SQLiteStore(path: tmp.path("O.docstore"))
+    @Test(
+        "An observer sees another connection's saves, renames and deletions within a second",
+        arguments: StoreKind.all)
+    func observer(_ kind: StoreKind) async throws {
+        let fixture = try StoreFixture(kind)
+        let writer = fixture.store
+        let reader = try fixture.reopen()
         let seen = Locked<[StoreEvent]>([])
         let observer = try StoreObserver(store: reader, interval: .milliseconds(20)) { events in
             seen.withLock { $0 += events }
@@ -435,10 +456,10 @@ struct DistinctChunks: ContentsSource {
         #expect(seen.withLock { $0.map(\.document) }.allSatisfy { $0 == doc.id })
     }
 
-    @Test("changes() streams events as an AsyncSequence")
-    func stream() async throws {
-        let tmp = try TemporaryDirectory()
-        let store = try SQLiteStore(path: tmp.path("S.docstore"), options: .create)
+    @Test("changes() streams events as an AsyncSequence", arguments: StoreKind.all)
+    func stream(_ kind: StoreKind) async throws {
+        let fixture = try StoreFixture(kind)
+        let store = fixture.store
         let stream = try store.changes(interval: .milliseconds(20))
         _ = try store.createDocument(named: "n.txt", kind: .flat, type: nil, permissions: nil, origin: "")
         var iterator = stream.makeAsyncIterator()
@@ -449,10 +470,10 @@ struct DistinctChunks: ContentsSource {
 
 /// Fixes from review: retention granularity and incremental restore.
 @Suite struct SQLiteStoreRetentionDetailTests {
-    @Test("keepFor honours fractions of a second; restore reads only files that differ")
-    func details() throws {
-        let tmp = try TemporaryDirectory()
-        let store = try SQLiteStore(path: tmp.path("R.docstore"), options: .create)
+    @Test("keepFor honours fractions of a second; restore reads only files that differ", arguments: StoreKind.all)
+    func details(_ kind: StoreKind) throws {
+        let fixture = try StoreFixture(kind)
+        let store = fixture.store
         let doc = try store.createDocument(
             named: "R.pkg", kind: .package, type: nil, permissions: nil, origin: "")
         let ids = try store.makeNodeIDs(count: 2)
@@ -468,7 +489,7 @@ struct DistinctChunks: ContentsSource {
         var edit = DocumentChanges(document: doc.id, base: v1.version.id)
         edit.contents[ids[0]] = .replace(DataContentsSource(Data("small".utf8)))
         try store.save(edit)
-        store.purgeCache()
+        fixture.purgeCache()
         let before = store.statistics.bytesRead
         let restored = try store.restore(v1.version.id, of: doc.id, origin: "test")
         // f1 did not change: not read. f0 is read from v1 (300,000 bytes) and compared.
@@ -483,18 +504,26 @@ struct DistinctChunks: ContentsSource {
 }
 
 @Suite struct StoreObserverLifetimeTests {
-    @Test("An observer nobody stops is freed with its last owner, and lets its store go")
-    func freedWithoutStop() async throws {
+    @Test("An observer nobody stops is freed with its last owner, and lets its store go", arguments: StoreKind.all)
+    func freedWithoutStop(_ kind: StoreKind) async throws {
         let tmp = try TemporaryDirectory()
-        weak var weakStore: SQLiteStore?
+        let database = kind == .postgres ? try StoreFixture.newDatabase() : nil
+        defer { if let database { try? PostgresStore.dropDatabase(database) } }
+        weak var weakStore: (any DocumentStore)?
         weak var weakObserver: StoreObserver?
         do {
-            let store = try SQLiteStore(path: tmp.path("L.docstore"), options: .create)
+            let store: any DocumentStore =
+                if let database {
+                    try PostgresStore(configuration: database, options: .create)
+                } else {
+                    try SQLiteStore(path: tmp.path("L.docstore"), options: .create)
+                }
             let observer = try StoreObserver(store: store, interval: .milliseconds(10)) { _ in }
             weakStore = store
             weakObserver = observer
         }
-        let deadline = ContinuousClock.now + .seconds(2)
+        // A notifying store's observer wakes at least every notifiedPollInterval.
+        let deadline = ContinuousClock.now + .seconds(2) + StoreObserver.notifiedPollInterval
         while (weakObserver != nil || weakStore != nil) && ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(10))
         }

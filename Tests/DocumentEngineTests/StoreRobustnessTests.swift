@@ -1,6 +1,7 @@
 import CLinuxSupport
 import Foundation
 import GRDB
+import StoreTestSupport
 import Testing
 import TestSupport
 
@@ -202,10 +203,9 @@ import TestSupport
 
     // MARK: Integrity check
 
-    @Test func integrityFindsCorruptAndMissingChunks() throws {
-        let tmp = try TemporaryDirectory()
-        let path = tmp.path("Check.docstore")
-        let store = try SQLiteStore(path: path, options: .create, chunkSize: 32 * 1024)
+    @Test(arguments: StoreKind.all) func integrityFindsCorruptAndMissingChunks(_ kind: StoreKind) throws {
+        let fixture = try StoreFixture(kind, chunkSize: 32 * 1024)
+        let store = fixture.store
         let info = try store.createDocument(
             named: "Doc.pkg", kind: .package, type: nil, permissions: nil, origin: "test")
         var version = info.currentVersion
@@ -228,12 +228,12 @@ import TestSupport
         #expect(healthy.chunksChecked > 30)
         #expect(healthy.nodesChecked >= 7)
 
-        let ids = try StoreTestTools.sqlite(path, "SELECT id FROM chunks ORDER BY id LIMIT 2 OFFSET 5;")
-            .split(separator: "\n")
+        let ids = try fixture.sql("SELECT id FROM chunks ORDER BY id LIMIT 2 OFFSET 5;").split(separator: "\n")
         #expect(ids.count == 2)
         let (damaged, removed) = (String(ids[0]), String(ids[1]))
-        try StoreTestTools.sqlite(path, "UPDATE chunks SET data = randomblob(size) WHERE id = \(damaged);")
-        try StoreTestTools.sqlite(path, "DELETE FROM chunks WHERE id = \(removed);")
+        let random = kind == .sqlite ? "randomblob(size)" : "decode(repeat(md5(random()::text), 2), 'hex')"
+        try fixture.sql("UPDATE chunks SET data = \(random) WHERE id = \(damaged);")
+        try fixture.sql("DELETE FROM chunks WHERE id = \(removed);")
         let report = try store.checkIntegrity()
         #expect(
             report.problems.contains("chunk \(damaged): its bytes do not match its hash"),
@@ -259,7 +259,7 @@ import TestSupport
     }
 
     /// Every regular file of a document at `version`, by path.
-    func files(_ store: SQLiteStore, _ document: DocumentID, at version: VersionID) throws -> [String: Data] {
+    func files(_ store: any DocumentStore, _ document: DocumentID, at version: VersionID) throws -> [String: Data] {
         var result: [String: Data] = [:]
         func visit(_ wrapper: FileWrapper, _ path: String) throws {
             if wrapper.isRegularFile { result[path] = try wrapper.contents() }
@@ -271,10 +271,9 @@ import TestSupport
         return result
     }
 
-    @Test func garbageCollectionKeepsTheLastVersionsExactly() throws {
-        let tmp = try TemporaryDirectory()
-        let path = tmp.path("Retain.docstore")
-        let store = try SQLiteStore(path: path, options: .create, chunkSize: 16 * 1024)
+    @Test(arguments: StoreKind.all) func garbageCollectionKeepsTheLastVersionsExactly(_ kind: StoreKind) throws {
+        let fixture = try StoreFixture(kind, chunkSize: 16 * 1024)
+        let store = fixture.store
         let info = try store.createDocument(
             named: "Doc.pkg", kind: .package, type: nil, permissions: nil, origin: "test")
         var version = info.currentVersion
@@ -301,7 +300,7 @@ import TestSupport
         #expect(all.count == 11)
         var before: [VersionID: [String: Data]] = [:]
         for v in all { before[v.id] = try files(store, info.id, at: v.id) }
-        let counted = try StoreTestTools.sqlite(path, "SELECT COUNT(*), SUM(size) FROM chunks;").split(
+        let counted = try fixture.sql("SELECT COUNT(*), SUM(size) FROM chunks;").split(
             separator: "|")
         let (chunksBefore, bytesBefore) = (Int(counted[0]) ?? -1, Int64(counted[1]) ?? -1)
 
@@ -322,7 +321,7 @@ import TestSupport
         let needed = kept.reduce(into: Set<Data>()) {
             $0.formUnion(chunks(of: before[$1.id] ?? [:], chunkSize: store.chunkSize))
         }
-        let countedAfter = try StoreTestTools.sqlite(path, "SELECT COUNT(*), SUM(size) FROM chunks;").split(
+        let countedAfter = try fixture.sql("SELECT COUNT(*), SUM(size) FROM chunks;").split(
             separator: "|")
         let (chunksAfter, bytesAfter) = (Int(countedAfter[0]) ?? -1, Int64(countedAfter[1]) ?? -1)
         print(
@@ -340,10 +339,9 @@ import TestSupport
         #expect(again == CollectionReport())
     }
 
-    @Test func deletedDocumentsGoAfterTheirTime() throws {
-        let tmp = try TemporaryDirectory()
-        let path = tmp.path("Deleted.docstore")
-        let store = try SQLiteStore(path: path, options: .create)
+    @Test(arguments: StoreKind.all) func deletedDocumentsGoAfterTheirTime(_ kind: StoreKind) throws {
+        let fixture = try StoreFixture(kind)
+        let store = fixture.store
         var ids: [DocumentID] = []
         for (i, name) in ["Old.txt", "Recent.txt"].enumerated() {
             let info = try store.createDocument(

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import StoreTestSupport
 import TestSupport
 import Testing
 
@@ -45,17 +46,16 @@ struct LoggingSource: ContentsSource {
     }
 }
 
-/// A flat document in a fresh store with 4 KiB chunks.
+/// A flat document in a fresh store (SQLite unless told) with 4 KiB chunks.
 struct FlatFile {
     static let chunk = 4096
-    let tmp: TemporaryDirectory
-    let store: SQLiteStore
+    let fixture: StoreFixture
+    var store: any DocumentStore { fixture.store }
     let document: DocumentInfo
 
-    init() throws {
-        tmp = try TemporaryDirectory()
-        store = try SQLiteStore(path: tmp.path("W.docstore"), options: .create, chunkSize: Self.chunk)
-        document = try store.createDocument(
+    init(_ kind: StoreKind = .sqlite) throws {
+        fixture = try StoreFixture(kind, chunkSize: Self.chunk, name: "W")
+        document = try fixture.store.createDocument(
             named: "file.bin", kind: .flat, type: nil, permissions: nil, origin: "test")
     }
 
@@ -75,14 +75,16 @@ struct FlatFile {
 
     /// The chunk_map rows a version wrote, as "index:chunk" ("index:" for a hole).
     func rows(of version: VersionID) throws -> [String] {
-        try StoreTestTools.sqlite(
-            store.path,
-            "SELECT idx || ':' || ifnull(chunk, '') FROM chunk_map WHERE version = \(version.rawValue) ORDER BY idx;"
+        try fixture.sql(
+            """
+            SELECT idx || ':' || CASE WHEN chunk IS NULL THEN '' ELSE CAST(chunk AS TEXT) END FROM chunk_map
+            WHERE version = \(version.rawValue) ORDER BY idx;
+            """
         ).split(separator: "\n").map(String.init)
     }
 
     func chunkCount() throws -> Int {
-        Int(try StoreTestTools.sqlite(store.path, "SELECT COUNT(*) FROM chunks;")) ?? -1
+        Int(try fixture.sql("SELECT COUNT(*) FROM chunks;")) ?? -1
     }
 
     /// `data` with chunk `index` replaced by `bytes`.
@@ -96,12 +98,12 @@ struct FlatFile {
 @Suite struct SparseUpdateTests {
     let c = FlatFile.chunk
 
-    @Test("Appending into the last chunk of a multi-chunk file reads and writes that one chunk")
-    func appendIntoLastChunk() throws {
-        let file = try FlatFile()
+    @Test("Appending into the last chunk of a multi-chunk file reads and writes that one chunk", arguments: StoreKind.all)
+    func appendIntoLastChunk(_ kind: StoreKind) throws {
+        let file = try FlatFile(kind)
         let old = sampleBytes(10 * c + 100, seed: 1)
         try file.save(.replace(DataContentsSource(old)))
-        file.store.purgeCache()
+        file.fixture.purgeCache()
         let new = old + sampleBytes(50, seed: 2)
         let source = LoggingSource(new)
         let before = file.store.statistics
@@ -117,9 +119,9 @@ struct FlatFile {
         #expect(try file.store.checkIntegrity().isClean)
     }
 
-    @Test("Listing a middle chunk changes it alone; a listed chunk with the same bytes writes no row")
-    func middleChunk() throws {
-        let file = try FlatFile()
+    @Test("Listing a middle chunk changes it alone; a listed chunk with the same bytes writes no row", arguments: StoreKind.all)
+    func middleChunk(_ kind: StoreKind) throws {
+        let file = try FlatFile(kind)
         let old = sampleBytes(5 * c, seed: 3)
         try file.save(.replace(DataContentsSource(old)))
         let new = FlatFile.replacing(old, chunk: 2, with: sampleBytes(c, seed: 4))
@@ -141,9 +143,9 @@ struct FlatFile {
         #expect(try file.store.checkIntegrity().isClean)
     }
 
-    @Test("Shrinking into an unlisted chunk cuts it; growing again reads zeros past the old end")
-    func shrinkThenGrow() throws {
-        let file = try FlatFile()
+    @Test("Shrinking into an unlisted chunk cuts it; growing again reads zeros past the old end", arguments: StoreKind.all)
+    func shrinkThenGrow(_ kind: StoreKind) throws {
+        let file = try FlatFile(kind)
         let old = sampleBytes(3 * c, seed: 5)
         let first = try file.save(.replace(DataContentsSource(old)))
         let unread = LoggingSource(Data())
@@ -160,9 +162,9 @@ struct FlatFile {
         #expect(try file.store.checkIntegrity().isClean)
     }
 
-    @Test("Size 0 empties the file; listed chunks at or past the size are not read")
-    func sizeZeroAndIndicesPastTheEnd() throws {
-        let file = try FlatFile()
+    @Test("Size 0 empties the file; listed chunks at or past the size are not read", arguments: StoreKind.all)
+    func sizeZeroAndIndicesPastTheEnd(_ kind: StoreKind) throws {
+        let file = try FlatFile(kind)
         try file.save(.replace(DataContentsSource(sampleBytes(2 * c + 7, seed: 6))))
         let ignored = LoggingSource(sampleBytes(3 * c, seed: 7))
         try file.save(.sparse(size: 0, chunks: [0, 1, 2], source: ignored))
@@ -184,9 +186,9 @@ struct FlatFile {
         #expect(try file.store.document(file.document.id).currentVersion == version)
     }
 
-    @Test("A source that throws aborts the save: nothing of it is kept")
-    func throwingSourceRollsBack() throws {
-        let file = try FlatFile()
+    @Test("A source that throws aborts the save: nothing of it is kept", arguments: StoreKind.all)
+    func throwingSourceRollsBack(_ kind: StoreKind) throws {
+        let file = try FlatFile(kind)
         let old = sampleBytes(4 * c, seed: 9)
         let saved = try file.save(.replace(DataContentsSource(old)))
         let chunks = try file.chunkCount()
@@ -206,10 +208,10 @@ struct FlatFile {
         #expect(try file.store.checkIntegrity().isClean)
     }
 
-    @Test("A removed file restored or re-added shows no chunk from its earlier life")
-    func restoreOfARemovedFile() throws {
-        let tmp = try TemporaryDirectory()
-        let store = try SQLiteStore(path: tmp.path("R.docstore"), options: .create, chunkSize: c)
+    @Test("A removed file restored or re-added shows no chunk from its earlier life", arguments: StoreKind.all)
+    func restoreOfARemovedFile(_ kind: StoreKind) throws {
+        let fixture = try StoreFixture(kind, chunkSize: c)
+        let store = fixture.store
         let doc = try store.createDocument(
             named: "R.pkg", kind: .package, type: nil, permissions: nil, origin: "")
         let id = try store.makeNodeIDs(count: 1)[0]
@@ -251,9 +253,9 @@ struct FlatFile {
         #expect(try store.checkIntegrity().isClean)
     }
 
-    @Test("A sparse save reads and writes one chunk at a time (streaming)")
-    func streaming() throws {
-        let file = try FlatFile()
+    @Test("A sparse save reads and writes one chunk at a time (streaming)", arguments: StoreKind.all)
+    func streaming(_ kind: StoreKind) throws {
+        let file = try FlatFile(kind)
         let live = Locked((now: 0, most: 0))
         let source = LiveBufferSource(live: live)
         let count = 256
@@ -295,13 +297,14 @@ struct LiveBufferSource: ContentsSource {
     @Test("A deferred save is seen at once by another store on the file; the writer goes back to FULL")
     func visibleAtOnce() throws {
         let file = try FlatFile()
-        let other = try SQLiteStore(path: file.store.path)
+        let sqlite = try #require(file.store as? SQLiteStore)
+        let other = try SQLiteStore(path: sqlite.path)
         let bytes = sampleBytes(3 * FlatFile.chunk + 5, seed: 11)
         let saved = try file.save(.replace(DataContentsSource(bytes)), durable: false)
         #expect(try other.document(file.document.id).currentVersion == saved.version.id)
         #expect(
             try other.readContents(of: file.document.root, at: nil, offset: 0, count: bytes.count) == bytes)
-        #expect(try StoreTestTools.writerSynchronous(file.store) == 2)
+        #expect(try StoreTestTools.writerSynchronous(sqlite) == 2)
 
         // Also after a deferred save that failed.
         #expect(throws: SourceFailure()) {
@@ -309,7 +312,7 @@ struct LiveBufferSource: ContentsSource {
                 .sparse(size: 10, chunks: [0], source: LoggingSource(Data(count: 10), failingRead: 1)),
                 durable: false)
         }
-        #expect(try StoreTestTools.writerSynchronous(file.store) == 2)
+        #expect(try StoreTestTools.writerSynchronous(sqlite) == 2)
         #expect(
             try other.readContents(of: file.document.root, at: nil, offset: 0, count: bytes.count) == bytes)
     }
@@ -317,16 +320,17 @@ struct LiveBufferSource: ContentsSource {
     @Test("synchronize() returns when nothing is pending, after a checkpoint, and after deferred saves")
     func synchronize() throws {
         let file = try FlatFile()
+        let sqlite = try #require(file.store as? SQLiteStore)
         try file.store.synchronize()
-        try file.store.checkpoint()
-        #expect(StoreTestTools.fileSize(file.store.path + "-wal") == 0)
+        try sqlite.checkpoint()
+        #expect(StoreTestTools.fileSize(sqlite.path + "-wal") == 0)
         try file.store.synchronize()
         let bytes = sampleBytes(5000, seed: 12)
         try file.save(.replace(DataContentsSource(bytes)), durable: false)
         try file.store.synchronize()
         try file.store.synchronize()
         #expect(
-            try SQLiteStore(path: file.store.path).readContents(
+            try SQLiteStore(path: sqlite.path).readContents(
                 of: file.document.root, at: nil, offset: 0, count: 5000) == bytes)
     }
 

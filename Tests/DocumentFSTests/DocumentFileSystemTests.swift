@@ -4,6 +4,7 @@ import FUSE
 import Foundation
 import SampleDocuments
 import Synchronization
+import StoreTestSupport
 import SystemPackage
 import Testing
 import TestSupport
@@ -18,9 +19,9 @@ import TestSupport
 /// reads.
 @Suite(.serialized)
 struct DocumentFileSystemTests {
-    @Test("the root lists documents, packages list wrappers, with real kinds, modes, sizes, times")
-    func listing() async throws {
-        let fixture = try await Fixture.make()
+    @Test("the root lists documents, packages list wrappers, with real kinds, modes, sizes, times", arguments: StoreKind.all)
+    func listing(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let mountLine = try #require(mountLines(mount.path).first)
@@ -78,9 +79,9 @@ struct DocumentFileSystemTests {
         }
     }
 
-    @Test("ls -lR, find and stat read no wrapper contents")
-    func metadataReadsNoContents() async throws {
-        let fixture = try await Fixture.make()
+    @Test("ls -lR, find and stat read no wrapper contents", arguments: StoreKind.all)
+    func metadataReadsNoContents(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let before = fixture.store.statistics
@@ -127,15 +128,15 @@ struct DocumentFileSystemTests {
         }
     }
 
-    @Test("inode numbers are stable across an unmount and a remount with a new store instance")
-    func stableInodes() async throws {
-        let fixture = try await Fixture.make()
+    @Test("inode numbers are stable across an unmount and a remount with a new store instance", arguments: StoreKind.all)
+    func stableInodes(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         let script = "find . -exec stat -c '%i %n' {} + | sort -k2"
         let first = try await withMount(fixture.store) { mount in
             try await sh(script, in: mount.path).output
         }
-        let reopened = try SQLiteStore(path: fixture.path)
+        let reopened = try fixture.reopen()
         let second = try await withMount(reopened) { mount in
             try await sh(script, in: mount.path).output
         }
@@ -146,9 +147,9 @@ struct DocumentFileSystemTests {
         #expect(Set(inodes).count == inodes.count, "inode numbers are unique")
     }
 
-    @Test("cat returns the engine's bytes; a ranged dd reads only the chunk that covers it")
-    func reads() async throws {
-        let fixture = try await Fixture.make()
+    @Test("cat returns the engine's bytes; a ranged dd reads only the chunk that covers it", arguments: StoreKind.all)
+    func reads(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         let store = fixture.store
         let big = try fixture.record("Project.pkg", "big.bin")
@@ -209,9 +210,9 @@ struct DocumentFileSystemTests {
         }
     }
 
-    @Test("readlink shows the target; getfattr shows the user. xattrs; others are absent")
-    func linksAndXattrs() async throws {
-        let fixture = try await Fixture.make()
+    @Test("readlink shows the target; getfattr shows the user. xattrs; others are absent", arguments: StoreKind.all)
+    func linksAndXattrs(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let p = mount.path
@@ -291,14 +292,14 @@ struct DocumentFileSystemTests {
         #expect(try fixture.store.documents().map { try fixture.store.versions(of: $0.id).count } == versions)
     }
 
-    @Test("a default mount is writable: a created file becomes a flat document")
-    func defaultMountIsWritable() async throws {
-        let fixture = try await Fixture.make()
+    @Test("a default mount is writable: a created file becomes a flat document", arguments: StoreKind.all)
+    func defaultMountIsWritable(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let made = try await sh("echo written > new.txt && echo more >> Project.pkg/notes.txt", in: mount.path)
             #expect(made.status == 0, "\(made.error)")
-            let other = try SQLiteStore(path: fixture.path)
+            let other = try fixture.reopen()
             let info = try #require(try other.document(named: "new.txt"))
             #expect(info.kind == .flat)
             let record = try #require(try other.node(info.root, at: nil))
@@ -309,9 +310,9 @@ struct DocumentFileSystemTests {
         }
     }
 
-    @Test("another connection's save, create and delete show up in the mount within a second")
-    func otherWriters() async throws {
-        let fixture = try await Fixture.make()
+    @Test("another connection's save, create and delete show up in the mount within a second", arguments: StoreKind.all)
+    func otherWriters(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let p = mount.path
@@ -320,7 +321,7 @@ struct DocumentFileSystemTests {
             _ = try await sh("ls -lR", in: p)
 
             // As another process would: its own connection to the same file.
-            let other = try SQLiteStore(path: fixture.path)
+            let other = try fixture.reopen()
             let info = try #require(try other.document(named: "README.txt"))
             var root = try #require(try other.node(info.root, at: nil))
             let text = "Changed by another process, and longer than before.\nSecond line.\n"
@@ -394,9 +395,9 @@ struct DocumentFileSystemTests {
         }
     }
 
-    @Test("a handle reads the version it was opened at; a new open sees the new one")
-    func handlesKeepTheirVersion() async throws {
-        let fixture = try await Fixture.make()
+    @Test("a handle reads the version it was opened at; a new open sees the new one", arguments: StoreKind.all)
+    func handlesKeepTheirVersion(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let p = mount.path
@@ -407,7 +408,7 @@ struct DocumentFileSystemTests {
             }
             defer { close(fd) }
             // Same length, so the kernel's size does not cut the old handle's read short.
-            let other = try SQLiteStore(path: fixture.path)
+            let other = try fixture.reopen()
             let info = try #require(try other.document(named: "Shopping List.txt"))
             var changes = DocumentChanges(document: info.id, base: info.currentVersion)
             changes.contents = [info.root: .replace(DataContentsSource(Data("MILK\nEGGS\nBREAD\n".utf8)))]

@@ -225,7 +225,7 @@ struct EditorSaveTests {
             #expect(try engine.versions(target.document).count == before + 1)
         }
         // Never saved: gone after a remount.
-        try await withMount(try SQLiteStore(path: fixture.path)) { mount in
+        try await withMount(try fixture.reopen()) { mount in
             let listed = try await offThread { try entries(in: target.directory(in: mount)) }
             #expect(listed.filter(isScratchName) == [], "\(listed)")
         }

@@ -702,7 +702,7 @@ struct PosixSemanticsTests {
             return inode
         }
         // A new store instance, a new mount: the same inode.
-        let reopened = try SQLiteStore(path: fixture.path)
+        let reopened = try fixture.reopen()
         try await withMount(reopened) { mount in
             let again = try await offThread { try statOf(mount.url("Work.pkg/fresh.txt")) }
             #expect(UInt64(again.st_ino) == inode)
@@ -731,7 +731,7 @@ struct PosixSemanticsTests {
         #expect(try engine.document("Flat.txt").id == flat.id)
         #expect(try engine.document("Flat.txt").root == flat.root)
         #expect(try engine.text("Flat.txt") == "replaced\n")
-        let remounted = try await withMount(try SQLiteStore(path: fixture.path)) { mount in
+        let remounted = try await withMount(try fixture.reopen()) { mount in
             try await offThread { UInt64(try statOf(mount.url("Flat.txt")).st_ino) }
         }
         #expect(before == expected)

@@ -1,6 +1,7 @@
 import DocumentEngine
 import DocumentFS
 import Foundation
+import StoreTestSupport
 import Testing
 import TestSupport
 
@@ -51,9 +52,9 @@ final class AppPackageDocument: Document {
 @MainActor
 @Suite(.serialized)
 struct SharedStoreTests {
-    @Test("saves by another store connection show up in the mount within a second, also over our own writes")
-    func otherWritersShowUp() async throws {
-        let fixture = try Fixture.small()
+    @Test("saves by another store connection show up in the mount within a second, also over our own writes", arguments: StoreKind.all)
+    func otherWritersShowUp(_ kind: StoreKind) async throws {
+        let fixture = try Fixture.small(kind)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let notes = mount.url("Work.pkg/notes.txt")
@@ -100,9 +101,9 @@ struct SharedStoreTests {
         }
     }
 
-    @Test("a mount's save and another process's save of one document: disjoint changes both apply, a clash keeps both")
-    func concurrentSaves() async throws {
-        let fixture = try Fixture.small()
+    @Test("a mount's save and another process's save of one document: disjoint changes both apply, a clash keeps both", arguments: StoreKind.all)
+    func concurrentSaves(_ kind: StoreKind) async throws {
+        let fixture = try Fixture.small(kind)
         defer { fixture.remove() }
         let other = try Engine(fixture)
         /// Another process replaces one wrapper's contents.

@@ -3,6 +3,7 @@ import DocumentFS
 import FUSE
 import Foundation
 import SampleDocuments
+import StoreTestSupport
 import SystemPackage
 import Testing
 import TestSupport
@@ -284,9 +285,13 @@ struct Fixture: Sendable {
     static let bigSize = 8 * chunkSize + 1000
     static let modified = Timestamp(seconds: 1_700_000_000, nanoseconds: 123_456_789)
 
-    let directory: String
-    let path: String
-    let store: SQLiteStore
+    /// The store: a file in a fresh directory (SQLite) or a database of its own (PostgreSQL),
+    /// removed when the last copy of the fixture goes.
+    let stores: StoreFixture
+    var store: any DocumentStore { stores.store }
+    /// The SQLite store file's path, or the PostgreSQL database's URL.
+    var path: String { stores.location }
+    var kind: StoreKind { stores.kind }
 
     /// Deterministic bytes, different in every 4 KiB block.
     static func bigContents() -> Data {
@@ -302,14 +307,15 @@ struct Fixture: Sendable {
     }
 
     @MainActor
-    static func make() async throws -> Fixture {
-        let directory = try temporaryDirectory("docfs-store")
-        let path = directory + "/S.docstore"
-        let store = try SQLiteStore(path: path, options: .create, chunkSize: chunkSize)
-        try await DemoDocuments.populate(store)
-        try addProject(store)
-        return Fixture(directory: directory, path: path, store: store)
+    static func make(_ kind: StoreKind = .sqlite) async throws -> Fixture {
+        let stores = try StoreFixture(kind, chunkSize: chunkSize, name: "S")
+        try await DemoDocuments.populate(stores.store)
+        try addProject(stores.store)
+        return Fixture(stores: stores)
     }
+
+    /// Another store object on the same store, as another process would open it.
+    func reopen() throws -> any DocumentStore { try stores.reopen() }
 
     static func addProject(_ store: some DocumentStore) throws {
         let info = try store.createDocument(
@@ -350,10 +356,9 @@ struct Fixture: Sendable {
         _ = try store.save(changes)
     }
 
-    /// Removes the store's directory.
-    func remove() {
-        try? FileManager.default.removeItem(atPath: directory)
-    }
+    /// Nothing to do: the store goes with the last copy of the fixture (kept for the callers
+    /// that remove it explicitly).
+    func remove() {}
 
     /// The record of a wrapper by path inside a document (for expectations).
     func record(_ document: String, _ path: String...) throws -> NodeRecord {

@@ -2,6 +2,7 @@ import DocumentEngine
 import DocumentFS
 import FUSE
 import Foundation
+import StoreTestSupport
 import SystemPackage
 import TestSupport
 import Testing
@@ -15,7 +16,7 @@ import Testing
 struct WritePathTests {
     /// Contents of a wrapper by path, read through another connection to the store file.
     func stored(_ fixture: Fixture, _ document: String, _ path: String...) throws -> String? {
-        let other = try SQLiteStore(path: fixture.path)
+        let other = try fixture.reopen()
         guard let info = try other.document(named: document) else { return nil }
         let records = try other.nodes(of: info.id)
         var current = info.root
@@ -31,14 +32,14 @@ struct WritePathTests {
     }
 
     func names(_ fixture: Fixture, _ document: String) throws -> Set<String> {
-        let other = try SQLiteStore(path: fixture.path)
+        let other = try fixture.reopen()
         guard let info = try other.document(named: document) else { return [] }
         return Set(try other.nodes(of: info.id).filter { $0.id != info.root }.map(\.name))
     }
 
-    @Test("a file written and closed in a package is saved; mkdir, mv and rm are saved by the quiet interval")
-    func packageEdits() async throws {
-        let fixture = try await Fixture.make()
+    @Test("a file written and closed in a package is saved; mkdir, mv and rm are saved by the quiet interval", arguments: StoreKind.all)
+    func packageEdits(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let p = mount.path + "/Project.pkg"
@@ -60,9 +61,9 @@ struct WritePathTests {
         }
     }
 
-    @Test("sed -i on a wrapper and on a flat document saves new versions and leaves no temp file")
-    func sedInPlace() async throws {
-        let fixture = try await Fixture.make()
+    @Test("sed -i on a wrapper and on a flat document saves new versions and leaves no temp file", arguments: StoreKind.all)
+    func sedInPlace(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         let readmeID = try #require(try fixture.store.document(named: "README.txt")).id
         try await withMount(fixture.store) { mount in
@@ -76,14 +77,14 @@ struct WritePathTests {
             #expect(!r2.output.contains("sed"))
             let text = try #require(try stored(fixture, "README.txt"))
             #expect(text.hasPrefix("FIRST\n"))
-            #expect(try SQLiteStore(path: fixture.path).document(named: "README.txt")?.id == readmeID)
+            #expect(try fixture.reopen().document(named: "README.txt")?.id == readmeID)
             #expect(try names(fixture, "Project.pkg").allSatisfy { !$0.hasPrefix("sed") })
         }
     }
 
-    @Test("mkdir and create at the root make package and flat documents; rm -r deletes one")
-    func rootDocuments() async throws {
-        let fixture = try await Fixture.make()
+    @Test("mkdir and create at the root make package and flat documents; rm -r deletes one", arguments: StoreKind.all)
+    func rootDocuments(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let r = try await sh(
@@ -92,15 +93,15 @@ struct WritePathTests {
             #expect(r.status == 0, "\(r.error)")
             #expect(try stored(fixture, "Flat.txt") == "flat\n")
             #expect(try stored(fixture, "New.pkg", "a.txt") == "inside\n")
-            let other = try SQLiteStore(path: fixture.path)
+            let other = try fixture.reopen()
             #expect(try other.document(named: "Project.pkg") == nil)
             #expect(try other.deletedDocuments().contains { $0.name == "Project.pkg" })
         }
     }
 
-    @Test("vim saves a wrapper (rename-save and backupcopy=yes) without leaving swap or backup wrappers")
-    func vim() async throws {
-        let fixture = try await Fixture.make()
+    @Test("vim saves a wrapper (rename-save and backupcopy=yes) without leaving swap or backup wrappers", arguments: StoreKind.all)
+    func vim(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let p = mount.path + "/Project.pkg"
@@ -140,9 +141,9 @@ struct WritePathTests {
         }
     }
 
-    @Test("fsync makes a write durable in the store before it returns; a large file round-trips")
-    func fsyncAndLarge() async throws {
-        let fixture = try await Fixture.make()
+    @Test("fsync makes a write durable in the store before it returns; a large file round-trips", arguments: StoreKind.all)
+    func fsyncAndLarge(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let p = mount.path + "/Project.pkg/big.bin"
@@ -158,7 +159,7 @@ struct WritePathTests {
                 return fsync(fd) == 0
             }
             #expect(ok)
-            let other = try SQLiteStore(path: fixture.path)
+            let other = try fixture.reopen()
             let record = try fixture.record("Project.pkg", "big.bin")
             let data = try other.readContents(of: record.id, at: nil, offset: 0, count: Fixture.bigSize)
             var expected = Fixture.bigContents()

@@ -1,6 +1,7 @@
 import DocumentEngine
 import DocumentFS
 import Foundation
+import StoreTestSupport
 import SystemPackage
 import Testing
 import TestSupport
@@ -25,10 +26,9 @@ extension Fixture {
     ///   `inner.txt` (0644), and `link` → `notes.txt`;
     /// - `Other.pkg/` (0755): `other.txt` (0644);
     /// - `Flat.txt` (0644), a flat document.
-    static func small() throws -> Fixture {
-        let directory = try temporaryDirectory("docfs-store")
-        let path = directory + "/S.docstore"
-        let store = try SQLiteStore(path: path, options: .create, chunkSize: chunkSize)
+    static func small(_ kind: StoreKind = .sqlite) throws -> Fixture {
+        let stores = try StoreFixture(kind, chunkSize: chunkSize, name: "S")
+        let store = stores.store
         let work = try store.createDocument(
             named: "Work.pkg", kind: .package, type: nil, permissions: 0o755, origin: "test")
         let ids = try store.makeNodeIDs(count: 5)
@@ -69,16 +69,16 @@ extension Fixture {
         flatChanges.origin = "test"
         flatChanges.contents = [flat.root: .replace(DataContentsSource(Data(flatText.utf8)))]
         _ = try store.save(flatChanges)
-        return Fixture(directory: directory, path: path, store: store)
+        return Fixture(stores: stores)
     }
 }
 
 /// The store file seen from another process (an app): a second `SQLiteStore` on the same file.
 /// Every result of a write through the mount is checked here, through the engine.
 struct Engine {
-    let store: SQLiteStore
+    let store: any DocumentStore
 
-    init(_ fixture: Fixture) throws { store = try SQLiteStore(path: fixture.path) }
+    init(_ fixture: Fixture) throws { store = try fixture.reopen() }
 
     func document(_ name: String) throws -> DocumentInfo {
         guard let info = try store.document(named: name) else { throw TestFailure("no document \(name)") }

@@ -1,0 +1,130 @@
+import DocumentEngine
+import Foundation
+import PostgresStore
+import Synchronization
+
+/// The store implementations the store-level and mount-level suites run against.
+public enum StoreKind: String, Sendable, CustomStringConvertible {
+    case sqlite
+    case postgres
+
+    public var description: String { rawValue }
+
+    /// The environment variable naming the PostgreSQL server the tests use (scripts/test.sh
+    /// starts one and sets it).
+    public static let postgresVariable = "DOCFS_TEST_POSTGRES_URL"
+
+    /// The server's URL, if the tests have one.
+    public static var postgresURL: String? {
+        ProcessInfo.processInfo.environment[postgresVariable].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    /// SQLite, and PostgreSQL when ``postgresURL`` is set. scripts/test.sh always sets it, so CI
+    /// runs both; a bare `swift test` without a server runs SQLite only.
+    public static var all: [StoreKind] { postgresURL == nil ? [.sqlite] : [.sqlite, .postgres] }
+}
+
+/// A fresh, empty store of one kind, removed with the fixture: for SQLite a file in a temporary
+/// folder, for PostgreSQL a database of its own on the test server (dropped at the end).
+public final class StoreFixture: Sendable {
+    public let kind: StoreKind
+    public let store: any DocumentStore
+    /// For SQLite, the store file; for PostgreSQL, the database URL.
+    public let location: String
+    /// A folder of the fixture's own (the SQLite store's), removed with it.
+    public let directory: String
+    private let postgres: PostgresStore.Configuration?
+
+    private static let counter = Atomic<Int>(0)
+
+    public init(_ kind: StoreKind, chunkSize: Int = SQLiteStore.defaultChunkSize, name: String = "Test")
+        throws
+    {
+        self.kind = kind
+        var template = Array("\(NSTemporaryDirectory())/docfs-store-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw CocoaError(.fileWriteUnknown) }
+        directory = String(cString: made)
+        switch kind {
+        case .sqlite:
+            let path = directory + "/\(name).docstore"
+            store = try SQLiteStore(path: path, options: .create, chunkSize: chunkSize)
+            location = path
+            postgres = nil
+        case .postgres:
+            let configuration = try Self.newDatabase()
+            postgres = configuration
+            do {
+                store = try PostgresStore(
+                    configuration: configuration, options: .create, chunkSize: chunkSize)
+            } catch {
+                // No deinit runs for a failed init: the database would stay behind.
+                try? PostgresStore.dropDatabase(configuration)
+                throw error
+            }
+            location = configuration.url
+        }
+    }
+
+    deinit {
+        if let postgres { try? PostgresStore.dropDatabase(postgres) }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// A new, empty database on the test server.
+    public static func newDatabase() throws -> PostgresStore.Configuration {
+        guard let url = StoreKind.postgresURL else {
+            throw DocumentStoreError.io("\(StoreKind.postgresVariable) is not set; run scripts/test.sh")
+        }
+        let number = counter.add(1, ordering: .relaxed).newValue
+        let name = "docfs_test_\(getpid())_\(number)_\(UInt32.random(in: 0..<UInt32.max))"
+        let configuration = try PostgresStore.Configuration(url: url).with(database: name)
+        try PostgresStore.createDatabase(configuration)
+        return configuration
+    }
+
+    /// Another store object on the same store, as another process would open it.
+    public func reopen() throws -> any DocumentStore {
+        switch kind {
+        case .sqlite: return try SQLiteStore(path: location)
+        case .postgres:
+            guard let postgres else { throw DocumentStoreError.io("no PostgreSQL configuration") }
+            return try PostgresStore(configuration: postgres)
+        }
+    }
+
+    /// Drops the store's chunk cache, so the next reads come from the database.
+    public func purgeCache() {
+        (store as? SQLiteStore)?.purgeCache()
+        (store as? PostgresStore)?.purgeCache()
+    }
+
+    /// Runs one SQL statement on the store's database with the database's own command-line client
+    /// (sqlite3 or psql); returns the output rows, one per line, columns joined by "|". Write SQL
+    /// both understand (CAST, CASE, ||).
+    @discardableResult
+    public func sql(_ statement: String) throws -> String {
+        let process = Process()
+        switch kind {
+        case .sqlite:
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+            process.arguments = ["-bail", location, statement]
+        case .postgres:
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
+            process.arguments = ["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", location, "-c", statement]
+        }
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        let message = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw DocumentStoreError.io("\(kind) \(statement): \(String(decoding: message, as: UTF8.self))")
+        }
+        var text = String(decoding: data, as: UTF8.self)
+        if text.hasSuffix("\n") { text.removeLast() }
+        return text
+    }
+}
