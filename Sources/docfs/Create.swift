@@ -2,6 +2,7 @@ import ArgumentParser
 import DocumentEngine
 import Foundation
 import Logging
+import PostgresStore
 import SampleDocuments
 
 #if canImport(Glibc)
@@ -19,12 +20,17 @@ struct Create: DocfsCommand {
 
             --demo fills the store with sample documents: a MyStuff things document with \
             pictures, an ImageNotes document and two text documents.
+
+            STORE may be a PostgreSQL URL, postgres://[user[:password]@]host[:port]/database \
+            (PGHOST, PGPORT, PGUSER, PGPASSWORD and PGDATABASE fill in what it leaves out): \
+            the database is created if the server has none of that name, and the store's \
+            tables in it.
             """
     )
 
     @OptionGroup var global: GlobalOptions
 
-    @Argument(help: "The store file to create (default: the default store).")
+    @Argument(help: "The store file or postgres:// URL to create (default: the default store).")
     var store: String?
 
     @Flag(help: "Add the demo documents.")
@@ -45,11 +51,30 @@ struct Create: DocfsCommand {
 
     func run() async throws {
         let logger = global.bootstrap()
-        let location = StoreLocation(store)
+        let location = try StoreLocation(store)
         let path = location.path
-        let store: SQLiteStore
+        let store: any DocumentStore
         var st = stat()
-        if stat(path, &st) == 0, st.st_size > 0 || (st.st_mode & S_IFMT) != S_IFREG {
+        if let postgres = location.postgres {
+            if let existing = try? PostgresStore(configuration: postgres, logger: logger) {
+                store = existing
+                guard demo else {
+                    throw Failure("a store already exists at \(path); --demo adds the demo documents to it")
+                }
+            } else {
+                if try PostgresStore.createDatabase(postgres, logger: logger) {
+                    logger.info("created the database", metadata: ["url": "\(path)"])
+                }
+                store = try PostgresStore(
+                    configuration: postgres, options: .create,
+                    chunkSize: chunkSize?.bytes ?? SQLiteStore.defaultChunkSize, logger: logger)
+                print("created the store \(path)")
+            }
+            if let chunkSize, chunkSize.bytes != store.chunkSize {
+                throw Failure(
+                    "the store at \(path) exists with a chunk size of \(store.chunkSize); it cannot change")
+            }
+        } else if stat(path, &st) == 0, st.st_size > 0 || (st.st_mode & S_IFMT) != S_IFREG {
             // Opening checks that it is a store before --demo writes to it.
             store = try location.open(logger: logger)
             guard demo else {

@@ -24,7 +24,7 @@ struct Fsck: DocfsCommand {
 
     func run() async throws {
         let logger = global.bootstrap()
-        let location = StoreLocation(store)
+        let location = try StoreLocation(store)
         let report: IntegrityReport
         do {
             report = try location.open(logger: logger).checkIntegrity()

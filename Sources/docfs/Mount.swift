@@ -73,7 +73,7 @@ struct Mount: DocfsCommand {
         let logger = bootstrapLogging()
         do {
             let plan = try MountPlan.check(
-                store: StoreLocation(storeArgument), mountpoint: rest[0], options: FuseOptions(options),
+                store: try StoreLocation(storeArgument), mountpoint: rest[0], options: FuseOptions(options),
                 logger: logger)
             if foreground || ready != nil {
                 try await serve(plan, ready: ready, logger: logger)
@@ -194,7 +194,7 @@ struct Mount: DocfsCommand {
         var arguments = ["mount", "--foreground", "--ready-fd", "\(ReadyChannel.childDescriptor)"]
         arguments += ["--log-level", logLevel.rawValue]
         for option in options { arguments += ["-o", option] }
-        arguments += [plan.storePath, plan.mountpoint]
+        arguments += [plan.storeArgument, plan.mountpoint]
         let log = MountPaths.logFile
         var logPath: String? = log.path
         do {
@@ -228,8 +228,11 @@ struct Mount: DocfsCommand {
 
 /// What `docfs mount` will mount, once every check has passed.
 struct MountPlan {
-    var store: SQLiteStore
+    var store: any DocumentStore
+    /// The store file's path or database URL (without a password), for messages and the mount table.
     var storePath: String
+    /// The store as given, for the daemon's command line.
+    var storeArgument: String
     /// Absolute, links resolved, as the mount table will show it.
     var mountpoint: String
     var options: FuseOptions
@@ -246,7 +249,7 @@ struct MountPlan {
                 "unknown mount option\(plural) \(refused.joined(separator: ",")) (neither docfs nor libfuse knows it)")
         }
         let store = try location.open(logger: logger)
-        if !options.readOnly, access(location.path, W_OK) != 0 {
+        if !options.readOnly, location.postgres == nil, access(location.path, W_OK) != 0 {
             throw Failure(
                 "cannot write the store \(location.path): \(errnoText()); mount it read-only with -o ro")
         }
@@ -255,7 +258,9 @@ struct MountPlan {
         if options.allowOther, getuid() != 0, !userAllowOther() {
             throw Failure("-o allow_other needs user_allow_other in /etc/fuse.conf (or mounting as root)")
         }
-        return MountPlan(store: store, storePath: location.path, mountpoint: resolved, options: options)
+        return MountPlan(
+            store: store, storePath: location.path, storeArgument: location.argument, mountpoint: resolved,
+            options: options)
     }
 
     /// The mount point, absolute with links resolved, if it can be mounted on.

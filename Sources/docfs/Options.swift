@@ -2,6 +2,7 @@ import ArgumentParser
 import DocumentEngine
 import Foundation
 import Logging
+import PostgresStore
 
 #if canImport(Glibc)
     import Glibc
@@ -33,28 +34,50 @@ struct GlobalOptions: ParsableArguments {
     }
 }
 
-/// Where a store is, and how to open it.
+/// Where a store is, and how to open it: an SQLite file, or a PostgreSQL database named by a
+/// `postgres://` URL (with libpq's PG* environment variables for what the URL leaves out).
 struct StoreLocation {
-    /// The store file's path, absolute.
+    /// The store file's absolute path, or the database's URL without its password (for messages).
     var path: String
+    /// As given on the command line (a URL keeps its password), to hand to the daemon.
+    var argument: String
     /// Whether the path is the default store's (for messages).
     var isDefault: Bool
+    /// The PostgreSQL database, for a `postgres://` URL.
+    var postgres: PostgresStore.Configuration?
 
     /// The store named on the command line, or the default store when `argument` is nil.
-    init(_ argument: String?) {
-        if let argument {
+    init(_ argument: String?) throws {
+        if let argument, PostgresStore.Configuration.isURL(argument) {
+            let configuration = try PostgresStore.Configuration(url: argument)
+            postgres = configuration
+            path = configuration.url
+            self.argument = argument
+            isDefault = false
+        } else if let argument {
             // Absolute, so that messages name the file the user can find.
             path = URL(fileURLWithPath: argument).standardizedFileURL.path
+            self.argument = path
             isDefault = false
         } else {
             path = SQLiteStore.defaultStorePath()
+            self.argument = path
             isDefault = true
         }
     }
 
     /// Opens the existing store. A missing file gets its own message (with the command that
     /// creates one); everything else is the engine's error, which names the problem.
-    func open(logger: Logger) throws -> SQLiteStore {
+    func open(logger: Logger) throws -> any DocumentStore {
+        if let postgres {
+            logger.debug("opening the store", metadata: ["url": "\(path)"])
+            do {
+                return try PostgresStore(configuration: postgres, logger: logger)
+            } catch DocumentStoreError.notAStore(_, let reason) {
+                throw Failure(
+                    "no store at \(path) (\(reason)); create one with `docfs create \(shellQuoted(path))`")
+            }
+        }
         var st = stat()
         if stat(path, &st) != 0, errno == ENOENT {
             let create = isDefault ? "docfs create" : "docfs create \(shellQuoted(path))"
