@@ -106,7 +106,9 @@ let package = Package(
         ),
         .testTarget(name: "SampleDocumentsTests", dependencies: ["SampleDocuments", "DocumentEngine"]),
         .testTarget(name: "DocumentFSTests", dependencies: ["TestSupport", "StoreTestSupport", "PostgresStore", "DocumentFS", "DocumentEngine", "FUSE", "SampleDocuments", "CLinuxSupport", .product(name: "SystemPackage", package: "swift-system")]),
-        .testTarget(name: "DocfsTests", dependencies: ["TestSupport", "DocumentEngine", "SampleDocuments"]),
+        .testTarget(
+            name: "DocfsTests",
+            dependencies: ["TestSupport", "StoreTestSupport", "PostgresStore", "DocumentEngine", "SampleDocuments"]),
         // Micro-benchmark of the FUSE layer (scripts/fuse-bench.sh).
         .executableTarget(
             name: "FUSEBench",

@@ -1,0 +1,179 @@
+import DocumentEngine
+import Foundation
+import PostgresStore
+import StoreTestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+// Serialized: `docfs mount` reads /proc/self/mountinfo, which can miss an entry while other mounts
+// come and go (seen as "reported mounted, but it is not in the mount table").
+/// One PostgreSQL store mounted by two `docfs mount` daemons, as two machines would mount it:
+/// what one mount saves, creates, renames or deletes shows up in the other within a second, and
+/// two conflicting saves keep both versions. Runs when the tests have a server
+/// (DOCFS_TEST_POSTGRES_URL, set by scripts/test.sh).
+@Suite("PostgresMount", .serialized, .enabled(if: StoreKind.postgresURL != nil))
+struct PostgresMountTests {
+    let sandbox: Sandbox
+    let database: PostgresStore.Configuration
+    let url: String
+
+    init() throws {
+        sandbox = try Sandbox()
+        // A name no database has: `docfs create` makes the database itself.
+        database = try StoreFixture.newDatabase()
+        try PostgresStore.dropDatabase(database)
+        url = database.url
+    }
+
+    func docfs(_ arguments: [String]) throws -> DocfsResult {
+        try sandbox.run(arguments, prefix: DocfsMountTests.bounded)
+    }
+
+    func shell(_ script: String, _ arguments: String...) throws -> DocfsResult {
+        try sandbox.execute(DocfsMountTests.bounded + ["/bin/sh", "-c", script, "sh"] + arguments)
+    }
+
+    func folder(_ name: String) throws -> String {
+        let path = sandbox.path(name)
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    /// Unmounts `mountpoint` if it is still mounted (the daemon then exits).
+    func cleanUp(_ mountpoint: String) {
+        if Mounts.entry(at: mountpoint) != nil {
+            _ = try? sandbox.execute(
+                DocfsMountTests.bounded + ["/usr/bin/fusermount3", "-u", "-z", mountpoint])
+        }
+    }
+
+    /// The seconds until `condition` held (polled every 20 ms), or nil if it did not within `limit`.
+    func seconds(until condition: () -> Bool, limit: Double = 5) -> Double? {
+        let start = Date()
+        while Date().timeIntervalSince(start) < limit {
+            if condition() { return Date().timeIntervalSince(start) }
+            usleep(20_000)
+        }
+        return nil
+    }
+
+    /// The daemons' log, for failure messages.
+    func daemonLog() -> String {
+        (try? String(contentsOfFile: sandbox.path("home/.local/state/docfs/docfs.log"), encoding: .utf8))
+            ?? ""
+    }
+
+    func text(_ path: String) -> String? {
+        try? String(contentsOfFile: path, encoding: .utf8)
+    }
+
+    @Test(
+        "two daemons on one store: saves, creates, renames and deletes show up in the other within a second")
+    func twoMounts() async throws {
+        try await onOwnThread { [self] in
+            defer { try? PostgresStore.dropDatabase(database) }
+            let created = try docfs(["create", url, "--demo"])
+            try #require(created.status == 0, "\(created)")
+            let one = try folder("one")
+            let two = try folder("two")
+            defer {
+                cleanUp(one)
+                cleanUp(two)
+            }
+            for mountpoint in [one, two] {
+                let mounted = try docfs(["mount", url, mountpoint])
+                try #require(mounted.status == 0, "\(mounted)\n\(daemonLog())")
+                #expect(
+                    Mounts.entry(at: mountpoint)?.source == url, "the source is the URL without a password")
+            }
+            #expect(text(two + "/README.txt") == text(one + "/README.txt"))
+
+            // A save of an existing document.
+            let saved = try shell("printf 'saved on one\\n' > \"$1/README.txt\"", one)
+            #expect(saved.status == 0, "\(saved)")
+            let save = seconds { text(two + "/README.txt") == "saved on one\n" }
+            #expect(save != nil && save! < 1, "the save showed up after \(String(describing: save)) s")
+
+            // A new document, renamed, then deleted.
+            _ = try shell("printf 'new\\n' > \"$1/new.txt\"", one)
+            let create = seconds { text(two + "/new.txt") == "new\n" }
+            #expect(
+                create != nil && create! < 1, "the create showed up after \(String(describing: create)) s")
+            let moved = try shell("mv \"$1/new.txt\" \"$1/renamed.txt\"", one)
+            #expect(moved.status == 0, "\(moved)")
+            let rename = seconds {
+                text(two + "/renamed.txt") == "new\n"
+                    && !FileManager.default.fileExists(atPath: two + "/new.txt")
+            }
+            #expect(
+                rename != nil && rename! < 1, "the rename showed up after \(String(describing: rename)) s")
+            _ = try shell("rm \"$1/renamed.txt\"", one)
+            let delete = seconds { !FileManager.default.fileExists(atPath: two + "/renamed.txt") }
+            #expect(
+                delete != nil && delete! < 1, "the delete showed up after \(String(describing: delete)) s")
+
+            // And the other way round.
+            _ = try shell("printf 'from two\\n' > \"$1/README.txt\"", two)
+            let back = seconds { text(one + "/README.txt") == "from two\n" }
+            #expect(back != nil && back! < 1, "the save showed up after \(String(describing: back)) s")
+            let figures = [save, create, rename, delete, back].map {
+                $0.map { String(format: "%.3f", $0) } ?? "-"
+            }
+            print(
+                "two mounts: save, create, rename, delete, save back seen after \(figures.joined(separator: ", ")) s"
+            )
+        }
+    }
+
+    @Test("two daemons save one document at once: both versions are kept, one as a conflict")
+    func conflictingSaves() async throws {
+        try await onOwnThread { [self] in
+            defer { try? PostgresStore.dropDatabase(database) }
+            let created = try docfs(["create", url, "--demo"])
+            try #require(created.status == 0, "\(created)")
+            let one = try folder("one")
+            let two = try folder("two")
+            defer {
+                cleanUp(one)
+                cleanUp(two)
+            }
+            for mountpoint in [one, two] {
+                let mounted = try docfs(["mount", url, mountpoint])
+                try #require(mounted.status == 0, "\(mounted)\n\(daemonLog())")
+            }
+            // Both open and write before either closes: the second close saves changes based on
+            // the version before the first one's save.
+            let both = try shell(
+                """
+                ( exec 3>"$1/README.txt"; printf 'version one\\n' >&3; sleep 0.3; exec 3>&- ) &
+                ( exec 4>"$2/README.txt"; printf 'version two\\n' >&4; sleep 1.5; exec 4>&- ) &
+                wait
+                """, one, two)
+            #expect(both.status == 0, "\(both)")
+            let store = try PostgresStore(configuration: database)
+            let info = try #require(try store.document(named: "README.txt"))
+            let versions = try store.versions(of: info.id)
+            let texts = try versions.map {
+                String(
+                    decoding: try store.readContents(of: info.root, at: $0.id, offset: 0, count: 100),
+                    as: UTF8.self)
+            }
+            #expect(texts.contains("version one\n"), "\(texts)")
+            #expect(texts.contains("version two\n"), "\(texts)")
+            #expect(versions.contains { $0.isConflict }, "\(versions)")
+            let listed = try docfs(["versions", url, "README.txt"])
+            #expect(listed.status == 0, "\(listed)")
+            #expect(listed.stdout.contains("conflict"), "\(listed)")
+            // Both mounts show the store's current version.
+            let current = String(
+                decoding: try store.readContents(of: info.root, at: nil, offset: 0, count: 100), as: UTF8.self
+            )
+            #expect(
+                seconds { text(one + "/README.txt") == current && text(two + "/README.txt") == current }
+                    != nil)
+        }
+    }
+}
