@@ -77,10 +77,17 @@ struct SQLRow {
 /// One connection lent to a caller for a few statements. Every wait is bounded: a server that
 /// does not answer within the timeout closes the connection and fails the statement.
 struct SQLConnection {
+    /// Counts statements that completed, so a caller can tell whether anything ran.
+    final class Counter: @unchecked Sendable {
+        // Used by the one thread the connection is lent to.
+        var completed = 0
+    }
+
     let connection: PostgresConnection
     let logger: Logger
     let timeout: Duration
     let location: String
+    let counter = Counter()
 
     @discardableResult
     func query(_ sql: String, _ values: [SQLValue] = []) throws -> [SQLRow] {
@@ -95,6 +102,7 @@ struct SQLConnection {
         }
         let future = connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
         let result = try wait(future)
+        counter.completed += 1
         return result.map(SQLRow.init)
     }
 
@@ -169,25 +177,52 @@ final class PostgresDatabase: Sendable {
     /// dropped, so the next call reconnects.
     func withConnection<T>(_ body: (SQLConnection) throws -> T) throws -> T {
         let pooled = idle.withLock { $0.popLast() }
-        let connection: PostgresConnection
-        if let pooled, !pooled.isClosed {
-            connection = pooled
-        } else {
-            connection = try connect()
+        if let pooled {
+            if !pooled.isClosed {
+                let lent = SQLConnection(
+                    connection: pooled, logger: logger, timeout: timeout, location: location)
+                do {
+                    return try use(lent, body)
+                } catch  where lent.counter.completed == 0 && Self.isConnectionFailure(error) {
+                    // The server dropped the idle connection (a restart, a failover) and nothing
+                    // ran on it: the same request on a new connection is safe.
+                    logger.debug("a pooled connection was closed; reconnecting")
+                } catch {
+                    throw Self.storeError(error, location: location)
+                }
+            } else {
+                pooled.closeSoon()
+            }
         }
-        let lent = SQLConnection(connection: connection, logger: logger, timeout: timeout, location: location)
+        do {
+            let lent = SQLConnection(
+                connection: try connect(), logger: logger, timeout: timeout, location: location)
+            return try use(lent, body)
+        } catch {
+            throw Self.storeError(error, location: location)
+        }
+    }
+
+    /// Runs `body` on `lent`, then pools the connection, or closes it if it may be broken.
+    private func use<T>(_ lent: SQLConnection, _ body: (SQLConnection) throws -> T) throws -> T {
         do {
             let result = try body(lent)
-            giveBack(connection)
+            giveBack(lent.connection)
             return result
         } catch {
             if Self.leavesConnectionUsable(error) {
-                giveBack(connection)
+                giveBack(lent.connection)
             } else {
-                connection.closeSoon()
+                lent.connection.closeSoon()
             }
-            throw Self.storeError(error, location: location)
+            throw error
         }
+    }
+
+    /// Whether `error` says the connection failed (rather than the server refusing a statement).
+    private static func isConnectionFailure(_ error: any Error) -> Bool {
+        if let error = error as? PSQLError { return error.serverInfo == nil }
+        return false
     }
 
     private func giveBack(_ connection: PostgresConnection) {

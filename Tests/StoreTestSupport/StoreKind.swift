@@ -98,20 +98,53 @@ public final class StoreFixture: Sendable {
         (store as? PostgresStore)?.purgeCache()
     }
 
+    /// Cuts the store's database off: every connection to it is closed and new ones are refused,
+    /// as when the server is down or unreachable, for this test's database only.
+    public func cutConnections() throws {
+        try admin("ALTER DATABASE \"\(try databaseName())\" ALLOW_CONNECTIONS false")
+        try admin(
+            """
+            SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+            WHERE datname = '\(try databaseName())' AND pid <> pg_backend_pid()
+            """)
+    }
+
+    /// Lets connections to the store's database in again.
+    public func allowConnections() throws {
+        try admin("ALTER DATABASE \"\(try databaseName())\" ALLOW_CONNECTIONS true")
+    }
+
+    private func databaseName() throws -> String {
+        guard let postgres else { throw DocumentStoreError.io("not a PostgreSQL store") }
+        return postgres.database
+    }
+
+    /// Runs a statement on the test server's maintenance database.
+    @discardableResult
+    private func admin(_ statement: String) throws -> String {
+        guard let url = StoreKind.postgresURL else { throw DocumentStoreError.io("no test server") }
+        return try Self.run(
+            "/usr/bin/psql", ["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", url, "-c", statement])
+    }
+
     /// Runs one SQL statement on the store's database with the database's own command-line client
     /// (sqlite3 or psql); returns the output rows, one per line, columns joined by "|". Write SQL
     /// both understand (CAST, CASE, ||).
     @discardableResult
     public func sql(_ statement: String) throws -> String {
-        let process = Process()
         switch kind {
         case .sqlite:
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
-            process.arguments = ["-bail", location, statement]
+            return try Self.run("/usr/bin/sqlite3", ["-bail", location, statement])
         case .postgres:
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/psql")
-            process.arguments = ["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", location, "-c", statement]
+            return try Self.run(
+                "/usr/bin/psql", ["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", location, "-c", statement])
         }
+    }
+
+    private static func run(_ executable: String, _ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
         let output = Pipe()
         let errors = Pipe()
         process.standardOutput = output
@@ -121,7 +154,8 @@ public final class StoreFixture: Sendable {
         let message = errors.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw DocumentStoreError.io("\(kind) \(statement): \(String(decoding: message, as: UTF8.self))")
+            throw DocumentStoreError.io(
+                "\(executable) \(arguments.last ?? ""): \(String(decoding: message, as: UTF8.self))")
         }
         var text = String(decoding: data, as: UTF8.self)
         if text.hasSuffix("\n") { text.removeLast() }
