@@ -212,7 +212,18 @@ extension DocumentFileSystem {
         guard let document = state.withLock({ self.document(&$0, of: node) }) else { return }
         let (base, loaded) = state.withLock { _ in (document.base, document.isLoaded) }
         guard loaded else { return }
-        let info = try storeCall { try store.document(document.id) }
+        let info: DocumentInfo
+        do {
+            info = try store.document(document.id)
+        } catch DocumentStoreError.io(let message) {
+            // The store cannot be reached (a database server restarting, a network cut): serve
+            // what this mount has, as a mount of a network store does; saves still fail with EIO.
+            logger.warning("cannot revalidate \(document.info.name), serving it as last seen: \(message)")
+            return
+        } catch {
+            try storeCall { throw error }  // as the errno the caller should see
+            return
+        }
         guard info.currentVersion != base else { return }
         state.withLock { _ in document.needsReload = true }
         document.saving.lock()
