@@ -22,6 +22,11 @@ struct Mount: DocfsCommand {
             it serves until unmounted and logs on standard error; SIGTERM, SIGINT and SIGHUP \
             unmount it.
 
+            STORE may be a PostgreSQL URL, postgres://[user[:password]@]host[:port]/database \
+            (PG* variables fill in the rest); several machines can mount one such store, and \
+            each sees the others' saves within a second. flock and POSIX locks are local to \
+            each mount.
+
             Options (-o, comma-separated, repeatable): ro, rw (the default), allow_other (let \
             other users in; needs user_allow_other in /etc/fuse.conf unless run as root), debug \
             (libfuse's request trace), fsname=NAME (the source shown by mount and df; default: \
