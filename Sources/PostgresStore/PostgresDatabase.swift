@@ -175,6 +175,7 @@ final class PostgresDatabase: Sendable {
 
     /// Runs `body` with a pooled connection. A connection that failed (closed, timed out) is
     /// dropped, so the next call reconnects.
+    @discardableResult
     func withConnection<T>(_ body: (SQLConnection) throws -> T) throws -> T {
         let pooled = idle.withLock { $0.popLast() }
         if let pooled {
@@ -244,6 +245,7 @@ final class PostgresDatabase: Sendable {
     }
 
     /// Runs `body` in one transaction: committed if it returns, rolled back if it throws.
+    @discardableResult
     func transaction<T>(
         readOnly: Bool = false, durable: Bool = true, _ body: (SQLConnection) throws -> T
     ) throws -> T {
