@@ -78,6 +78,7 @@ let package = Package(
                 "FUSE",
                 "DocumentEngine",
                 "PostgresStore",
+                "CLinuxSupport",
                 "SampleDocuments",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
