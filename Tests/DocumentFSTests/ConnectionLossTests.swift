@@ -45,9 +45,10 @@ struct ConnectionLossTests {
             try fixture.stores.cutConnections()
             var lost = true
             defer { if lost { try? fixture.stores.allowConnections() } }
-            let during = try await offThread { () -> (String?, String?, Outcome) in
+            let during = try await offThread { () -> (String, String?, Outcome) in
                 // What the mount has read it still serves.
-                let cachedNotes = try? readText(notes)
+                let cachedNotes: String
+                do { cachedNotes = try readText(notes) } catch { cachedNotes = "\(error)" }
                 let cachedListing = try? entries(in: mount.url("Work.pkg")).joined(separator: ",")
                 // A change it cannot save is not acknowledged.
                 return (cachedNotes, cachedListing, try Self.appendAndSync(flat, "during\n"))
