@@ -33,6 +33,8 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
     let database: PostgresDatabase
     private let counters = Mutex(StoreStatistics())
     private let cache: Mutex<ChunkCache>
+    /// What reads at saved versions learned: a file's size and chunk ids by index (immutable).
+    private let pinned = Mutex<[PinnedKey: PinnedFile]>([:])
     let listener: ChangeListener
 
     public var statistics: StoreStatistics { counters.withLock { $0 } }
@@ -392,6 +394,9 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
         guard offset >= 0, count >= 0 else {
             throw DocumentStoreError.invalidChange("negative offset or count")
         }
+        // A saved version never changes: what a read at one learned serves the next without the
+        // server (a mount keeps reading what it read while the server is away).
+        if let version, let data = pinnedRead(node, version, offset: offset, count: count) { return data }
         return try read { db in
             let lineage = try Self.lineage(db, version)
             guard let record = try Self.node(db, node, lineage: lineage) else {
@@ -400,28 +405,69 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
             guard record.kind == .regularFile else { throw DocumentStoreError.notARegularFile(node) }
             let end = min(record.size, offset + Int64(count))
             guard offset < end else { return Data() }
-            var result = Data(count: Int(end - offset))
             let size = Int64(chunkSize)
             let first = offset / size
             let last = (end - 1) / size
-            let map = try Self.chunkMap(db, node: node, lineage: lineage, from: first, through: last)
+            var map = try Self.chunkMap(db, node: node, lineage: lineage, from: first, through: last)
+            for index in first...last where map[index] == nil { map[index] = .some(nil) }
             let chunks = try self.chunks(db, Set(map.values.compactMap { $0 }))
-            for index in first...last {
-                guard let chunkID = map[index] ?? nil else { continue }  // a hole reads as zeros
-                guard let chunk = chunks[chunkID] else {
-                    throw DocumentStoreError.corrupt(path: location, reason: "chunk \(chunkID) is missing")
+            if let version {
+                pinned.withLock { pinned in
+                    if pinned.count > 50_000 { pinned.removeAll() }
+                    let key = PinnedKey(node: node, version: version)
+                    var entry = pinned[key] ?? PinnedFile(size: record.size, map: [:])
+                    entry.map.merge(map) { _, new in new }
+                    pinned[key] = entry
                 }
-                let chunkStart = index * size
-                let from = max(offset, chunkStart)
-                let to = min(end, chunkStart + Int64(chunk.count))
-                guard from < to else { continue }
-                result.replaceSubrange(
-                    Int(from - offset)..<Int(to - offset),
-                    with: chunk[
-                        chunk.startIndex + Int(from - chunkStart)..<chunk.startIndex + Int(to - chunkStart)])
             }
-            return result
+            return try assemble(offset: offset, end: end, map: map, chunks: chunks)
         }
+    }
+
+    /// A read at `version` from what earlier reads at it learned and the chunk cache, or nil.
+    private func pinnedRead(_ node: StoreNodeID, _ version: VersionID, offset: Int64, count: Int) -> Data? {
+        guard let entry = pinned.withLock({ $0[PinnedKey(node: node, version: version)] }) else { return nil }
+        let end = min(entry.size, offset + Int64(count))
+        guard offset < end else { return Data() }
+        let size = Int64(chunkSize)
+        var map: [Int64: Int64?] = [:]
+        for index in (offset / size)...((end - 1) / size) {
+            guard let chunk = entry.map[index] else { return nil }
+            map[index] = chunk
+        }
+        var chunks: [Int64: Data] = [:]
+        let complete = cache.withLock { cache in
+            for case .some(let id) in map.values {
+                guard let data = cache.get(id) else { return false }
+                chunks[id] = data
+            }
+            return true
+        }
+        guard complete else { return nil }
+        return try? assemble(offset: offset, end: end, map: map, chunks: chunks)
+    }
+
+    /// The bytes `offset..<end` of a file from its chunk map and chunks.
+    private func assemble(offset: Int64, end: Int64, map: [Int64: Int64?], chunks: [Int64: Data]) throws
+        -> Data
+    {
+        var result = Data(count: Int(end - offset))
+        let size = Int64(chunkSize)
+        for index in (offset / size)...((end - 1) / size) {
+            guard let chunkID = map[index] ?? nil else { continue }  // a hole reads as zeros
+            guard let chunk = chunks[chunkID] else {
+                throw DocumentStoreError.corrupt(path: location, reason: "chunk \(chunkID) is missing")
+            }
+            let chunkStart = index * size
+            let from = max(offset, chunkStart)
+            let to = min(end, chunkStart + Int64(chunk.count))
+            guard from < to else { continue }
+            result.replaceSubrange(
+                Int(from - offset)..<Int(to - offset),
+                with: chunk[
+                    chunk.startIndex + Int(from - chunkStart)..<chunk.startIndex + Int(to - chunkStart)])
+        }
+        return result
     }
 
     /// Chunk ids by index (nil for a hole) for indices `first...last` as of `lineage`.
@@ -496,6 +542,7 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
     /// Drops cached chunks (for tests and benchmarks that measure cold reads).
     public func purgeCache() {
         cache.withLock { $0.removeAll() }
+        pinned.withLock { $0.removeAll() }
     }
 
     // MARK: Saving
@@ -1000,7 +1047,9 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
     // MARK: Retention
 
     public func collectGarbage(_ policy: RetentionPolicy) throws -> CollectionReport {
-        try write { db in
+        // Versions it drops must not be read from memory afterwards.
+        pinned.withLock { $0.removeAll() }
+        return try write { db in
             var report = CollectionReport()
             let now = Timestamp.now
             let keep = policy.keepFor.components
@@ -1181,4 +1230,17 @@ extension PostgresStore {
     static func quotedIdentifier(_ name: String) -> String {
         "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
     }
+}
+
+/// A file at a saved version.
+struct PinnedKey: Hashable {
+    var node: StoreNodeID
+    var version: VersionID
+}
+
+/// What reads at a saved version learned of a file: its size, and chunk ids (nil for a hole) of
+/// the indices read.
+struct PinnedFile {
+    var size: Int64
+    var map: [Int64: Int64?]
 }

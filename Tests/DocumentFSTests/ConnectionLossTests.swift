@@ -46,7 +46,11 @@ struct ConnectionLossTests {
             var lost = true
             defer { if lost { try? fixture.stores.allowConnections() } }
             let during = try await offThread { () -> (String, String?, Outcome) in
-                // What the mount has read it still serves.
+                // What the mount has read it still serves, even once the kernel dropped its pages
+                // (the daemon reads it from the store's memory then).
+                let fd = try openFile(notes, O_RDONLY)
+                _ = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)
+                close(fd)
                 let cachedNotes: String
                 do { cachedNotes = try readText(notes) } catch { cachedNotes = "\(error)" }
                 let cachedListing = try? entries(in: mount.url("Work.pkg")).joined(separator: ",")
