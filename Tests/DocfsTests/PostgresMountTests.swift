@@ -144,14 +144,20 @@ struct PostgresMountTests {
                 let mounted = try docfs(["mount", url, mountpoint])
                 try #require(mounted.status == 0, "\(mounted)\n\(daemonLog())")
             }
-            // Both open and write before either closes: the second close saves changes based on
-            // the version before the first one's save.
+            // Both open and write before either closes (a handshake through files outside the
+            // mounts, so a slow machine cannot serialise them): the second close saves changes
+            // based on the version before the first one's save.
+            let flags = try folder("flags")
             let both = try shell(
                 """
-                ( exec 3>"$1/README.txt"; printf 'version one\\n' >&3; sleep 0.3; exec 3>&- ) &
-                ( exec 4>"$2/README.txt"; printf 'version two\\n' >&4; sleep 1.5; exec 4>&- ) &
+                ( exec 3>"$1/README.txt"; printf 'version one\\n' >&3; : > "$3/one-written"
+                  while [ ! -e "$3/two-written" ]; do sleep 0.05; done
+                  exec 3>&-; : > "$3/one-closed" ) &
+                ( exec 4>"$2/README.txt"; printf 'version two\\n' >&4; : > "$3/two-written"
+                  while [ ! -e "$3/one-closed" ]; do sleep 0.05; done
+                  sleep 0.5; exec 4>&- ) &
                 wait
-                """, one, two)
+                """, one, two, flags)
             #expect(both.status == 0, "\(both)")
             let store = try PostgresStore(configuration: database)
             let info = try #require(try store.document(named: "README.txt"))
