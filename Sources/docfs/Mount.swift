@@ -224,7 +224,17 @@ struct Mount: DocfsCommand {
         let seeLog = logPath.map { "; see \($0)" } ?? ""
         switch daemon.waitForReport(timeout: Self.startTimeout) {
         case .mounted:
-            guard MountTable.entry(at: plan.mountpoint)?.fileSystemType == MountTable.docfsType else {
+            // A read of mountinfo can miss an entry while other mounts come and go (the kernel
+            // hands it out in pieces), so look a few times before calling the mount missing.
+            var listed = false
+            for attempt in 0..<20 {
+                if MountTable.entry(at: plan.mountpoint)?.fileSystemType == MountTable.docfsType {
+                    listed = true
+                    break
+                }
+                if attempt < 19 { usleep(50_000) }
+            }
+            guard listed else {
                 throw Failure("the daemon reported \(plan.mountpoint) mounted, but it is not in the mount table\(seeLog)")
             }
         case .failed(let message):

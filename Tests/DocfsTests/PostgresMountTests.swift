@@ -8,8 +8,7 @@ import Testing
     import Glibc
 #endif
 
-// Serialized: `docfs mount` reads /proc/self/mountinfo, which can miss an entry while other mounts
-// come and go (seen as "reported mounted, but it is not in the mount table").
+// Serialized: fewer mounts coming and going at once (each `docfs mount` reads mountinfo).
 /// One PostgreSQL store mounted by two `docfs mount` daemons, as two machines would mount it:
 /// what one mount saves, creates, renames or deletes shows up in the other within a second, and
 /// two conflicting saves keep both versions. Runs when the tests have a server
