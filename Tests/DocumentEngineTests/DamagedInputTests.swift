@@ -50,6 +50,29 @@ import Testing
         #expect(try other.documents().count == 2)
     }
 
+    /// The integrity check, garbage collection, the event feed and chunk reads read rows too:
+    /// a value of the wrong type is a problem in the report or a `corrupt` error, never a crash.
+    @Test func damagedChunkEventAndVersionRowsAreReportedNotFatal() throws {
+        let tmp = try TemporaryDirectory()
+        let path = tmp.path("Damaged.docstore")
+        let store = try SQLiteStore(path: path, options: .create)
+        let info = try store.createDocument(named: "a.txt", kind: .flat, type: nil, permissions: nil, origin: "test")
+        try store.save(
+            FileWrapper(regularFileWithContents: Data("a".utf8)), to: info.id, base: info.currentVersion,
+            origin: "test")
+        try StoreTestTools.sqlite(path, "UPDATE chunks SET size = 'garbage';")
+        try StoreTestTools.sqlite(path, "UPDATE events SET document = 'garbage';")
+        try StoreTestTools.sqlite(path, "UPDATE versions SET created = 'garbage';")
+        let other = try SQLiteStore(path: path)
+        let report = try other.checkIntegrity()
+        #expect(report.problems.contains { $0.contains("size") }, "\(report.problems)")
+        #expect(throws: DocumentStoreError.self) { try other.events(after: 0) }
+        #expect(throws: DocumentStoreError.self) { try other.collectGarbage(.currentOnly) }
+        try StoreTestTools.sqlite(path, "UPDATE versions SET branch = 'garbage';")
+        let current = try #require(try other.document(named: "a.txt")).currentVersion
+        #expect(throws: DocumentStoreError.self) { try other.nodes(of: info.id, at: current) }
+    }
+
     /// fuzz-archive: a binary property list holding a set of containers made corelibs Foundation's
     /// parser dereference a null pointer (SIGSEGV) inside `KeyedArchive.validate`.
     @Test func aBinaryPropertyListWithASetIsRefused() throws {

@@ -401,9 +401,9 @@ public final class SQLiteStore: DocumentStore, Sendable {
             let row = try Row.fetchOne(
                 db, sql: "SELECT base, branch FROM versions WHERE id = ?", arguments: [version.rawValue])
         else { throw DocumentStoreError.noSuchVersion(version) }
-        let branch: Int64 = row["branch"]
+        let branch: Int64 = try row.stored("branch")
         if branch == 0 { return Lineage(limit: version.rawValue, branch: 0) }
-        return Lineage(limit: row["base"] ?? 0, branch: branch)
+        return Lineage(limit: try row.stored("base", as: Int64?.self) ?? 0, branch: branch)
     }
 
     public func nodes(of document: DocumentID, at version: VersionID? = nil) throws -> [NodeRecord] {
@@ -464,7 +464,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
                     "SELECT * FROM nodes WHERE node = ? AND branch = 0 AND version <= ? ORDER BY version DESC LIMIT 1",
                 arguments: [id.rawValue, lineage.limit])
         else { return nil }
-        return row["removed"] as Int64 != 0 ? nil : try record(row)
+        return try row.stored("removed", as: Int64.self) != 0 ? nil : try record(row)
     }
 
     static func record(_ row: Row) throws -> NodeRecord {
@@ -947,7 +947,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
                         """),
                 arguments: [node.rawValue, lineage.branch, index])
         {
-            return row["chunk"]
+            return try row.stored("chunk", as: Int64?.self)
         }
         return try Row.fetchOne(
             db.cachedStatement(
@@ -956,7 +956,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
                     ORDER BY version DESC LIMIT 1
                     """),
             arguments: [node.rawValue, index, lineage.limit]
-        ).flatMap { $0["chunk"] as Int64? }
+        ).flatMap { try $0.stored("chunk", as: Int64?.self) }
     }
 
     static func insertChunkRow(
@@ -1150,8 +1150,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
             let keep = policy.keepFor.components
             let horizon = now.rawValue - keep.seconds * 1_000_000_000 - keep.attoseconds / 1_000_000_000
             for row in try Row.fetchAll(db, sql: "SELECT id, deleted FROM documents") {
-                let document = DocumentID(rawValue: row["id"])
-                if let deleted = row["deleted"] as Int64?, deleted < horizon {
+                let document = DocumentID(rawValue: try row.stored("id"))
+                if let deleted = try row.stored("deleted", as: Int64?.self), deleted < horizon {
                     try self.removeDocument(db, document)
                     report.documentsRemoved += 1
                     continue
@@ -1164,9 +1164,9 @@ public final class SQLiteStore: DocumentStore, Sendable {
                     "SELECT id, size FROM chunks WHERE NOT EXISTS (SELECT 1 FROM chunk_map WHERE chunk = chunks.id)"
             )
             for row in unreferenced {
-                try db.execute(sql: "DELETE FROM chunks WHERE id = ?", arguments: [row["id"] as Int64])
+                try db.execute(sql: "DELETE FROM chunks WHERE id = ?", arguments: [try row.stored("id", as: Int64.self)])
                 report.chunksRemoved += 1
-                report.bytesFreed += row["size"] as Int64
+                report.bytesFreed += try row.stored("size", as: Int64.self)
             }
             try db.execute(
                 sql: "DELETE FROM events WHERE time < ?",
@@ -1195,10 +1195,9 @@ public final class SQLiteStore: DocumentStore, Sendable {
             db, sql: "SELECT id, created FROM versions WHERE document = ? AND branch = 0 ORDER BY id DESC",
             arguments: [d])
         guard mainline.count > policy.keepLast else { return 0 }
-        var keep = mainline.prefix(policy.keepLast).map { $0["id"] as Int64 }
-        keep += mainline.dropFirst(policy.keepLast).filter { ($0["created"] as Int64) >= horizon }.map {
-            $0["id"] as Int64
-        }
+        var keep = try mainline.prefix(policy.keepLast).map { try $0.stored("id", as: Int64.self) }
+        keep += try mainline.dropFirst(policy.keepLast).filter { try $0.stored("created", as: Int64.self) >= horizon }
+            .map { try $0.stored("id", as: Int64.self) }
         var cutoff = keep.min() ?? 0
         // An unresolved conflict version reads the main line as of its base: keep that.
         if let base = try Int64.fetchOne(
@@ -1262,11 +1261,12 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 db, sql: "SELECT * FROM events WHERE sequence > ? ORDER BY sequence", arguments: [sequence]
             ).compactMap {
                 row -> StoreEvent? in
-                guard let kind = StoreEvent.Kind(rawValue: row["kind"]) else { return nil }
+                guard let kind = StoreEvent.Kind(rawValue: try row.stored("kind")) else { return nil }
                 return StoreEvent(
-                    sequence: row["sequence"], kind: kind, document: DocumentID(rawValue: row["document"]),
-                    version: (row["version"] as Int64?).map(VersionID.init(rawValue:)), name: row["name"],
-                    origin: row["origin"])
+                    sequence: try row.stored("sequence"), kind: kind,
+                    document: DocumentID(rawValue: try row.stored("document")),
+                    version: try row.stored("version", as: Int64?.self).map(VersionID.init(rawValue:)),
+                    name: try row.stored("name"), origin: try row.stored("origin"))
             }
         }
     }
