@@ -126,8 +126,16 @@ extension SQLiteStore {
                             """,
                         arguments: [record.id.rawValue, record.id.rawValue])
                     for row in rows {
-                        let index: Int64 = try row.stored("idx")
-                        guard let bytes = try row.stored("bytes", as: Int64?.self) else { continue }
+                        let index: Int64
+                        let stored: Int64?
+                        do {
+                            index = try row.stored("idx")
+                            stored = try row.stored("bytes", as: Int64?.self)
+                        } catch {
+                            report.problems.append("\(document.name)/\(record.name): \(error)")
+                            continue
+                        }
+                        guard let bytes = stored else { continue }
                         if index >= count {
                             report.problems.append(
                                 "\(document.name)/\(record.name): a chunk lies past the end of the file")
