@@ -6,6 +6,7 @@
 #include <fuse_lowlevel.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -68,6 +69,38 @@ int pipe2(int pipefd[2], int flags);
 /// A close-on-exec pipe.
 static inline int docfs_pipe_cloexec(int fds[2]) {
     return pipe2(fds, O_CLOEXEC);
+}
+
+/// An O_PATH descriptor on the root of the file system mounted at `path`. Held across an
+/// unmount, it keeps that file system (and so its connection number) alive until closed.
+static inline int docfs_pin_mount(const char *path) {
+    return open(path, docfs_o_path() | O_DIRECTORY | O_CLOEXEC);
+}
+
+/// Aborts FUSE connection `minor` (via fusectl) when `pinned` (from docfs_pin_mount) is that
+/// file system, device major:minor; then closes `pinned`. A connection number is only reused
+/// once its file system is gone, which the pin prevents, so another mount is never aborted.
+/// Returns 1 when aborted, 0 when `pinned` is another file system, -1 on error.
+static inline int docfs_abort_pinned_connection(int pinned, unsigned int major, unsigned int minor) {
+    if (pinned < 0) return -1;
+    struct statx stx;
+    memset(&stx, 0, sizeof stx);
+    int result = 0;
+    if (syscall(SYS_statx, pinned, "", 0x1000 /* AT_EMPTY_PATH */ | 0x4000 /* AT_STATX_DONT_SYNC */, 0, &stx) != 0) {
+        result = -1;
+    } else if (stx.stx_dev_major == major && stx.stx_dev_minor == minor) {
+        char file[64];
+        snprintf(file, sizeof file, "/sys/fs/fuse/connections/%u/abort", minor);
+        int abortFD = open(file, O_WRONLY | O_CLOEXEC);
+        if (abortFD < 0) {
+            result = -1;
+        } else {
+            result = write(abortFD, "1", 1) == 1 ? 1 : -1;
+            close(abortFD);
+        }
+    }
+    close(pinned);
+    return result;
 }
 
 /// The device number of the file system mounted at `path`, from the mount's superblock:

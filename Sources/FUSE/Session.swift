@@ -118,7 +118,7 @@ public final class Session: Sendable {
     /// Where the filesystem is mounted.
     public let mountpoint: String
     /// The kernel's connection number (the minor of the mount's device), for fusectl.
-    private let connection = Mutex<UInt32?>(nil)
+    private let connection = Mutex<(major: UInt32, minor: UInt32)?>(nil)
     /// Sends cache notifications to the kernel for this mount.
     public let notifier: Notifier
     private let core: SessionCore
@@ -175,7 +175,7 @@ public final class Session: Sendable {
         var major: UInt32 = 0
         var minor: UInt32 = 0
         if docfs_mount_device(mountpoint, &major, &minor) == 0 {
-            connection.withLock { $0 = minor }
+            connection.withLock { $0 = (major, minor) }
         }
         logger.debug("mounted", metadata: ["mountpoint": "\(mountpoint)"])
     }
@@ -185,17 +185,16 @@ public final class Session: Sendable {
     /// /dev/fuse descriptor across fork (a child being spawned closes its descriptors one by
     /// one, and a FLUSH from that close waits for an answer) keeps the connection alive after
     /// the server closed its own: without this, such a request, and the child, wait forever.
-    private func abortConnection() {
-        guard let minor = connection.withLock({ $0 }) else { return }
+    private func abortConnection(pinned: Int32) {
+        guard let (major, minor) = connection.withLock({ $0 }) else {
+            if pinned >= 0 { close(pinned) }
+            return
+        }
         let directory = "/sys/fs/fuse/connections"
-        let file = "\(directory)/\(minor)/abort"
-        if access(file, F_OK) != 0, getuid() == 0 {
+        if access(directory + "/\(minor)", F_OK) != 0, getuid() == 0 {
             _ = Glibc.mount("fusectl", directory, "fusectl", 0, nil)
         }
-        let fd = open(file, O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        _ = write(fd, "1", 1)
-        close(fd)
+        _ = docfs_abort_pinned_connection(pinned, major, minor)
     }
 
     deinit {
@@ -356,10 +355,13 @@ public final class Session: Sendable {
         // Nothing reads requests any more: one sent now (or read and dropped by an exiting
         // worker) would wait for an answer that never comes, and so would whatever waits on
         // it — a lock the kernel holds for it, a spawning parent whose child is closing an
-        // inherited descriptor, or `destroy` itself. Detach the mount and fail them all first.
+        // inherited descriptor, or `destroy` itself. Detach the mount, then fail them all.
         if let se = core.session {
+            // Not abort first: libfuse skips the unmount of an aborted connection. The pin keeps
+            // the detached file system, and so its connection number, ours until the abort.
+            let pinned = docfs_pin_mount(mountpoint)
             fuse_session_unmount(se)
-            abortConnection()
+            abortConnection(pinned: pinned)
         }
         core.runDestroy()
         core.closeGate()

@@ -17,11 +17,12 @@ struct MountWatchdogTests {
         let fixture = try Fixture.small()
         defer { fixture.remove() }
         let proxy = ProxyStore(fixture.store)
+        // The deadline runs from the mount's creation.
+        let start = Date()
         let mount = try TestMount(proxy, deadline: .seconds(1))
         #expect(mount.watchdog.connection != nil)
         proxy.holdReadsOfContents()
         let path = mount.url("Work.pkg/notes.txt")
-        let start = Date()
         // Never answered: the store holds every read of contents. The time is taken on the
         // blocked thread itself: resuming the test can wait for a busy cooperative pool.
         let (stuck, waited) = try await offThread { () -> (Int32, Double) in
