@@ -26,11 +26,14 @@ struct Docfs: AsyncParsableCommand {
 
             Errors are one line on standard error, starting with "docfs: ", and a non-zero exit \
             status.
+
+            `docfs STORE /MOUNTPOINT [-o OPTIONS]` is `docfs mount`: the form mount.fuse3 uses \
+            for `mount -t fuse.docfs` and fstab lines.
             """,
         version: DocumentFS.version,
         subcommands: [
             Create.self, List.self, Versions.self, Restore.self, Fsck.self, Import.self, Export.self,
-            CollectGarbage.self,
+            CollectGarbage.self, Mount.self, Unmount.self,
         ]
     )
 }
@@ -46,7 +49,7 @@ protocol DocfsCommand: AsyncParsableCommand {}
 enum DocfsMain {
     static func main() async {
         do {
-            var command = try Docfs.parseAsRoot()
+            var command = try Docfs.parseAsRoot(arguments())
             guard var docfsCommand = command as? any DocfsCommand else {
                 // `docfs`, `docfs help …`: ArgumentParser's own commands, whose run() reports
                 // help through errors that `exit(withError:)` below understands.
@@ -68,6 +71,16 @@ enum DocfsMain {
             // Usage errors, --help and --version, and exit codes: ArgumentParser's messages.
             Docfs.exit(withError: error)
         }
+    }
+}
+
+extension DocfsMain {
+    /// The command line without the program name; mount.fuse3's form (see ``MountHelper``)
+    /// becomes a `docfs mount` command.
+    static func arguments() -> [String] {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        let commands = Set(Docfs.configuration.subcommands.map { $0._commandName } + ["help"])
+        return MountHelper.splitJoinedOptions(MountHelper.rewrite(arguments, commands: commands) ?? arguments)
     }
 }
 

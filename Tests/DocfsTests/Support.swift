@@ -28,7 +28,7 @@ struct DocfsResult: CustomStringConvertible {
 
 /// A private temporary home for one test: `HOME` and the XDG folders of the `docfs` child
 /// processes point into it, so the default store is the test's own. Removed on deinit.
-final class Sandbox {
+final class Sandbox: Sendable {
     let url: URL
 
     init() throws {
@@ -68,18 +68,24 @@ final class Sandbox {
 
     /// Runs `docfs` with `arguments`; with `prefix`, runs `prefix + [docfs] + arguments` (to run
     /// it as another user). Output goes through files, so a chatty child cannot fill a pipe.
-    func run(_ arguments: [String], prefix: [String] = [], directory: String? = nil) throws -> DocfsResult {
+    func run(
+        _ arguments: [String], prefix: [String] = [], environment extra: [String: String] = [:],
+        directory: String? = nil
+    ) throws -> DocfsResult {
         let program = try #require(
             Docfs.program, "docfs is not built next to the tests; run `swift build --build-tests`")
+        return try execute(prefix + [program.path] + arguments, environment: extra, directory: directory)
+    }
+
+    /// Runs `command` (a program's path, then its arguments) to completion in the sandbox's
+    /// environment plus `extra`.
+    func execute(
+        _ command: [String], environment extra: [String: String] = [:], directory: String? = nil
+    ) throws -> DocfsResult {
         let process = Process()
-        if let first = prefix.first {
-            process.executableURL = URL(fileURLWithPath: first)
-            process.arguments = Array(prefix.dropFirst()) + [program.path] + arguments
-        } else {
-            process.executableURL = program
-            process.arguments = arguments
-        }
-        process.environment = environment
+        process.executableURL = URL(fileURLWithPath: command[0])
+        process.arguments = Array(command.dropFirst())
+        process.environment = environment.merging(extra) { $1 }
         process.currentDirectoryURL = URL(fileURLWithPath: directory ?? path)
         let outPath = path("stdout-\(UUID().uuidString)")
         let errPath = path("stderr-\(UUID().uuidString)")

@@ -1,0 +1,413 @@
+import ArgumentParser
+import CFuse3
+import DocumentEngine
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+// What `docfs mount` and `docfs unmount` share: the kernel's mount table, `-o` options, the
+// daemon's pid file and log, and the mount.fuse3 helper's calling convention.
+
+// MARK: - The mount table
+
+/// One line of `/proc/self/mountinfo`.
+struct MountEntry: Equatable {
+    /// Where it is mounted, as the kernel reports it (absolute, symbolic links resolved).
+    var mountPoint: String
+    /// `fuse.docfs` for a docfs mount.
+    var fileSystemType: String
+    /// The source (for docfs: the `fsname=`, by default the store's path).
+    var source: String
+    /// The per-mount options (`rw`, `nosuid`, …).
+    var options: [String]
+    /// The file system's own options (for FUSE: `user_id=`, `default_permissions`, …).
+    var superOptions: [String] = []
+
+    /// For a FUSE mount, the user who mounted it (`user_id=`).
+    var fuseOwner: uid_t? {
+        superOptions.first { $0.hasPrefix("user_id=") }.flatMap { uid_t($0.dropFirst("user_id=".count)) }
+    }
+}
+
+enum MountTable {
+    /// The file system type of every docfs mount (`subtype=docfs`).
+    static let docfsType = "fuse.docfs"
+
+    /// The mounts this process sees, in mount order (later ones are on top).
+    static func entries() -> [MountEntry] {
+        // mountinfo rather than /proc/self/mounts: it is the kernel's own view, and its fields
+        // cannot be confused by a source that contains spaces (they are escaped in both).
+        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else {
+            return []
+        }
+        return text.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+            // id parent major:minor root mountpoint options [optional fields…] - type source super
+            guard fields.count >= 10, let dash = fields.firstIndex(of: "-"), dash >= 6,
+                dash + 2 < fields.count
+            else { return nil }
+            return MountEntry(
+                mountPoint: unescape(fields[4]), fileSystemType: unescape(fields[dash + 1]),
+                source: unescape(fields[dash + 2]), options: fields[5].split(separator: ",").map(String.init),
+                superOptions: dash + 3 < fields.count
+                    ? fields[dash + 3].split(separator: ",").map(String.init) : [])
+        }
+    }
+
+    /// The topmost mount at `path` (an absolute path with links resolved), if any.
+    static func entry(at path: String) -> MountEntry? {
+        entries().last { $0.mountPoint == path }
+    }
+
+    /// The kernel writes space, tab, newline and backslash as `\ooo` octal escapes.
+    static func unescape(_ field: String) -> String {
+        guard field.contains("\\") else { return field }
+        let utf8 = Array(field.utf8)
+        let zero = UInt8(ascii: "0")
+        var bytes: [UInt8] = []
+        var i = 0
+        while i < utf8.count {
+            if utf8[i] == UInt8(ascii: "\\"), i + 3 < utf8.count {
+                let digits = utf8[(i + 1)..<min(i + 4, utf8.count)]
+                if digits.count == 3, digits.allSatisfy({ $0 >= zero && $0 <= zero + 7 }) {
+                    let value = digits.reduce(0) { $0 * 8 + Int($1 - zero) }
+                    if value < 256 {
+                        bytes.append(UInt8(value))
+                        i += 4
+                        continue
+                    }
+                }
+            }
+            bytes.append(utf8[i])
+            i += 1
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+// MARK: - Paths
+
+enum MountPaths {
+    /// `path` made absolute against the working directory, with `.` and `..` removed.
+    static func absolute(_ path: String) -> String {
+        URL(fileURLWithPath: path).standardizedFileURL.path
+    }
+
+    /// The absolute path with symbolic links resolved, as the mount table names it. Only the
+    /// parent is resolved when the last component cannot be (a mount whose daemon died answers
+    /// `ENOTCONN` to everything), so that such a mount can still be found and unmounted.
+    static func resolved(_ path: String) -> String {
+        let absolute = absolute(path)
+        if let real = realPath(absolute) { return real }
+        let url = URL(fileURLWithPath: absolute)
+        let parent = url.deletingLastPathComponent().path
+        guard absolute != "/", let realParent = realPath(parent) else { return absolute }
+        return realParent == "/" ? "/" + url.lastPathComponent : realParent + "/" + url.lastPathComponent
+    }
+
+    private static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    /// `$XDG_STATE_HOME/docfs` (~/.local/state/docfs): the daemons' log and pid files.
+    static var stateDirectory: URL { SearchPaths(appID: "docfs").state }
+
+    /// The background daemons' log.
+    static var logFile: URL { stateDirectory.appendingPathComponent("docfs.log") }
+
+    /// Creates `url` and its missing parents with mode 0700 (logs name private paths).
+    static func makeDirectory(_ url: URL) throws {
+        try FileManager.default.createDirectory(
+            at: url, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    }
+}
+
+/// The text of `errno` (`strerror`), in lower case as the other messages are.
+func errnoText(_ code: Int32 = errno) -> String {
+    let text = String(cString: strerror(code))
+    return text.prefix(1).lowercased() + text.dropFirst()
+}
+
+// MARK: - -o options
+
+/// The `-o` options of `docfs mount` (and of `mount -t fuse.docfs`), split into what docfs
+/// handles itself and what goes to libfuse.
+struct FuseOptions: Equatable {
+    var readOnly = false
+    var allowOther = false
+    var debug = false
+    /// `fsname=`: the source shown in the mount table (default: the store's path).
+    var fsName: String?
+    /// `nonempty`: mount over a folder that has contents (libfuse 3 no longer checks this, so
+    /// docfs does and the option never reaches libfuse).
+    var nonEmpty = false
+    /// Everything else, as written, for libfuse (which refuses what it does not know).
+    var passThrough: [String] = []
+
+    /// Options mount(8) and mount.fuse3 add or keep that mean nothing for a docfs mount.
+    /// mount.fuse3 run by root adds `dev,suid` to every mount, and `user`, `noauto`, `_netdev`
+    /// and `defaults` are about fstab; libfuse would refuse the latter. A docfs mount stays
+    /// `nosuid,nodev` (libfuse's default), whatever is asked: a store's file modes are not a
+    /// reason to honour set-user-id bits or device nodes.
+    static let ignored: Set<String> = [
+        "dev", "suid", "nodev", "nosuid", "exec", "auto", "noauto", "user", "nouser", "users", "owner",
+        "group", "_netdev", "defaults", "nofail",
+    ]
+
+    init(_ arguments: [String]) throws {
+        for argument in arguments {
+            for option in Self.split(argument) where !option.isEmpty {
+                try apply(option)
+            }
+        }
+    }
+
+    private mutating func apply(_ option: String) throws {
+        let name = option.split(separator: "=", maxSplits: 1).first.map(String.init) ?? option
+        let value = option.contains("=") ? String(option.drop { $0 != "=" }.dropFirst()) : nil
+        switch name {
+        case "ro": readOnly = true
+        case "rw": readOnly = false
+        case "allow_other": allowOther = true
+        case "debug": debug = true
+        case "nonempty": nonEmpty = true
+        case "fsname":
+            guard let value, !value.isEmpty else { throw Failure("-o fsname= needs a name") }
+            fsName = Self.unescape(value)
+        case "subtype":
+            throw Failure("-o subtype= cannot be changed: docfs mounts are always of type fuse.docfs")
+        default:
+            // x-* and comment= are mount(8)'s notes for itself (systemd, udisks).
+            if Self.ignored.contains(option) || name.hasPrefix("x-") || name == "comment" { return }
+            passThrough.append(option)
+        }
+    }
+
+    /// Splits at commas that are not escaped with a backslash (as libfuse does), keeping the
+    /// escapes so that pass-through options reach libfuse as written.
+    static func split(_ text: String) -> [String] {
+        var parts: [String] = []
+        var current = ""
+        var escaped = false
+        for character in text {
+            if escaped {
+                current.append(character)
+                escaped = false
+            } else if character == "\\" {
+                current.append(character)
+                escaped = true
+            } else if character == "," {
+                parts.append(current)
+                current = ""
+            } else {
+                current.append(character)
+            }
+        }
+        parts.append(current)
+        return parts
+    }
+
+    static func unescape(_ text: String) -> String {
+        var result = ""
+        var escaped = false
+        for character in text {
+            if escaped || character != "\\" {
+                result.append(character)
+                escaped = false
+            } else {
+                escaped = true
+            }
+        }
+        return result
+    }
+}
+
+// MARK: - The daemon's pid file
+
+/// The pid file a serving `docfs mount` keeps, so that `docfs unmount` can wait until the
+/// daemon has finished (saved what was pending and exited), not only until the mount is gone.
+struct DaemonRecord: Equatable {
+    var pid: pid_t
+    /// The process's start time (clock ticks after boot), so that a recycled pid is not taken
+    /// for the daemon after a crash or a reboot left the file behind.
+    var startTime: UInt64
+    var mountpoint: String
+    var store: String
+
+    static var directory: URL { MountPaths.stateDirectory.appendingPathComponent("mounts") }
+
+    /// The file for `mountpoint`: its path with `%` and `/` escaped; a long path is shortened
+    /// and made unique with a hash, since a file name has at most 255 bytes.
+    static func file(for mountpoint: String) -> URL {
+        var name = mountpoint.replacingOccurrences(of: "%", with: "%25")
+            .replacingOccurrences(of: "/", with: "%2F")
+        if name.utf8.count > 200 {
+            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+            for byte in mountpoint.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+            name = String(hash, radix: 16)
+        }
+        return directory.appendingPathComponent(name + ".pid")
+    }
+
+    /// This process, serving `mountpoint`.
+    static func current(mountpoint: String, store: String) -> DaemonRecord? {
+        guard let start = ProcessStatus(pid: getpid())?.startTime else { return nil }
+        return DaemonRecord(pid: getpid(), startTime: start, mountpoint: mountpoint, store: store)
+    }
+
+    /// Writes the file (atomically, so a reader never sees half of it).
+    func write() throws {
+        try MountPaths.makeDirectory(Self.directory)
+        let text = "\(pid) \(startTime)\n\(mountpoint)\n\(store)\n"
+        try Data(text.utf8).write(to: Self.file(for: mountpoint), options: .atomic)
+    }
+
+    /// Removes the file if it still describes this process (a later mount may have replaced it).
+    func remove() {
+        let url = Self.file(for: mountpoint)
+        if Self.read(url) == self { try? FileManager.default.removeItem(at: url) }
+    }
+
+    static func read(_ url: URL) -> DaemonRecord? {
+        guard let text = try? String(contentsOf: url, encoding: .utf8) else { return nil }
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        guard lines.count >= 3 else { return nil }
+        let numbers = lines[0].split(separator: " ")
+        guard numbers.count == 2, let pid = pid_t(numbers[0]), let start = UInt64(numbers[1]) else { return nil }
+        return DaemonRecord(pid: pid, startTime: start, mountpoint: lines[1], store: lines[2])
+    }
+
+    /// Whether the process is still alive (a zombie has finished: its parent has just not
+    /// collected it yet).
+    var isRunning: Bool {
+        guard let status = ProcessStatus(pid: pid) else { return false }
+        return status.startTime == startTime && status.state != "Z" && status.state != "X"
+    }
+
+    /// The daemon serving `mountpoint`: from the pid file, or else found among the processes
+    /// (a daemon started with another `XDG_STATE_HOME`, by mount(8) for instance).
+    static func find(mountpoint: String) -> DaemonRecord? {
+        if let record = read(file(for: mountpoint)), record.mountpoint == mountpoint, record.isRunning {
+            return record
+        }
+        return scan(mountpoint: mountpoint)
+    }
+
+    /// A `docfs mount` process whose arguments name `mountpoint` (the daemon is always started
+    /// with the absolute path).
+    private static func scan(mountpoint: String) -> DaemonRecord? {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return nil }
+        for name in names {
+            guard let pid = pid_t(name), pid != getpid(),
+                let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline")
+            else { continue }
+            let arguments = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+            guard let program = arguments.first,
+                URL(fileURLWithPath: program).lastPathComponent == "docfs",
+                arguments.contains("mount"), arguments.contains(mountpoint),
+                let status = ProcessStatus(pid: pid), status.state != "Z"
+            else { continue }
+            return DaemonRecord(pid: pid, startTime: status.startTime, mountpoint: mountpoint, store: "")
+        }
+        return nil
+    }
+}
+
+/// What `/proc/PID/stat` says about a process.
+struct ProcessStatus {
+    var state: Character
+    var startTime: UInt64
+
+    init?(pid: pid_t) {
+        guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/stat") else { return nil }
+        let text = String(decoding: data, as: UTF8.self)
+        // The command name (field 2) is in parentheses and may itself contain spaces and ")".
+        guard let close = text.lastIndex(of: ")") else { return nil }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        // fields[0] is field 3 (state); the start time is field 22.
+        guard fields.count > 19, let state = fields[0].first, let start = UInt64(fields[19]) else { return nil }
+        self.state = state
+        startTime = start
+    }
+}
+
+// MARK: - mount(8)'s helper convention
+
+/// `mount -t fuse.docfs STORE MOUNTPOINT -o OPTIONS` (or an fstab line of type `fuse.docfs`)
+/// runs mount.fuse3, which runs `docfs STORE MOUNTPOINT -o OPTIONS` through /bin/sh.
+enum MountHelper {
+    /// The arguments as a `docfs mount` command when `arguments` (without the program name)
+    /// have that shape: a first argument that is not a command, an absolute second one
+    /// (mount(8) always passes the mount point absolute), then nothing or `-o OPTIONS`.
+    static func rewrite(_ arguments: [String], commands: Set<String>) -> [String]? {
+        guard arguments.count == 2 || (arguments.count == 4 && arguments[2] == "-o") else { return nil }
+        let source = arguments[0]
+        let mountpoint = arguments[1]
+        guard !source.isEmpty, !source.hasPrefix("-"), !commands.contains(source), mountpoint.hasPrefix("/")
+        else { return nil }
+        return ["mount"] + arguments
+    }
+
+    /// `docfs mount … -oro,allow_other` as `-o ro,allow_other`, as mount(8) and sshfs accept.
+    /// (ArgumentParser's joined short options would take `-ofsname=x` for an option named
+    /// `ofsname`.)
+    static func splitJoinedOptions(_ arguments: [String]) -> [String] {
+        guard arguments.first == "mount" else { return arguments }
+        var result: [String] = []
+        var afterTerminator = false
+        for argument in arguments {
+            if !afterTerminator, argument.hasPrefix("-o"), argument.count > 2 {
+                result += ["-o", String(argument.dropFirst(2))]
+            } else {
+                if argument == "--" { afterTerminator = true }
+                result.append(argument)
+            }
+        }
+        return result
+    }
+}
+
+// MARK: - libfuse's judgement of the options
+
+extension FuseOptions {
+    /// The pass-through options libfuse does not know, in the order given.
+    ///
+    /// libfuse itself decides: each option goes alone to a session that is created (which
+    /// parses every option, mount options included) and destroyed without mounting. Asking
+    /// before the real session is created gives a message that names the option, and keeps
+    /// today's FUSE layer off its session-creation error path, which crashes.
+    func refusedByLibfuse() -> [String] {
+        passThrough.filter { !libfuseAccepts($0) }
+    }
+}
+
+/// Whether libfuse accepts `-o option`. libfuse explains a refusal on standard error; that
+/// line is silenced here, since the caller reports the option in its own words.
+private func libfuseAccepts(_ option: String) -> Bool {
+    let arguments = ["docfs", "-o", option]
+    var cArguments: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+    defer { for pointer in cArguments { free(pointer) } }
+    var operations = fuse_lowlevel_ops()
+    let savedError = dup(STDERR_FILENO)
+    let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+    if savedError >= 0, null >= 0 { dup2(null, STDERR_FILENO) }
+    defer {
+        if savedError >= 0 {
+            dup2(savedError, STDERR_FILENO)
+            close(savedError)
+        }
+        if null >= 0 { close(null) }
+    }
+    let session = cArguments.withUnsafeMutableBufferPointer { argv in
+        var args = fuse_args(argc: Int32(arguments.count), argv: argv.baseAddress, allocated: 0)
+        defer { fuse_opt_free_args(&args) }
+        return fuse_session_new(&args, &operations, MemoryLayout<fuse_lowlevel_ops>.size, nil)
+    }
+    guard let session else { return false }
+    fuse_session_destroy(session)
+    return true
+}

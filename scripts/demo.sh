@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Mounts the demo store: installs what is missing, builds docfs (release), creates the default
+# store with the demo documents if there is none, and mounts it in the background.
+# Running it again says it is already mounted.
+# Usage: scripts/demo.sh [MOUNTPOINT]      (default: ~/DocFS)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+mountpoint=${1:-$HOME/DocFS}
+
+./scripts/install-deps.sh
+if ! command -v swift >/dev/null 2>&1; then
+    echo "error: swift is missing; install Swift 6 (https://www.swift.org/install/linux/)" >&2
+    exit 1
+fi
+echo "building docfs (release)..." >&2
+swift build -c release --product docfs >&2
+docfs="$root/.build/release/docfs"
+
+# The default store, where docfs looks for it: $XDG_DATA_HOME only counts when absolute.
+data=${XDG_DATA_HOME:-}
+[[ $data == /* ]] || data="$HOME/.local/share"
+store="$data/docfs/Documents/Default.docstore"
+# Only a missing store gets the demo documents: an existing one may be the user's own.
+[ -e "$store" ] || "$docfs" create --demo
+
+mkdir -p "$mountpoint"
+# The mount table names the folder with links resolved and spaces as \040.
+mountpoint=$(realpath "$mountpoint")
+if awk -v m="$mountpoint" '{ gsub(/\\040/, " ", $2) } $2 == m && $3 == "fuse.docfs" { found = 1 } END { exit !found }' /proc/self/mounts; then
+    echo "already mounted at $mountpoint"
+else
+    "$docfs" mount "$mountpoint"
+    echo "mounted $store at $mountpoint"
+fi
+
+m=$(printf '%q' "$mountpoint")
+d=$(printf '%q' "$docfs")
+cat <<TRY
+
+Try:
+  ls -l $m                              the documents: a package document is a folder
+  ls -l $m/Things\ I\ Own.mystuff       its wrappers: an archive and one picture per thing
+  cat $m/README.txt
+  vim $m/Shopping\ List.txt             an editor on a text document (saving needs the write
+                                        path; a read-only build answers "read-only file system")
+  $d ls                 the store's documents, versions and sizes
+  $d versions README.txt
+  tail ${XDG_STATE_HOME:-~/.local/state}/docfs/docfs.log   the daemon's log
+
+Unmount:
+  $d unmount $m
+TRY
