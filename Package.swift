@@ -62,6 +62,7 @@ let package = Package(
             name: "docfs",
             dependencies: [
                 "DocumentFS",
+                "FUSE",
                 "DocumentEngine",
                 "SampleDocuments",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -86,7 +87,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "SampleDocumentsTests", dependencies: ["SampleDocuments", "DocumentEngine"]),
-        .testTarget(name: "DocumentFSTests", dependencies: ["TestSupport", "DocumentFS", "DocumentEngine", "FUSE", "SampleDocuments", .product(name: "SystemPackage", package: "swift-system")]),
+        .testTarget(name: "DocumentFSTests", dependencies: ["TestSupport", "DocumentFS", "DocumentEngine", "FUSE", "SampleDocuments", "CLinuxSupport", .product(name: "SystemPackage", package: "swift-system")]),
         .testTarget(name: "DocfsTests", dependencies: ["TestSupport", "DocumentEngine", "SampleDocuments"]),
         // Micro-benchmark of the FUSE layer (scripts/fuse-bench.sh).
         .executableTarget(

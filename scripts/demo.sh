@@ -34,19 +34,26 @@ else
     echo "mounted $store at $mountpoint"
 fi
 
+state=${XDG_STATE_HOME:-}
+[[ $state == /* ]] || state="$HOME/.local/state"
 m=$(printf '%q' "$mountpoint")
 d=$(printf '%q' "$docfs")
+log=$(printf '%q' "$state/docfs/docfs.log")
 cat <<TRY
 
 Try:
-  ls -l $m                              the documents: a package document is a folder
-  ls -l $m/Things\ I\ Own.mystuff       its wrappers: an archive and one picture per thing
+  # the documents (a package document is a folder) and one package's wrappers
+  ls -l $m
+  ls -l $m/Things\ I\ Own.mystuff
   cat $m/README.txt
-  vim $m/Shopping\ List.txt             an editor on a text document (saving needs the write
-                                        path; a read-only build answers "read-only file system")
-  $d ls                 the store's documents, versions and sizes
-  $d versions README.txt
-  tail ${XDG_STATE_HOME:-~/.local/state}/docfs/docfs.log   the daemon's log
+  # edit a text document (saving needs DocFS's write path; a read-only build
+  # answers "read-only file system")
+  vim $m/Shopping\ List.txt
+  # the store's side: its documents, and every saved version of one
+  $d ls
+  $d versions "Shopping List.txt"
+  # the daemon's log
+  tail $log
 
 Unmount:
   $d unmount $m

@@ -4,7 +4,11 @@
 set -euo pipefail
 
 # sqlite3: the store tests inspect and damage store files with the sqlite3 command.
-packages=(libfuse3-dev fuse3 pkg-config attr sqlite3 "$@")
+# The DocumentFS write tests drive real editors and tools on a mount: vim, nano, emacs-nox,
+# rsync, gio (libglib2.0-bin), getfattr/setfattr (attr), perl -pi, tar, runuser (util-linux)
+# and script (bsdutils, a pty for nano).
+packages=(libfuse3-dev fuse3 pkg-config attr sqlite3
+    vim nano emacs-nox rsync libglib2.0-bin perl tar util-linux bsdutils "$@")
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -18,9 +18,8 @@ extension DocumentFileSystem {
             // Close-to-open: an open sees the document as it is now, even before the observer
             // has noticed another process's save.
             try revalidate(file)
-            if flags.contains(.truncate) && flags.isWritable {
-                try truncate(file, to: 0)
-            }
+            let truncated = flags.contains(.truncate) && flags.isWritable
+            if truncated { try truncate(file, to: 0) }
             let (handle, keep) = try state.withLock { state throws(Errno) in
                 guard file.kind == .regularFile, let contents = file.contents else { throw .isDirectory }
                 let keep = file.openedGeneration == contents.generation
@@ -30,7 +29,8 @@ extension DocumentFileSystem {
                 state.nextHandle += 1
                 state.files[handle] = OpenFile(
                     node: file, writable: flags.isWritable, generation: contents.generation,
-                    snapshot: contents.isModified ? nil : contents.base)
+                    snapshot: contents.isModified ? nil : contents.base,
+                    writers: truncated ? [context.pid, threadGroup(of: context.pid)] : [])
                 return (handle, keep)
             }
             reply.opened(FUSE.FileHandle(handle), options: keep ? [.keepCache] : [])
@@ -65,7 +65,8 @@ extension DocumentFileSystem {
                 buffer.withUnsafeMutableBytes { raw in
                     let n = min(data.count, raw.count - piece.destination)
                     data.copyBytes(
-                        to: UnsafeMutableRawBufferPointer(rebasing: raw[piece.destination..<piece.destination + n]))
+                        to: UnsafeMutableRawBufferPointer(
+                            rebasing: raw[piece.destination..<piece.destination + n]))
                 }
             }
             reply.data(buffer)
@@ -76,7 +77,8 @@ extension DocumentFileSystem {
     /// `needs` names the chunks (called under the lock); `apply` runs once they are all in the
     /// top layer.
     func withChunksTaken<T>(
-        _ file: ViewNode, _ needs: (FileContents) -> [Int], _ apply: (inout State, FileContents) throws(Errno) -> T
+        _ file: ViewNode, _ needs: (FileContents) -> [Int],
+        _ apply: (inout State, FileContents) throws(Errno) -> T
     ) throws(Errno) -> T {
         var fetched: [Int: (base: ContentBase, data: Data)] = [:]
         while true {
@@ -138,12 +140,14 @@ extension DocumentFileSystem {
         data: [UInt8], info: WriteInfo, reply: ReplyWrite
     ) {
         answer(reply) { () throws(Errno) in
-            let file = try state.withLock { state throws(Errno) -> ViewNode in
+            let (file, known) = try state.withLock { state throws(Errno) -> (ViewNode, Bool) in
                 guard let open = state.files[handle.rawValue] else { throw .badFileDescriptor }
                 // A page-cache write (shared mmap) may carry another open's handle.
                 if !open.writable && !info.isWritePage { throw .badFileDescriptor }
-                return open.node
+                return (open.node, info.isWritePage || open.writers.contains(context.pid))
             }
+            // The request names the writing thread; its process is what a later close matches.
+            let writer = known ? nil : threadGroup(of: context.pid)
             let start = Int64(clamping: offset)
             try retrying { () throws(Errno) in
                 try withChunksTaken(file, { $0.partiallyCoveredChunks(offset: start, count: data.count) }) {
@@ -153,6 +157,10 @@ extension DocumentFileSystem {
                     file.record.modified = now
                     file.record.changed = now
                     state.files[handle.rawValue]?.wrote = true
+                    if let writer {
+                        state.files[handle.rawValue]?.writers.insert(writer)
+                        state.files[handle.rawValue]?.writers.insert(context.pid)
+                    }
                     changed(&state, file)
                 }
             }
@@ -180,6 +188,7 @@ extension DocumentFileSystem {
         guard let document = document(&state, of: node) else { return }
         document.dirty = true
         document.lastChange = .now
+        document.touched[ObjectIdentifier(node)] = node
     }
 
     public func flush(
@@ -187,9 +196,12 @@ extension DocumentFileSystem {
         reply: ReplyEmpty
     ) {
         answer(reply) { () throws(Errno) in
-            // Close of a dirty file is a save point; its error is what close(2) returns.
+            // Close of a dirty file by a process that wrote it is a save point; its error is what
+            // close(2) returns.
+            let closer = threadGroup(of: context.pid)
             let document = state.withLock { state -> DocumentState? in
                 guard let open = state.files[handle.rawValue], open.wrote || open.node.contentsModified,
+                    open.writers.contains(closer) || open.writers.contains(context.pid),
                     isPersisted(open.node)
                 else { return nil }
                 state.files[handle.rawValue]?.wrote = false
@@ -259,7 +271,9 @@ extension DocumentFileSystem {
                     try retrying { () throws(Errno) in
                         try withChunksTaken(file, { $0.partiallyCoveredChunks(offset: position, count: n) }) {
                             state, contents throws(Errno) in
-                            try withRawBytes(zeros) { raw throws(Errno) in try contents.write(raw, at: position) }
+                            try withRawBytes(zeros) { raw throws(Errno) in
+                                try contents.write(raw, at: position)
+                            }
                             changed(&state, file)
                         }
                     }
@@ -286,11 +300,21 @@ extension DocumentFileSystem {
             if let size = changes.size {
                 guard target.kind == .regularFile else { throw .isDirectory }
                 try truncate(target, to: Int64(clamping: size))
+                if let handle = changes.handle {
+                    // ftruncate is a write through the handle: its close saves.
+                    let writer = threadGroup(of: context.pid)
+                    state.withLock { state in
+                        state.files[handle.rawValue]?.wrote = true
+                        state.files[handle.rawValue]?.writers.formUnion([writer, context.pid])
+                    }
+                }
             }
             let attrs = state.withLock { state -> FileAttributes in
                 let now = Timestamp.now
                 var record = target.record
-                if let permissions = changes.permissions { record.permissions = Int(permissions.rawValue & 0o7777) }
+                if let permissions = changes.permissions {
+                    record.permissions = Int(permissions.rawValue & 0o7777)
+                }
                 if let uid = changes.uid { record.uid = uid }
                 if let gid = changes.gid { record.gid = gid }
                 switch changes.atime {
@@ -334,7 +358,8 @@ extension DocumentFileSystem {
         }
         answer(reply) { () throws(Errno) in
             let value = try state.withLock { state throws(Errno) -> Data in
-                guard let n = try self.node(&state, node), let value = n.record.extendedAttributes[name] else {
+                guard let n = try self.node(&state, node), let value = n.record.extendedAttributes[name]
+                else {
                     throw .noData
                 }
                 return value
@@ -394,4 +419,16 @@ extension DocumentFileSystem {
             reply.ok()
         }
     }
+}
+
+/// The process (thread group) of a thread: FUSE requests carry the calling thread's id.
+func threadGroup(of thread: Int32) -> Int32 {
+    guard thread > 0, let status = try? String(contentsOfFile: "/proc/\(thread)/status", encoding: .utf8)
+    else {
+        return thread
+    }
+    for line in status.split(separator: "\n") where line.hasPrefix("Tgid:") {
+        return Int32(line.dropFirst(5).trimmingCharacters(in: .whitespaces)) ?? thread
+    }
+    return thread
 }

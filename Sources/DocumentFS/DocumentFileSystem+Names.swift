@@ -12,7 +12,9 @@ extension DocumentFileSystem {
     /// Checks a new name: the store keeps names as UTF-8 text of at most 255 bytes.
     func validate(_ name: FUSE.FileName) throws(Errno) -> String {
         guard name.bytes.count <= 255 else { throw .fileNameTooLong }
-        guard !name.bytes.isEmpty, !name.isDotOrDotDot, !name.bytes.contains(0x2F) else { throw .invalidArgument }
+        guard !name.bytes.isEmpty, !name.isDotOrDotDot, !name.bytes.contains(0x2F) else {
+            throw .invalidArgument
+        }
         guard let text = String(validating: name.bytes, as: UTF8.self) else { throw .illegalByteSequence }
         return text
     }
@@ -22,7 +24,8 @@ extension DocumentFileSystem {
     func checkNoEquivalent(_ text: String, in children: [FUSE.FileName: ViewNode], except: ViewNode? = nil)
         throws(Errno)
     {
-        for (name, node) in children where node !== except && name.string == text && name.bytes != Array(text.utf8) {
+        for (name, node) in children
+        where node !== except && name.string == text && name.bytes != Array(text.utf8) {
             throw .fileExists
         }
     }
@@ -59,7 +62,9 @@ extension DocumentFileSystem {
             directory.record.modified = record.modified
             directory.record.changed = record.modified
             state.nodes[node.ino] = node
-            changed(&state, directory)
+            // A scratch file changes the folder's times in the mount, but is no reason to save.
+            if !isScratch(node) { changed(&state, directory) }
+            changed(&state, node)
             return node
         }
     }
@@ -67,7 +72,8 @@ extension DocumentFileSystem {
     /// Creates a file or document at the mount root: a scratch file stays in memory, a name a
     /// hidden document still has in the store takes that document over, anything else is a new
     /// flat document.
-    func createAtRoot(_ context: RequestContext, name: FUSE.FileName, permissions: FilePermissions) throws(Errno)
+    func createAtRoot(_ context: RequestContext, name: FUSE.FileName, permissions: FilePermissions)
+        throws(Errno)
         -> ViewNode
     {
         let text = try validate(name)
@@ -93,7 +99,9 @@ extension DocumentFileSystem {
         let id = try newStoreID()
         if let adopted = try state.withLock({ state throws(Errno) -> ViewNode? in
             guard state.rootEntries[name] == nil else { throw .fileExists }
-            guard let document = state.documents.values.first(where: { $0.info.name == text }) else { return nil }
+            guard let document = state.documents.values.first(where: { $0.info.name == text }) else {
+                return nil
+            }
             guard document.info.kind == .flat else { throw .fileExists }
             let record = newRecord(
                 id, document: document.id, parent: nil, name: text, kind: .regularFile,
@@ -105,23 +113,35 @@ extension DocumentFileSystem {
         }) {
             return adopted
         }
+        return try createDocument(context, name: name, text: text, kind: .flat, permissions: permissions)
+    }
+
+    /// Creates a document in the store and shows it at the root, owned by the caller.
+    func createDocument(
+        _ context: RequestContext, name: FUSE.FileName, text: String, kind: DocumentKind,
+        permissions: FilePermissions
+    ) throws(Errno) -> ViewNode {
+        try state.withLock { state throws(Errno) in
+            if state.rootEntries[name] != nil { throw .fileExists }
+        }
         let mode = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
         let info = try storeCall {
-            try store.createDocument(named: text, kind: .flat, type: nil, permissions: mode, origin: origin)
+            try store.createDocument(named: text, kind: kind, type: nil, permissions: mode, origin: origin)
         }
-        guard var record = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
+        guard let record = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
             throw .ioError
         }
         return try state.withLock { state throws(Errno) -> ViewNode in
             if let existing = state.documents[info.id] { return existing.root }
             guard state.rootEntries[name] == nil else { throw .fileExists }
-            if record.uid != context.uid || record.gid != context.gid {
-                record.uid = context.uid
-                record.gid = context.gid
-            }
             let document = install(&state, info: info, rootRecord: record)
             document.committed = [record.id: record]
-            if record.uid != getuid() || record.gid != getgid() { changed(&state, document.root) }
+            // The store made it as this process's user; the next save records the caller.
+            if record.uid != context.uid || record.gid != context.gid {
+                document.root.record.uid = context.uid
+                document.root.record.gid = context.gid
+                changed(&state, document.root)
+            }
             state.rootChanged = .now
             return document.root
         }
@@ -136,7 +156,9 @@ extension DocumentFileSystem {
                 old.linked = false
             }
             old.document = nil
+            if old.storeID == document.info.root { old.reportedIno = old.ino | (1 << 63) }
         }
+        node.reportedIno = node.storeID == document.info.root ? nil : inodeNumber(document.info.root)
         node.document = document.id
         node.persistAs = document.info.root
         node.atMountRoot = true
@@ -156,20 +178,25 @@ extension DocumentFileSystem {
         node.name.string != document.info.name
     }
 
+    /// A new regular file in `parent`.
+    func createFile(
+        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions
+    )
+        throws(Errno) -> ViewNode
+    {
+        if parent == .root { return try createAtRoot(context, name: name, permissions: permissions) }
+        guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+        return try createInPackage(
+            context, directory: directory, name: name, kind: .regularFile, permissions: permissions)
+    }
+
     public func create(
         _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions,
         flags: OpenFlags, reply: ReplyCreate
     ) {
         answer(reply) { () throws(Errno) in
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
-            let node: ViewNode
-            if parent == .root {
-                node = try createAtRoot(context, name: name, permissions: permissions)
-            } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
-                node = try createInPackage(
-                    context, directory: directory, name: name, kind: .regularFile, permissions: permissions)
-            }
+            let node = try createFile(context, parent: parent, name: name, permissions: permissions)
             let (handle, attrs) = state.withLock { state in
                 node.openHandles += 1
                 node.openedGeneration = node.contents?.generation
@@ -177,7 +204,7 @@ extension DocumentFileSystem {
                 state.nextHandle += 1
                 state.files[handle] = OpenFile(
                     node: node, writable: flags.isWritable, generation: node.contents?.generation ?? 0,
-                    snapshot: nil, wrote: true)
+                    snapshot: nil, wrote: true, writers: [context.pid, threadGroup(of: context.pid)])
                 return (handle, attributes(node))
             }
             reply.created(
@@ -194,14 +221,7 @@ extension DocumentFileSystem {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             // Wrappers are files, folders and links: no devices, fifos or sockets.
             guard type == .regular else { throw .notPermitted }
-            let node: ViewNode
-            if parent == .root {
-                node = try createAtRoot(context, name: name, permissions: permissions)
-            } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
-                node = try createInPackage(
-                    context, directory: directory, name: name, kind: .regularFile, permissions: permissions)
-            }
+            let node = try createFile(context, parent: parent, name: name, permissions: permissions)
             entry(reply, node, state.withLock { _ in attributes(node) })
         }
     }
@@ -217,31 +237,12 @@ extension DocumentFileSystem {
                 // A folder at the root is a new package document.
                 let text = try validate(name)
                 try ensureListing()
-                try state.withLock { state throws(Errno) in
-                    if state.rootEntries[name] != nil { throw .fileExists }
-                }
-                let mode = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
-                let info = try storeCall {
-                    try store.createDocument(
-                        named: text, kind: .package, type: nil, permissions: mode, origin: origin)
-                }
-                guard let record = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
-                    throw .ioError
-                }
-                node = try state.withLock { state throws(Errno) -> ViewNode in
-                    if let existing = state.documents[info.id] { return existing.root }
-                    let document = install(&state, info: info, rootRecord: record)
-                    document.committed = [record.id: record]
-                    if record.uid != context.uid || record.gid != context.gid {
-                        document.root.record.uid = context.uid
-                        document.root.record.gid = context.gid
-                        changed(&state, document.root)
-                    }
-                    state.rootChanged = .now
-                    return document.root
-                }
+                node = try createDocument(
+                    context, name: name, text: text, kind: .package, permissions: permissions)
             } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+                guard let directory = try resolve(parent, loadingChildren: true) else {
+                    throw .noSuchFileOrDirectory
+                }
                 node = try createInPackage(
                     context, directory: directory, name: name, kind: .directory, permissions: permissions)
             }
@@ -255,7 +256,9 @@ extension DocumentFileSystem {
     ) {
         answer(reply) { () throws(Errno) in
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
-            guard let destination = String(validating: target, as: UTF8.self) else { throw .illegalByteSequence }
+            guard let destination = String(validating: target, as: UTF8.self) else {
+                throw .illegalByteSequence
+            }
             let node: ViewNode
             if parent == .root {
                 // Only scratch links (emacs's lock `.#name`) at the root: a document is a file or
@@ -268,7 +271,8 @@ extension DocumentFileSystem {
                     guard state.rootEntries[name] == nil else { throw .fileExists }
                     let record = newRecord(
                         id, document: nil, parent: nil, name: text, kind: .symbolicLink,
-                        permissions: FilePermissions(rawValue: 0o777), context: RequestContext.umaskless(context),
+                        permissions: FilePermissions(rawValue: 0o777),
+                        context: RequestContext.umaskless(context),
                         linkTarget: destination)
                     let node = makeNode(storeID: id, document: nil, record: record, name: name)
                     node.atMountRoot = true
@@ -278,7 +282,9 @@ extension DocumentFileSystem {
                     return node
                 }
             } else {
-                guard let directory = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+                guard let directory = try resolve(parent, loadingChildren: true) else {
+                    throw .noSuchFileOrDirectory
+                }
                 node = try createInPackage(
                     context.umaskless, directory: directory, name: name, kind: .symbolicLink,
                     permissions: FilePermissions(rawValue: 0o777), linkTarget: destination)
@@ -295,6 +301,11 @@ extension DocumentFileSystem {
         reply.error(configuration.readOnly ? .readOnlyFileSystem : .notPermitted)
     }
 
+    /// Whether the node is a file under a scratch name (never saved).
+    func isScratch(_ node: ViewNode) -> Bool {
+        node.kind != .directory && configuration.scratchNames.matches(node.name)
+    }
+
     /// Takes `node` out of the tree; open handles keep it alive.
     func detach(_ state: inout State, _ node: ViewNode) {
         node.linked = false
@@ -306,8 +317,9 @@ extension DocumentFileSystem {
             let now = Timestamp.now
             parent.record.modified = now
             parent.record.changed = now
-            changed(&state, parent)
+            if !isScratch(node) { changed(&state, parent) }
         }
+        changed(&state, node)
         func release(_ n: ViewNode) {
             n.linked = false
             if n.openHandles == 0 && table.node(for: n.ino) == nil { state.nodes[n.ino] = nil }
@@ -368,10 +380,13 @@ extension DocumentFileSystem {
                 document.dirty = false
                 if state.rootEntries[document.root.name] === document.root { detach(&state, document.root) }
                 state.documents[document.id] = nil
+                state.rootGeneration &+= 1
             }
             return
         }
-        guard let directoryNode = try resolve(parent, loadingChildren: true) else { throw .noSuchFileOrDirectory }
+        guard let directoryNode = try resolve(parent, loadingChildren: true) else {
+            throw .noSuchFileOrDirectory
+        }
         try state.withLock { state throws(Errno) in
             guard let node = directoryNode.children[name] else { throw .noSuchFileOrDirectory }
             if directory && node.kind != .directory { throw .notDirectory }
@@ -402,7 +417,8 @@ extension DocumentFileSystem {
     }
 
     func renameInPackage(
-        _ parent: NodeID, _ name: FUSE.FileName, _ newParent: NodeID, _ newName: FUSE.FileName, _ newText: String,
+        _ parent: NodeID, _ name: FUSE.FileName, _ newParent: NodeID, _ newName: FUSE.FileName,
+        _ newText: String,
         flags: RenameFlags
     ) throws(Errno) {
         guard let from = try resolve(parent, loadingChildren: true),
@@ -430,7 +446,7 @@ extension DocumentFileSystem {
                 for n in [node, target, from, to] { n.record.changed = now }
                 from.record.modified = now
                 to.record.modified = now
-                changed(&state, node)
+                for n in [node, target, from, to] { changed(&state, n) }
                 return self.document(&state, of: node)
             }
             try checkNoEquivalent(newText, in: to.children, except: target)
@@ -454,6 +470,10 @@ extension DocumentFileSystem {
             to.record.modified = now
             to.record.changed = now
             changed(&state, node)
+            if !wasScratch || isPersisted(node) {
+                changed(&state, from)
+                changed(&state, to)
+            }
             // A rename onto a wrapper's name (or publishing a scratch file) is a save point.
             guard isPersisted(node), target != nil || wasScratch else { return nil }
             return self.document(&state, of: node)
@@ -553,6 +573,7 @@ extension DocumentFileSystem {
                 state.withLock { state in
                     detach(&state, replaced.root)
                     state.documents[replaced.id] = nil
+                    state.rootGeneration &+= 1
                 }
             }
             let info = try storeCall { try store.renameDocument(document.id, to: newText) }
@@ -563,6 +584,7 @@ extension DocumentFileSystem {
                 document.root.record.name = newText
                 state.rootEntries[newName] = document.root
                 state.rootChanged = .now
+                state.rootGeneration &+= 1
             }
         case .exchangeDocuments(let a, let b):
             // The store renames one at a time: through a temporary name no one else uses.
@@ -581,6 +603,7 @@ extension DocumentFileSystem {
                 state.rootEntries[a.root.name] = a.root
                 state.rootEntries[b.root.name] = b.root
                 state.rootChanged = .now
+                state.rootGeneration &+= 1
             }
         case .createDocument(let node):
             let mode = state.withLock { _ in node.record.permissions }

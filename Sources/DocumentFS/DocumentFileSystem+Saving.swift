@@ -10,6 +10,8 @@ extension DocumentFileSystem {
         var changes: DocumentChanges
         var records: [StoreNodeID: NodeRecord]
         var snapshots: [(node: ViewNode, id: StoreNodeID, snapshot: FileContents.Snapshot)]
+        /// The nodes it looked at, to look at again if it fails.
+        var touched: [ObjectIdentifier: ViewNode]
     }
 
     /// Saves the document's changes as one store version. Returns when the save is committed
@@ -33,6 +35,7 @@ extension DocumentFileSystem {
                     }
                     document.dirty = true
                     document.lastError = error
+                    document.touched.merge(prepared.touched) { current, _ in current }
                 }
                 logger.error("saving \(document.info.name) failed: \(error)")
                 throw error
@@ -49,13 +52,16 @@ extension DocumentFileSystem {
                     for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
                         item.snapshot.contents.saveFailed()
                     }
+                    document.touched.merge(prepared.touched) { current, _ in current }
                     return true
                 }
                 for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
                     item.snapshot.contents.saved(item.snapshot, as: item.id, version: result.version.id)
                 }
-                var committed = prepared.records
+                var committed = document.committed ?? [:]
+                for (id, record) in prepared.records { committed[id] = record }
                 for id in prepared.changes.nodes.map(\.id) { committed[id]?.version = result.version.id }
+                for id in prepared.changes.removedNodes { committed[id] = nil }
                 document.committed = committed
                 document.base = result.version.id
                 return false
@@ -72,32 +78,46 @@ extension DocumentFileSystem {
     }
 
     /// Computes the document's changes against its saved state and freezes the files it sends.
+    /// Only the nodes touched since the last save are looked at.
     private func prepare(_ state: inout State, _ document: DocumentState, durable: Bool) throws(Errno)
         -> PreparedSave?
     {
         guard let committed = document.committed else { return nil }
-        document.dirty = false
         let root = document.root
         // A document renamed away under a scratch name is not saved (it is still in the store
-        // under its name).
-        guard root.linked, root.atMountRoot, !isHidden(root, of: document), state.rootEntries[root.name] === root
+        // under its name); its changes wait.
+        guard root.linked, root.atMountRoot, !isHidden(root, of: document),
+            state.rootEntries[root.name] === root
         else { return nil }
+        let touched = document.touched
+        document.touched = [:]
+        document.dirty = false
         var records: [StoreNodeID: NodeRecord] = [:]
+        var gone: Set<StoreNodeID> = []
         var changes = DocumentChanges(document: document.id, base: document.base)
         changes.origin = origin
         changes.conflictPolicy = .rebaseIfDisjoint
         changes.durable = durable
         var snapshots: [(node: ViewNode, id: StoreNodeID, snapshot: FileContents.Snapshot)] = []
 
-        func visit(_ node: ViewNode, parent: StoreNodeID?) {
-            guard node.linked else { return }
-            if parent != nil && node.kind != .directory && configuration.scratchNames.matches(node.name) { return }
+        for node in touched.values.sorted(by: { $0.storeID < $1.storeID }) {
+            // A node a flat document's new file took over from is no longer the document's.
+            guard node.document == document.id else { continue }
+            guard isPersisted(node) else {
+                if committed[node.persistAs] != nil { gone.insert(node.persistAs) }
+                continue
+            }
             var record = node.record
             record.id = node.persistAs
             record.document = document.id
-            record.parent = parent
-            record.name = parent == nil ? document.info.name : node.name.string
-            if parent == nil { record.preferredName = committed[record.id]?.preferredName }
+            if node.atMountRoot {
+                record.parent = nil
+                record.name = document.info.name
+                record.preferredName = committed[record.id]?.preferredName
+            } else {
+                record.parent = node.parent?.persistAs
+                record.name = node.name.string
+            }
             let stored = committed[record.id]
             if let contents = node.contents, node.kind == .regularFile {
                 record.size = contents.size
@@ -117,29 +137,25 @@ extension DocumentFileSystem {
                 }
             }
             records[record.id] = record
-            if stored == nil || !(stored.map { record.sameContent(as: $0) } ?? false)
-                || changes.contents[record.id] != nil
-            {
+            if changes.contents[record.id] != nil || !(stored.map { record.sameContent(as: $0) } ?? false) {
                 changes.nodes.append(record)
             }
-            for child in node.children.values.sorted(by: { $0.storeID < $1.storeID }) {
-                visit(child, parent: record.id)
-            }
         }
-        visit(root, parent: nil)
-        changes.removedNodes = committed.keys.filter { records[$0] == nil }.sorted()
+        changes.removedNodes = gone.subtracting(records.keys).sorted()
         guard !changes.isEmpty else {
             for item in snapshots { item.snapshot.contents.saveFailed() }
             return nil
         }
-        return PreparedSave(changes: changes, records: records, snapshots: snapshots)
+        return PreparedSave(changes: changes, records: records, snapshots: snapshots, touched: touched)
     }
 
     // MARK: - The quiet-interval saver
 
     func startSaver() {
         let quiet = configuration.quietInterval
-        let pause = min(0.25, max(0.01, Double(quiet.components.seconds) + Double(quiet.components.attoseconds) / 1e18) / 4)
+        let pause = min(
+            0.25,
+            max(0.01, Double(quiet.components.seconds) + Double(quiet.components.attoseconds) / 1e18) / 4)
         let thread = Thread { [weak self] in
             while true {
                 guard let self, !self.state.withLock({ $0.stopping }) else { return }
@@ -156,7 +172,8 @@ extension DocumentFileSystem {
         let now = ContinuousClock.now
         let due = state.withLock { state in
             state.documents.values.filter { document in
-                (document.dirty || document.lastError != nil) && now - document.lastChange >= configuration.quietInterval
+                (document.dirty || document.lastError != nil)
+                    && now - document.lastChange >= configuration.quietInterval
             }
         }
         for document in due {
@@ -215,17 +232,21 @@ extension DocumentFileSystem {
         let info = try storeCall { try store.document(document.id) }
         let loaded = state.withLock { _ in document.isLoaded }
         if !loaded {
-            guard let root = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else { return }
+            guard let root = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
+                return
+            }
             let notices = state.withLock { _ -> [Notice] in
                 document.base = info.currentVersion
                 document.needsReload = false
                 guard document.root.persistAs == root.id, !document.root.contentsModified,
-                    !document.root.record.sameContent(as: root) || document.root.contents?.base.version != root.version
+                    !document.root.record.sameContent(as: root)
+                        || document.root.contents?.base.version != root.version
                 else { return [] }
                 var updated = root
                 updated.name = document.root.record.name
                 document.root.record = updated
-                document.root.contents?.reset(to: ContentBase(node: root.id, version: root.version, size: root.size))
+                document.root.contents?.reset(
+                    to: ContentBase(node: root.id, version: root.version, size: root.size))
                 return [.inode(document.root.ino)]
             }
             send(notices)
@@ -253,7 +274,9 @@ extension DocumentFileSystem {
 
     /// Shows `records` (the document at `version`) in the tree, keeping scratch files and nodes
     /// that are unchanged. Returns what the kernel must forget.
-    private func apply(_ state: inout State, _ document: DocumentState, records: [NodeRecord], version: VersionID)
+    private func apply(
+        _ state: inout State, _ document: DocumentState, records: [NodeRecord], version: VersionID
+    )
         -> [Notice]
     {
         var notices: [Notice] = []
@@ -278,24 +301,30 @@ extension DocumentFileSystem {
             seen.insert(record.id)
             if let node = byID[record.id] {
                 let before = old[record.id]
-                if before == nil || before?.version != record.version || !node.record.sameContent(as: record) {
+                if before == nil || before?.version != record.version || !node.record.sameContent(as: record)
+                {
                     // The root's name is the document's, which the root listing follows.
                     let keepName = node.atMountRoot ? node.name : FUSE.FileName(record.name)
-                    if node.name != keepName || (node.parent?.persistAs != record.parent && !node.atMountRoot) {
+                    if node.name != keepName || (node.parent?.persistAs != record.parent && !node.atMountRoot)
+                    {
                         notices.append(.entry(parent: parentIno(node), name: node.name))
                     }
                     var updated = record
                     if node.atMountRoot { updated.name = node.record.name }
                     node.record = updated
                     node.name = keepName
-                    if let contents = node.contents, before?.version != record.version || contents.size != record.size {
-                        contents.reset(to: ContentBase(node: record.id, version: record.version, size: record.size))
+                    if let contents = node.contents,
+                        before?.version != record.version || contents.size != record.size
+                    {
+                        contents.reset(
+                            to: ContentBase(node: record.id, version: record.version, size: record.size))
                     }
                     notices.append(.inode(node.ino))
                 }
             } else {
                 let node = makeNode(
-                    storeID: record.id, document: document.id, record: record, name: FUSE.FileName(record.name))
+                    storeID: record.id, document: document.id, record: record,
+                    name: FUSE.FileName(record.name))
                 byID[record.id] = node
                 state.nodes[node.ino] = node
             }
@@ -306,7 +335,9 @@ extension DocumentFileSystem {
         }
         document.root.children = document.root.children.filter { !isPersistedName($0.value) }
         for record in records where record.id != document.info.root {
-            guard let node = byID[record.id], let parentID = record.parent, let parent = byID[parentID] else { continue }
+            guard let node = byID[record.id], let parentID = record.parent, let parent = byID[parentID] else {
+                continue
+            }
             if node.parent !== parent, let previous = node.parent { notices.append(.inode(previous.ino)) }
             node.parent = parent
             node.linked = true
@@ -334,6 +365,17 @@ extension DocumentFileSystem {
         }
         document.committed = committed
         document.base = version
+        // What the mount still has that the store does not (after a conflict: changes to
+        // wrappers the other save did not touch) is saved by the next save.
+        document.touched = [:]
+        for node in byID.values where node.linked {
+            if node.contentsModified
+                || !(committed[node.persistAs].map { node.record.sameContent(as: $0) } ?? false)
+            {
+                document.touched[ObjectIdentifier(node)] = node
+                document.dirty = true
+            }
+        }
         return notices
     }
 
@@ -372,20 +414,32 @@ extension DocumentFileSystem {
     /// Reads the root listing again and shows documents other processes created, renamed or
     /// deleted.
     func refreshListing() {
-        guard state.withLock({ $0.listed }) else { return }
+        // A listing taken while this mount creates, renames or deletes a document is stale
+        // for that document: applying it would undo the change (the new name vanishes, the old
+        // one comes back). Such a listing is dropped and taken again.
+        for _ in 0..<5 {
+            if refreshListingOnce() { return }
+        }
+        logger.warning("the store's listing kept changing under this mount's own changes; refreshed later")
+    }
+
+    /// One try of ``refreshListing()``: false if this mount changed its documents meanwhile.
+    private func refreshListingOnce() -> Bool {
+        guard let generation = state.withLock({ $0.listed ? $0.rootGeneration : nil }) else { return true }
         let infos: [DocumentInfo]
         do {
             infos = try store.documents()
         } catch {
             logger.warning("cannot list the store: \(error)")
-            return
+            return true
         }
         var roots: [DocumentID: NodeRecord] = [:]
         let known = state.withLock { Set($0.documents.keys) }
         for info in infos where !known.contains(info.id) {
             if let record = try? store.node(info.root, at: info.currentVersion) { roots[info.id] = record }
         }
-        let notices = state.withLock { state -> [Notice] in
+        let notices = state.withLock { state -> [Notice]? in
+            guard state.rootGeneration == generation else { return nil }
             var notices: [Notice] = []
             let live = Dictionary(uniqueKeysWithValues: infos.map { ($0.id, $0) })
             for (id, document) in state.documents {
@@ -426,6 +480,8 @@ extension DocumentFileSystem {
             notices.append(.inode(mountRootInode))
             return notices
         }
+        guard let notices else { return false }
         send(notices)
+        return true
     }
 }

@@ -65,6 +65,8 @@ public final class DocumentFileSystem: FileSystem {
     let rootOwner: (uid: UInt32, gid: UInt32)
     let spillDirectory: String
     let chunkSize: Int
+    /// File systems made by this process, to tell their origins apart.
+    private static let instances = Atomic<Int>(0)
     /// Who saved, in the store's history: unique to this mount, so its own events are told
     /// apart from other processes' (another mount of the same store included).
     let origin: String
@@ -77,6 +79,10 @@ public final class DocumentFileSystem: FileSystem {
         var snapshot: ContentBase?
         /// This handle wrote since its last flush.
         var wrote = false
+        /// Processes (thread group ids) that wrote through this handle: only their close is a
+        /// save point. A FLUSH also comes from every child that merely inherited the descriptor
+        /// (at its exec or exit), which must not save a half-written file.
+        var writers: Set<Int32> = []
     }
 
     /// One readdir entry. `cookie` is the offset that continues *after* it.
@@ -107,6 +113,10 @@ public final class DocumentFileSystem: FileSystem {
         /// A signature of each directory's last listing, for `keep_cache` on `opendir`.
         var listedSignatures: [UInt64: Int] = [:]
         var rootChanged: Timespec = .now
+        /// Counts this mount's changes to the set of documents and their names (install, rename,
+        /// delete), so that ``refreshListing()`` can tell that a store listing it took is older
+        /// than the state it is about to reconcile with it.
+        var rootGeneration: UInt64 = 0
         /// Node ids taken from the store in batches for new files.
         var spareIDs: [StoreNodeID] = []
         /// Weak: the session owns the notifier, and the notifier's session core owns this file
@@ -129,7 +139,9 @@ public final class DocumentFileSystem: FileSystem {
         self.configuration = configuration
         self.logger = logger
         chunkSize = store.chunkSize
-        origin = "\(configuration.origin) pid \(getpid()) #\(UInt32.random(in: 0...UInt32.max))"
+        let instance = Self.instances.add(1, ordering: .relaxed).newValue
+        let host = ProcessInfo.processInfo.hostName
+        origin = "\(configuration.origin) (\(host) pid \(getpid())\(instance > 1 ? ".\(instance)" : ""))"
         startSequence = try store.latestEventSequence()
         var st = stat()
         if stat(store.location, &st) == 0 {
@@ -273,10 +285,12 @@ public final class DocumentFileSystem: FileSystem {
 
     /// A document's state and node at the root, from its listing and root record.
     func install(_ state: inout State, info: DocumentInfo, rootRecord: NodeRecord) -> DocumentState {
-        let node = makeNode(storeID: info.root, document: info.id, record: rootRecord, name: FUSE.FileName(info.name))
+        let node = makeNode(
+            storeID: info.root, document: info.id, record: rootRecord, name: FUSE.FileName(info.name))
         node.atMountRoot = true
         let document = DocumentState(info: info, root: node)
         state.documents[info.id] = document
+        state.rootGeneration &+= 1
         state.nodes[node.ino] = node
         if state.rootEntries[node.name] == nil { state.rootEntries[node.name] = node }
         return document
@@ -306,14 +320,17 @@ public final class DocumentFileSystem: FileSystem {
     }
 
     /// Builds the node tree of a freshly read document.
-    private func attachTree(_ state: inout State, _ document: DocumentState, records: [NodeRecord], version: VersionID) {
+    private func attachTree(
+        _ state: inout State, _ document: DocumentState, records: [NodeRecord], version: VersionID
+    ) {
         var byID: [StoreNodeID: ViewNode] = [document.info.root: document.root]
         var committed: [StoreNodeID: NodeRecord] = [:]
         for record in records {
             committed[record.id] = record
             if record.id == document.info.root {
                 // The node at the root may already carry unsaved changes (chmod, a write).
-                if document.root.persistAs == record.id && !document.dirty && !document.root.contentsModified {
+                if document.root.persistAs == record.id && !document.dirty && !document.root.contentsModified
+                {
                     document.root.record = record
                 }
                 continue
@@ -411,7 +428,7 @@ public final class DocumentFileSystem: FileSystem {
         }
         let record = node.record
         return FileAttributes(
-            ino: node.ino, type: type,
+            ino: node.reportedIno ?? node.ino, type: type,
             permissions: FilePermissions(rawValue: UInt32(record.permissions & 0o7777)),
             nlink: nlink, uid: record.uid, gid: record.gid, size: UInt64(clamping: node.size),
             atime: record.accessed.timespec, mtime: record.modified.timespec,
@@ -525,7 +542,9 @@ public final class DocumentFileSystem: FileSystem {
             let own = attributes(directory)
             entries.append(DirectoryEntry(cookie: 1, name: ".", ino: directory.ino, attributes: own))
             let parent = directory.parent.map { attributes($0) } ?? rootAttributes(&state)
-            entries.append(DirectoryEntry(cookie: 2, name: "..", ino: parent.ino, attributes: parent))
+            entries.append(
+                DirectoryEntry(
+                    cookie: 2, name: "..", ino: directory.parent?.ino ?? mountRootInode, attributes: parent))
             children = Array(directory.children.values)
         } else {
             let own = rootAttributes(&state)
@@ -605,7 +624,9 @@ public final class DocumentFileSystem: FileSystem {
         reply: ReplyEmpty
     ) {
         answer(reply) { () throws(Errno) in
-            if let directory = try resolve(node), let document = state.withLock({ self.document(&$0, of: directory) }) {
+            if let directory = try resolve(node),
+                let document = state.withLock({ self.document(&$0, of: directory) })
+            {
                 try save(document, durable: true)
             }
             try storeCall { try store.synchronize() }

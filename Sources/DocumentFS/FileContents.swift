@@ -161,9 +161,16 @@ final class FileContents: @unchecked Sendable {
         case zero
     }
 
-    func source(of chunk: Int, limit: Int? = nil) -> Source {
+    func source(of chunk: Int) -> Source {
+        Self.source(of: chunk, layers: layers[...], base: base, chunkSize: chunkSize)
+    }
+
+    /// The source of a chunk seen through `layers` (oldest first) over `base`.
+    static func source(of chunk: Int, layers: ArraySlice<SpillLayer>, base: ContentBase, chunkSize: Int)
+        -> Source
+    {
         let start = Int64(chunk) * Int64(chunkSize)
-        for layer in layers[0..<(limit ?? layers.count)].reversed() {
+        for layer in layers.reversed() {
             if layer.contains(chunk) { return .layer(layer) }
             if start >= layer.cut { return .zero }
         }
@@ -195,7 +202,9 @@ final class FileContents: @unchecked Sendable {
             guard let stored else { throw .ioError }
             let keep = Int(max(0, min(Int64(stored.count), base.size - start)))
             if keep > 0 {
-                try withRawBytes(Array(stored.prefix(keep))) { raw throws(Errno) in try layer.write(raw, at: start) }
+                try withRawBytes(Array(stored.prefix(keep))) { raw throws(Errno) in
+                    try layer.write(raw, at: start)
+                }
             }
         }
         layer.add(chunk)
@@ -258,6 +267,17 @@ final class FileContents: @unchecked Sendable {
     /// Plans a read: spill and zero bytes are copied now (under the lock); store ranges are
     /// returned to be read without it.
     func read(offset: Int64, count: Int, into buffer: inout [UInt8]) throws(Errno) -> [StoreRead] {
+        try Self.plan(offset: offset, count: count, size: size, chunkSize: chunkSize, into: &buffer) {
+            source(of: $0)
+        }
+    }
+
+    /// Copies the spill and zero parts of `[offset, offset+count)` (clipped to `size`) into
+    /// `buffer`, and returns the parts that come from the store.
+    static func plan(
+        offset: Int64, count: Int, size: Int64, chunkSize: Int, into buffer: inout [UInt8],
+        source: (Int) -> Source
+    ) throws(Errno) -> [StoreRead] {
         var pending: [StoreRead] = []
         let end = min(offset + Int64(count), size)
         guard end > offset else {
@@ -272,13 +292,14 @@ final class FileContents: @unchecked Sendable {
             let pieceEnd = min(end, Int64(chunk + 1) * cs)
             let length = Int(pieceEnd - at)
             let destination = Int(at - offset)
-            switch source(of: chunk) {
+            switch source(chunk) {
             case .zero:
                 break
             case .layer(let layer):
                 try withMutableRawBytes(&buffer) { raw throws(Errno) in
                     try layer.read(
-                        into: UnsafeMutableRawBufferPointer(rebasing: raw[destination..<destination + length]),
+                        into: UnsafeMutableRawBufferPointer(
+                            rebasing: raw[destination..<destination + length]),
                         at: at)
                 }
             case .base(let base):
@@ -324,49 +345,18 @@ final class FileContents: @unchecked Sendable {
 
         /// Reads the frozen state; `store` supplies base bytes.
         func read(offset: Int64, count: Int, store: any DocumentStore) throws -> Data {
-            let end = min(offset + Int64(count), size)
-            guard end > offset else { return Data() }
-            var data = Data(count: Int(end - offset))
-            let cs = Int64(chunkSize)
-            var at = offset
-            while at < end {
-                let chunk = Int(at / cs)
-                let pieceEnd = min(end, Int64(chunk + 1) * cs)
-                let length = Int(pieceEnd - at)
-                let destination = Int(at - offset)
-                var source = FileContents.Source.zero
-                var found = false
-                for layer in layers.reversed() {
-                    if layer.contains(chunk) {
-                        source = .layer(layer)
-                        found = true
-                        break
-                    }
-                    if Int64(chunk) * cs >= layer.cut {
-                        found = true
-                        break
-                    }
-                }
-                if !found && Int64(chunk) * cs < base.size { source = .base(base) }
-                switch source {
-                case .zero: break
-                case .layer(let layer):
-                    try data.withUnsafeMutableBytes { raw in
-                        try layer.read(
-                            into: UnsafeMutableRawBufferPointer(rebasing: raw[destination..<destination + length]),
-                            at: at)
-                    }
-                case .base(let base):
-                    let stored = min(pieceEnd, base.size) - at
-                    if stored > 0 {
-                        let bytes = try store.readContents(
-                            of: base.node, at: base.version, offset: at, count: Int(stored))
-                        data.replaceSubrange(destination..<destination + bytes.count, with: bytes)
-                    }
-                }
-                at = pieceEnd
+            var buffer: [UInt8] = []
+            let pending = try FileContents.plan(
+                offset: offset, count: count, size: size, chunkSize: chunkSize, into: &buffer
+            ) { chunk in
+                FileContents.source(of: chunk, layers: layers[...], base: base, chunkSize: chunkSize)
             }
-            return data
+            for piece in pending {
+                let bytes = try store.readContents(
+                    of: piece.base.node, at: piece.base.version, offset: piece.offset, count: piece.count)
+                buffer.replaceSubrange(piece.destination..<piece.destination + bytes.count, with: bytes)
+            }
+            return Data(buffer)
         }
     }
 
@@ -416,13 +406,16 @@ struct SnapshotSource: ContentsSource {
 }
 
 /// `Array.withUnsafeBytes` for bodies with typed throws.
-func withRawBytes<T>(_ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(Errno) -> T) throws(Errno) -> T {
+func withRawBytes<T>(_ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(Errno) -> T) throws(Errno) -> T
+{
     let result = bytes.withUnsafeBytes { raw in Result { () throws(Errno) -> T in try body(raw) } }
     return try result.get()
 }
 
 /// `Array.withUnsafeMutableBytes` for bodies with typed throws.
-func withMutableRawBytes<T>(_ bytes: inout [UInt8], _ body: (UnsafeMutableRawBufferPointer) throws(Errno) -> T)
+func withMutableRawBytes<T>(
+    _ bytes: inout [UInt8], _ body: (UnsafeMutableRawBufferPointer) throws(Errno) -> T
+)
     throws(Errno) -> T
 {
     let result = bytes.withUnsafeMutableBytes { raw in Result { () throws(Errno) -> T in try body(raw) } }

@@ -11,12 +11,12 @@ public struct ScratchNames: Sendable {
     /// `fnmatch(3)` patterns, matched against the whole name.
     public var patterns: [String]
 
-    /// The patterns of vim and nano (swap `.name.swp`…, backups `name~`, vim's probe `4913`),
+    /// The patterns of vim and nano (swap `.name.swp`…, and the `.name.swx` vim probes with, backups `name~`, vim's probe `4913`),
     /// emacs (`#name#`, `.#name`), GNU sed -i (`sedXXXXXX`), GIO (`.goutputstream-XXXXXX`),
     /// perl -i (`XXXXXXXX`), LibreOffice (`.~lock.name#`, `luXXX.tmp`), Kate (`name.kate-swp`),
     /// and rsync's `.name.XXXXXX` (see ``isRsyncTemporary(_:)``).
     public static let standard = ScratchNames(patterns: [
-        ".*.sw[a-p]", "*~", "#*#", ".#*", ".goutputstream-??????", "sed??????", "XX??????", ".~lock.*#",
+        ".*.sw?", "*~", "#*#", ".#*", ".goutputstream-??????", "sed??????", "XX??????", ".~lock.*#",
         "lu*.tmp", "*.kate-swp",
     ])
 

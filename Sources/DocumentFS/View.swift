@@ -40,7 +40,12 @@ final class ViewNode: @unchecked Sendable {
         atMountRoot = false
     }
 
+    /// The kernel's key for the node (its node table key): its own store id plus one.
     var ino: UInt64 { inodeNumber(storeID) }
+    /// The `st_ino` shown when it is not ``ino``: a file that took over a flat document shows
+    /// the document's inode (so it is the same after a remount), and the file it replaced
+    /// shows another number so that no two files share one.
+    var reportedIno: UInt64?
     var kind: FileWrapper.Kind { record.kind }
 
     var size: Int64 {
@@ -77,6 +82,9 @@ final class DocumentState: @unchecked Sendable {
     var base: VersionID
     /// Something changed since the last save began.
     var dirty = false
+    /// The nodes changed (or moved, or removed) since the last save began: a save looks at these
+    /// only, so its cost follows the change, not the size of the document.
+    var touched: [ObjectIdentifier: ViewNode] = [:]
     /// When the last change happened, for the quiet-interval save.
     var lastChange = ContinuousClock.now
     /// Serialises saves of this document.

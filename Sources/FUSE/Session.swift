@@ -153,6 +153,8 @@ public final class Session: Sendable {
         }
         guard let se else {
             Unmanaged.passUnretained(core).release()
+            // Nothing to take down: deinit must not run teardown (it would release the core again).
+            lifecycle.withLock { $0.phase = .finished }
             throw .sessionCreationFailed(arguments: arguments)
         }
         core.session = se
@@ -160,6 +162,7 @@ public final class Session: Sendable {
             fuse_session_destroy(se)
             core.session = nil
             Unmanaged.passUnretained(core).release()
+            lifecycle.withLock { $0.phase = .finished }
             throw .mountFailed(mountpoint)
         }
         logger.debug("mounted", metadata: ["mountpoint": "\(mountpoint)"])

@@ -9,6 +9,9 @@
 // With `deferred`, the document is a flat file and every save is a deferred (`durable` false)
 // `.sparse` update to the bytes of `TortureContents.contents(round: N, index: N % fileCount)`;
 // every fifth round it synchronizes the store instead, printing "synchronized".
+//
+// With `document`, the saves go through the engine's `Document` (an app's path): a package
+// document whose contents are the round's files, saved with `save(to:for:)` round after round.
 
 import DocumentEngine
 import Foundation
@@ -89,10 +92,74 @@ func saveDeferred(_ store: SQLiteStore, name: String, rounds: Int) throws {
     }
 }
 
+/// The document mode: an app's `Document` in the store, saved over and over.
+@MainActor
+final class TortureDocument: Document {
+    var round = 0
+    var wrapper: FileWrapper?
+
+    override func contents(forType typeName: String) throws -> Any {
+        let tree = wrapper ?? FileWrapper(directoryWithFileWrappers: [:])
+        let sub: FileWrapper
+        if let existing = tree.fileWrappers?["sub"] {
+            sub = existing
+        } else {
+            sub = FileWrapper(directoryWithFileWrappers: [:])
+            sub.preferredFilename = "sub"
+            tree.addFileWrapper(sub)
+        }
+        for index in 0..<TortureContents.fileCount {
+            let (inSub, key) = TortureContents.place(index)
+            let directory = inSub ? sub : tree
+            if let old = directory.fileWrappers?[key] { directory.removeFileWrapper(old) }
+            directory.addRegularFile(
+                withContents: TortureContents.contents(round: round, index: index), preferredFilename: key)
+        }
+        wrapper = tree
+        return tree
+    }
+
+    override func load(fromContents contents: Any, ofType typeName: String?) throws {
+        guard let tree = contents as? FileWrapper else { throw CocoaError(.fileReadCorruptFile) }
+        wrapper = tree
+        round = try tree.fileWrappers?["f00.bin"].flatMap {
+            TortureContents.round(of: try $0.readContents(offset: 0, count: 64))
+        } ?? 0
+    }
+}
+
+@MainActor
+func saveThroughDocument(_ store: SQLiteStore, name: String, rounds: Int) async {
+    let document = TortureDocument(store: store, name: name)
+    var exists = (try? store.document(named: name)) != nil
+    if exists {
+        guard await document.open() else { fail("could not open \(name)") }
+    }
+    for _ in 0..<rounds {
+        document.round += 1
+        document.updateChangeCount(.done)
+        guard await document.save(to: document.fileURL, for: exists ? .forOverwriting : .forCreating) else {
+            fail("the save of round \(document.round) failed")
+        }
+        exists = true
+        say("saved \(document.round)")
+    }
+}
+
 let arguments = CommandLine.arguments
 let deferred = arguments.count == 5 && arguments[4] == "deferred"
-guard arguments.count == 4 || deferred, let rounds = Int(arguments[3]), rounds >= 0 else {
-    fail("usage: store-torture <store-path> <document-name> <rounds> [deferred]")
+let throughDocument = arguments.count == 5 && arguments[4] == "document"
+guard arguments.count == 4 || deferred || throughDocument, let rounds = Int(arguments[3]), rounds >= 0 else {
+    fail("usage: store-torture <store-path> <document-name> <rounds> [deferred|document]")
+}
+
+if throughDocument {
+    do {
+        await saveThroughDocument(try SQLiteStore(path: arguments[1], options: .create), name: arguments[2], rounds: rounds)
+    } catch {
+        fail(String(describing: error))
+    }
+    exit(0)
 }
 
 if deferred {

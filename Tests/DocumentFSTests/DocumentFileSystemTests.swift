@@ -24,7 +24,8 @@ struct DocumentFileSystemTests {
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let mountLine = try #require(mountLines(mount.path).first)
-            #expect(mountLine.hasPrefix("docfs \(mount.path) fuse.docfs rw,"))
+            // A default mount is writable (the read-only one is `readOnlyMount`).
+            #expect(mountLine.hasPrefix("docfs \(mount.path) fuse.docfs rw,"), "\(mountLine)")
 
             let root = try await sh("ls -la", in: mount.path)
             #expect(root.status == 0, "\(root.error)")
@@ -233,11 +234,11 @@ struct DocumentFileSystemTests {
         }
     }
 
-    @Test("df shows non-zero sizes; a read-only mount refuses changes with EROFS")
-    func statfsAndReadOnly() async throws {
+    @Test("df shows non-zero sizes")
+    func statfs() async throws {
         let fixture = try await Fixture.make()
         defer { fixture.remove() }
-        try await withMount(fixture.store, configure: { $0.readOnly = true }) { mount in
+        try await withMount(fixture.store) { mount in
             let p = mount.path
             let df = try await sh("df -k -P \(p) | tail -1", in: "/")
             let fields = df.output.split(separator: " ", omittingEmptySubsequences: true)
@@ -250,10 +251,24 @@ struct DocumentFileSystemTests {
                 #expect(st.f_bsize == 4096 && st.f_blocks > 0 && st.f_bfree > 0 && st.f_files > 0)
                 #expect(st.f_namemax == 255)
             }
+        }
+    }
+
+    @Test("a read-only mount (options.readOnly) refuses every change with EROFS")
+    func readOnlyMount() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        let versions = try fixture.store.documents().map { try fixture.store.versions(of: $0.id).count }
+        try await withMount(fixture.store, configure: { $0.readOnly = true }) { mount in
+            let p = mount.path
+            let mountLine = try #require(mountLines(p).first)
+            #expect(mountLine.hasPrefix("docfs \(p) fuse.docfs ro,"), "\(mountLine)")
             let touch = try await sh("touch new.txt", in: p)
             #expect(touch.status != 0 && touch.error.contains("Read-only file system"))
             let overwrite = try await sh("touch Project.pkg/notes.txt", in: p)
             #expect(overwrite.status != 0 && overwrite.error.contains("Read-only file system"))
+            let setfattr = try await sh("setfattr -n user.x -v 1 Project.pkg/notes.txt", in: p)
+            #expect(setfattr.status != 0 && setfattr.error.contains("Read-only file system"))
             let errors = try await offThread { () -> [Int32] in
                 var result: [Int32] = []
                 let fd = open(p + "/README.txt", O_WRONLY | O_CLOEXEC)
@@ -262,9 +277,35 @@ struct DocumentFileSystemTests {
                 result.append(mkdir(p + "/New.pkg", 0o755) < 0 ? errno : 0)
                 result.append(unlink(p + "/README.txt") < 0 ? errno : 0)
                 result.append(rename(p + "/README.txt", p + "/READ.txt") < 0 ? errno : 0)
+                result.append(mkdir(p + "/Project.pkg/dir", 0o755) < 0 ? errno : 0)
+                result.append(unlink(p + "/Project.pkg/notes.txt") < 0 ? errno : 0)
+                result.append(symlink("x", p + "/Project.pkg/l") < 0 ? errno : 0)
+                result.append(truncate(p + "/Project.pkg/notes.txt", 0) < 0 ? errno : 0)
+                result.append(chmod(p + "/Project.pkg/notes.txt", 0o600) < 0 ? errno : 0)
                 return result
             }
-            #expect(errors == [EROFS, EROFS, EROFS, EROFS])
+            #expect(errors == Array(repeating: EROFS, count: 9))
+            // Reads still work.
+            #expect(try await sh("cat Project.pkg/src/main.swift", in: p).output == "print(\"hello\")\n")
+        }
+        #expect(try fixture.store.documents().map { try fixture.store.versions(of: $0.id).count } == versions)
+    }
+
+    @Test("a default mount is writable: a created file becomes a flat document")
+    func defaultMountIsWritable() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let made = try await sh("echo written > new.txt && echo more >> Project.pkg/notes.txt", in: mount.path)
+            #expect(made.status == 0, "\(made.error)")
+            let other = try SQLiteStore(path: fixture.path)
+            let info = try #require(try other.document(named: "new.txt"))
+            #expect(info.kind == .flat)
+            let record = try #require(try other.node(info.root, at: nil))
+            #expect(try other.readContents(of: record.id, at: nil, offset: 0, count: 100) == Data("written\n".utf8))
+            let notes = try fixture.record("Project.pkg", "notes.txt")
+            let contents = try other.readContents(of: notes.id, at: nil, offset: 0, count: 1000)
+            #expect(String(decoding: contents, as: UTF8.self) == "Notes with ünïcode.\nSecond line.\nmore\n")
         }
     }
 
@@ -407,17 +448,20 @@ struct DocumentFileSystemTests {
             finished.store(ok ? 1 : 2, ordering: .sequentiallyConsistent)
         }
         defer {
-            if isMounted(path) { _ = try? run("/bin/fusermount3", ["-u", "-z", path]) }
+            if isMounted(path) { _ = try? runTimed("/bin/fusermount3", ["-u", "-z", path], seconds: 20) }
         }
+        let mounted = try await offThread { eventually(timeout: 5, { isMounted(path) }) != nil }
+        guard mounted else { throw TestFailure("not mounted") }
+        let watchdog = MountWatchdog(path: path, deadline: defaultMountDeadline)
+        defer { if let fired = watchdog.cancel() { Issue.record(Comment(rawValue: fired)) } }
         let listed = try await offThread { () -> String in
-            guard eventually(timeout: 5, { isMounted(path) }) != nil else { throw TestFailure("not mounted") }
-            return try FileManager.default.contentsOfDirectory(atPath: path).sorted().joined(separator: ",")
+            try FileManager.default.contentsOfDirectory(atPath: path).sorted().joined(separator: ",")
         }
         #expect(listed.contains("README.txt"))
         let line = try #require(mountLines(path).first)
-        #expect(line.hasPrefix("docfs-test \(path) fuse.docfs ro,"))
+        #expect(line.hasPrefix("docfs-test \(path) fuse.docfs ro,"), "\(line)")
         #expect(line.contains("default_permissions"))
-        let unmounted = try await offThread { try run("/bin/fusermount3", ["-u", path]) }
+        let unmounted = try await offThread { try runTimed("/bin/fusermount3", ["-u", path], seconds: 20) }
         #expect(unmounted.status == 0, "\(unmounted.error)")
         let ended = try await offThread {
             eventually(timeout: 5) { finished.load(ordering: .sequentiallyConsistent) != 0 }
@@ -459,11 +503,11 @@ struct DocumentFileSystemTests {
             return fd
         }
         // A busy mount: a plain unmount is refused, a lazy one detaches it at once.
-        let busy = try await offThread { try run("/bin/fusermount3", ["-u", p]) }
+        let busy = try await offThread { try runTimed("/bin/fusermount3", ["-u", p], seconds: 20) }
         if busy.status != 0 {
             #expect(busy.error.contains("busy"), "\(busy.error)")
             #expect(isMounted(p))
-            let lazy = try await offThread { try run("/bin/fusermount3", ["-u", "-z", p]) }
+            let lazy = try await offThread { try runTimed("/bin/fusermount3", ["-u", "-z", p], seconds: 20) }
             #expect(lazy.status == 0, "\(lazy.error)")
         }
         #expect(!isMounted(p))

@@ -34,12 +34,122 @@ func temporaryDirectory(_ prefix: String) throws -> String {
     return String(cString: dir)
 }
 
-/// A store mounted at a fresh directory, served on background threads.
+/// How long a test may hold a mount before the watchdog aborts it: 180 s (a busy cooperative pool can delay a test by tens of seconds), or
+/// `DOCFS_TEST_MOUNT_DEADLINE` seconds.
+let defaultMountDeadline: Duration = {
+    if let text = ProcessInfo.processInfo.environment["DOCFS_TEST_MOUNT_DEADLINE"], let seconds = Double(text),
+        seconds > 0
+    {
+        return .milliseconds(Int64(seconds * 1000))
+    }
+    return .seconds(180)
+}()
+
+/// Guards one FUSE mount against a hung test: if the test has not closed the mount by the deadline,
+/// the watchdog aborts the FUSE connection (`/sys/fs/fuse/connections/<n>/abort`), so every
+/// syscall blocked on it returns ENOTCONN/ECONNABORTED and the test fails instead of hanging the
+/// whole suite (the last CI run died on a 25-minute hang). The failure is recorded when the test
+/// closes the mount (``TestMount/close(expectingWatchdog:)``), where the test's context is known.
+final class MountWatchdog: @unchecked Sendable {
+    let path: String
+    let deadline: Duration
+    /// The fusectl connection number (the minor number of the mount's st_dev), read from
+    /// /proc/self/mountinfo so that no syscall on the mount itself is needed.
+    let connection: UInt32?
+    private let condition = NSCondition()
+    private var cancelled = false
+    private var firedMessage: String?
+
+    init(path: String, deadline: Duration) {
+        self.path = path
+        self.deadline = deadline
+        connection = fuseConnection(of: path)
+        let seconds = Double(deadline.components.seconds) + Double(deadline.components.attoseconds) / 1e18
+        let until = Date().addingTimeInterval(seconds)
+        Thread.detachNewThread { [self] in
+            condition.lock()
+            while !cancelled {
+                if !condition.wait(until: until) { break }
+            }
+            let expired = !cancelled
+            condition.unlock()
+            guard expired else { return }
+            let message = "watchdog: the mount \(path) was still open after \(deadline); aborted the FUSE connection"
+            condition.lock()
+            firedMessage = message
+            condition.unlock()
+            let outcome = abortConnection()
+            FileHandle.standardError.write(Data((message + " (\(outcome))\n").utf8))
+            condition.lock()
+            firedMessage = message + " (\(outcome))"
+            condition.unlock()
+        }
+    }
+
+    /// What the watchdog did, or nil while it has not fired.
+    var fired: String? {
+        condition.lock()
+        defer { condition.unlock() }
+        return firedMessage
+    }
+
+    /// Stops watching; returns what the watchdog did if it fired before.
+    @discardableResult
+    func cancel() -> String? {
+        condition.lock()
+        defer { condition.unlock() }
+        cancelled = true
+        condition.broadcast()
+        return firedMessage
+    }
+
+    /// Writes to the connection's `abort` file (mounting fusectl when /sys/fs/fuse/connections is
+    /// empty); without one, a forced unmount, which aborts a FUSE connection too.
+    private func abortConnection() -> String {
+        let connections = "/sys/fs/fuse/connections"
+        if let connection {
+            let entries = (try? FileManager.default.contentsOfDirectory(atPath: connections)) ?? []
+            if entries.isEmpty {
+                _ = Glibc.mount("fusectl", connections, "fusectl", 0, nil)
+            }
+            let abortFile = "\(connections)/\(connection)/abort"
+            let fd = open(abortFile, O_WRONLY | O_CLOEXEC)
+            if fd >= 0 {
+                let written = write(fd, "1", 1)
+                close(fd)
+                if written == 1 { return "wrote 1 to \(abortFile)" }
+            }
+        }
+        if umount2(path, Int32(MNT_FORCE)) == 0 { return "forced unmount" }
+        return "could not abort: \(String(cString: strerror(errno)))"
+    }
+}
+
+/// The minor device number of the FUSE mount at `path` (its fusectl connection directory), from
+/// /proc/self/mountinfo.
+func fuseConnection(of path: String) -> UInt32? {
+    guard let info = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
+    for line in info.split(separator: "\n") {
+        let fields = line.split(separator: " ")
+        guard fields.count > 4, fields[4] == path else { continue }
+        let device = fields[2].split(separator: ":")
+        guard device.count == 2 else { continue }
+        return UInt32(device[1])
+    }
+    return nil
+}
+
+/// A store mounted at a fresh directory, served on background threads, under a
+/// ``MountWatchdog``.
 final class TestMount: Sendable {
     let path: String
     let mount: DocumentFSMount
+    let watchdog: MountWatchdog
 
-    init(_ store: any DocumentStore, configure: (inout DocumentFSMount.Options) -> Void = { _ in }) throws {
+    init(
+        _ store: any DocumentStore, deadline: Duration = defaultMountDeadline,
+        configure: (inout DocumentFSMount.Options) -> Void = { _ in }
+    ) throws {
         path = try temporaryDirectory("docfs-mnt")
         var options = DocumentFSMount.Options()
         options.drainTimeout = .seconds(2)
@@ -53,38 +163,49 @@ final class TestMount: Sendable {
             throw error
         }
         // Until the mount is listed, paths would reach the directory underneath.
-        let deadline = Date().addingTimeInterval(5)
+        let deadline5 = Date().addingTimeInterval(5)
         while !isMounted(path) {
-            guard Date() < deadline else {
+            guard Date() < deadline5 else {
                 mount.unmount()
                 rmdir(path)
                 throw TestFailure("\(path) never appeared in /proc/self/mounts")
             }
             usleep(1000)
         }
+        // Watched from here on: even the first request below cannot hang the suite.
+        watchdog = MountWatchdog(path: path, deadline: deadline)
         var st = stat()
         _ = lstat(path, &st)
     }
 
     func url(_ name: String) -> String { path + "/" + name }
 
-    /// Unmounts (idempotent) and removes the directory.
-    func close() {
+    /// Unmounts (idempotent) and removes the directory. Records a test failure if the watchdog
+    /// had to abort the mount (or, with `expectingWatchdog`, if it did not).
+    func close(expectingWatchdog: Bool = false) {
+        let fired = watchdog.cancel()
         mount.unmount()
         if isMounted(path) {
             // Last resort so a failing test never leaves a mount behind.
-            _ = try? run("/bin/fusermount3", ["-u", "-z", path])
+            _ = try? runTimed("/bin/fusermount3", ["-u", "-z", path], seconds: 20)
         }
         rmdir(path)
+        if let fired, !expectingWatchdog {
+            Issue.record(Comment(rawValue: fired))
+        } else if fired == nil, expectingWatchdog {
+            Issue.record("the watchdog of \(path) never fired")
+        }
     }
 }
 
 /// Mounts `store`, runs `body`, and always unmounts.
 func withMount<T>(
-    _ store: any DocumentStore, configure: (inout DocumentFSMount.Options) -> Void = { _ in },
+    _ store: any DocumentStore, deadline: Duration = defaultMountDeadline,
+    configure: (inout DocumentFSMount.Options) -> Void = { _ in },
+    isolation: isolated (any Actor)? = #isolation,
     _ body: (TestMount) async throws -> T
 ) async throws -> T {
-    let mount = try TestMount(store, configure: configure)
+    let mount = try TestMount(store, deadline: deadline, configure: configure)
     do {
         let result = try await body(mount)
         mount.close()
@@ -95,11 +216,29 @@ func withMount<T>(
     }
 }
 
+/// The limit every child process of these tests runs under (`timeout -k 5 <seconds>`).
+let childTimeout = 60
+
+/// The arguments that run `executable` under `timeout -k 5 <seconds>`, started through `sh`:
+/// children of this process inherit a signal mask with nearly every signal blocked (the threads
+/// that spawn them block signals), so `timeout`'s SIGTERM would go unnoticed until the SIGKILL;
+/// dash clears the mask in the children it forks (not on `exec`, hence no `exec`).
+func timedCommand(_ executable: String, _ arguments: [String], seconds: Int) -> [String] {
+    ["-c", "/usr/bin/timeout -k 5 \(seconds) \"$@\"", "sh", executable] + arguments
+}
+
+/// Runs a program under `timeout -k 5 <seconds>` (so a child blocked on a broken mount, or an
+/// editor waiting for input, cannot hang the suite). Call it off the cooperative pool.
+func runTimed(
+    _ executable: String, _ arguments: [String], directory: String? = nil, seconds: Int = childTimeout
+) throws -> ProcessResult {
+    try run("/bin/sh", timedCommand(executable, arguments, seconds: seconds), directory: directory)
+}
 
 /// Runs a shell script in `directory` on its own thread; C locale so outputs are stable.
-func sh(_ script: String, in directory: String) async throws -> ProcessResult {
+func sh(_ script: String, in directory: String, seconds: Int = childTimeout) async throws -> ProcessResult {
     try await offThread {
-        try run("/bin/sh", ["-c", "LC_ALL=C; export LC_ALL; " + script], directory: directory)
+        try runTimed("/bin/sh", ["-c", "LC_ALL=C; export LC_ALL; " + script], directory: directory, seconds: seconds)
     }
 }
 
@@ -108,7 +247,7 @@ func shBytes(_ script: String, in directory: String) async throws -> Data {
     try await offThread {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", script]
+        process.arguments = timedCommand("/bin/sh", ["-c", script], seconds: childTimeout)
         process.currentDirectoryURL = URL(fileURLWithPath: directory)
         let out = Pipe()
         process.standardOutput = out

@@ -3,8 +3,8 @@ import DocumentFS
 import FUSE
 import Foundation
 import SystemPackage
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
     import Glibc
@@ -20,7 +20,9 @@ struct WritePathTests {
         let records = try other.nodes(of: info.id)
         var current = info.root
         for name in path {
-            guard let next = records.first(where: { $0.parent == current && $0.name == name }) else { return nil }
+            guard let next = records.first(where: { $0.parent == current && $0.name == name }) else {
+                return nil
+            }
             current = next.id
         }
         guard let record = records.first(where: { $0.id == current }) else { return nil }
@@ -46,7 +48,9 @@ struct WritePathTests {
             #expect(result.status == 0, "\(result.error)")
             #expect(result.output == "hello\nmore\n")
             let saved = try await offThread {
-                eventually(timeout: 5) { try self.stored(fixture, "Project.pkg", "dir", "new.txt") == "hello\nmore\n" }
+                eventually(timeout: 5) {
+                    try self.stored(fixture, "Project.pkg", "dir", "new.txt") == "hello\nmore\n"
+                }
             }
             #expect(saved != nil)
             let gone = try await offThread {
@@ -65,7 +69,8 @@ struct WritePathTests {
             let r1 = try await sh("sed -i 's/hello/bonjour/' Project.pkg/src/main.swift", in: mount.path)
             #expect(r1.status == 0, "\(r1.error)")
             #expect(try stored(fixture, "Project.pkg", "src", "main.swift") == "print(\"bonjour\")\n")
-            let r2 = try await sh("sed -i '1s/.*/FIRST/' README.txt && head -1 README.txt && ls -a", in: mount.path)
+            let r2 = try await sh(
+                "sed -i '1s/.*/FIRST/' README.txt && head -1 README.txt && ls -a", in: mount.path)
             #expect(r2.status == 0, "\(r2.error)")
             #expect(r2.output.hasPrefix("FIRST\n"))
             #expect(!r2.output.contains("sed"))
@@ -114,6 +119,27 @@ struct WritePathTests {
         }
     }
 
+    @Test("a child that inherited a dirty descriptor does not save it when it execs; the writer's close does")
+    func flushFromChildIsNotASavePoint() async throws {
+        let fixture = try await Fixture.make()
+        defer { fixture.remove() }
+        try await withMount(fixture.store, configure: { $0.fileSystem.quietInterval = .seconds(60) }) {
+            mount in
+            let path = mount.path + "/Project.pkg/notes.txt"
+            let before = try #require(try stored(fixture, "Project.pkg", "notes.txt"))
+            let fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
+            try #require(fd >= 0)
+            let half = Array("half".utf8)
+            #expect(write(fd, half, half.count) == half.count)
+            // The exec closes the child's copy of the descriptor: the kernel sends FLUSH from it.
+            let child = try await offThread { try run("/bin/true", []) }
+            #expect(child.status == 0)
+            #expect(try stored(fixture, "Project.pkg", "notes.txt") == before)
+            #expect(close(fd) == 0)
+            #expect(try stored(fixture, "Project.pkg", "notes.txt") == before + "half")
+        }
+    }
+
     @Test("fsync makes a write durable in the store before it returns; a large file round-trips")
     func fsyncAndLarge() async throws {
         let fixture = try await Fixture.make()
@@ -137,7 +163,8 @@ struct WritePathTests {
             let data = try other.readContents(of: record.id, at: nil, offset: 0, count: Fixture.bigSize)
             var expected = Fixture.bigContents()
             expected.replaceSubrange(
-                (Fixture.chunkSize - 2500)..<(Fixture.chunkSize + 2500), with: Data(repeating: 0x41, count: 5000))
+                (Fixture.chunkSize - 2500)..<(Fixture.chunkSize + 2500),
+                with: Data(repeating: 0x41, count: 5000))
             #expect(data == expected)
             let versions = try other.versions(of: record.document)
             #expect(versions.last?.bytesWritten ?? 0 <= Int64(2 * Fixture.chunkSize))
@@ -150,7 +177,8 @@ struct ScratchNameTests {
     @Test(
         "swap, backup, lock and temporary names are scratch",
         arguments: [
-            ".notes.txt.swp", ".notes.txt.swo", "notes.txt~", "4913", "5036", "#notes.txt#", ".#notes.txt",
+            ".notes.txt.swp", ".notes.txt.swo", ".notes.txt.swx", "notes.txt~", "4913", "5036", "#notes.txt#",
+            ".#notes.txt",
             "sedAb12Cd", ".goutputstream-X1Y2Z3", ".~lock.report.odt#", "lu12345.tmp", "notes.txt.kate-swp",
             "XXJaCZx4", ".notes.txt.aB3dEf",
         ])
@@ -161,7 +189,8 @@ struct ScratchNameTests {
     @Test(
         "ordinary names are not scratch",
         arguments: [
-            "notes.txt", "4914", "5000", ".profile.backup", ".config", "sedation", "README", "image.png",
+            "notes.txt", "main.swift", ".main.swift", "4914", "5000", ".profile.backup", ".config",
+            "sedation", "README", "image.png",
             ".hidden.ABCDEF", "a#b", "lu.txt",
         ])
     func ordinary(_ name: String) {
@@ -182,7 +211,8 @@ struct FullDiskTests {
         defer { _ = try? run("/bin/umount", ["-l", directory]) }
         let path = directory + "/S.docstore"
         let store = try SQLiteStore(path: path, options: .create, chunkSize: 64 * 1024)
-        _ = try store.createDocument(named: "Doc.pkg", kind: .package, type: nil, permissions: 0o755, origin: "test")
+        _ = try store.createDocument(
+            named: "Doc.pkg", kind: .package, type: nil, permissions: 0o755, origin: "test")
         let spill = try temporaryDirectory("docfs-spill")
         defer { try? FileManager.default.removeItem(atPath: spill) }
         try await withMount(store, configure: { $0.fileSystem.spillDirectory = spill }) { mount in

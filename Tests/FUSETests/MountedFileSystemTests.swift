@@ -16,6 +16,24 @@ struct MountedFileSystemTests {
         #expect(libfuseVersion >= 314)
     }
 
+    @Test("a session libfuse refuses throws, and releasing it does not tear down what never started")
+    func refusedSession() throws {
+        var template = Array("/tmp/fusetest.XXXXXX".utf8CString)
+        guard let dir = mkdtemp(&template) else { throw Errno(rawValue: errno) }
+        let path = String(cString: dir)
+        defer { rmdir(path) }
+        var options = MountOptions()
+        options.options = ["no_such_fuse_option"]
+        // Before the fix the failed init's deinit released the session core a second time and
+        // the process died of SIGSEGV here.
+        for _ in 0..<3 {
+            #expect(throws: FUSEError.self) {
+                _ = try Session(filesystem: MemoryFS(), mountpoint: path, options: options)
+            }
+        }
+        #expect(!isMounted(path))
+    }
+
     @Test func mountOptionsAndKernelConfig() async throws {
         try await withMount { mount in
             let line = try #require(mountLines(mount.path).first)

@@ -1,0 +1,111 @@
+import DocumentEngine
+import Foundation
+import Synchronization
+
+/// A store that forwards to a real one, and can be told to fail saves (to see a save error come
+/// back from fsync/close) or to hold reads of contents (a file system request that never
+/// returns, for the watchdog test).
+final class ProxyStore: DocumentStore, @unchecked Sendable {
+    let inner: any DocumentStore
+    /// When set, every `save` throws.
+    let failSaves = Atomic<Bool>(false)
+    /// Saves attempted while `failSaves` was set.
+    let failedSaves = Atomic<Int>(0)
+    /// Milliseconds `documents()` waits after reading the listing (so that what it returns is
+    /// stale by the time the caller uses it).
+    let listingDelay = Atomic<Int>(0)
+    /// "save" (durable), "deferred save" (`durable` false) and "synchronize", in call order.
+    private let log = Mutex<[String]>([])
+    var calls: [String] { log.withLock { $0 } }
+    private let gate = NSCondition()
+    private var holdReads = false
+    private var heldReads = 0
+
+    init(_ inner: any DocumentStore) { self.inner = inner }
+
+    struct InjectedFailure: Error, CustomStringConvertible {
+        var description: String { "injected save failure" }
+    }
+
+    /// Makes every `readContents` wait until ``releaseReads()``.
+    func holdReadsOfContents() {
+        gate.lock()
+        holdReads = true
+        gate.unlock()
+    }
+
+    func releaseReads() {
+        gate.lock()
+        holdReads = false
+        gate.broadcast()
+        gate.unlock()
+    }
+
+    /// Reads waiting at the gate now.
+    var waitingReads: Int {
+        gate.lock()
+        defer { gate.unlock() }
+        return heldReads
+    }
+
+    var location: String { inner.location }
+    var chunkSize: Int { inner.chunkSize }
+    var statistics: StoreStatistics { inner.statistics }
+
+    func documents() throws -> [DocumentInfo] {
+        let infos = try inner.documents()
+        let delay = listingDelay.load(ordering: .relaxed)
+        if delay > 0 { usleep(UInt32(delay) * 1000) }
+        return infos
+    }
+    func document(_ id: DocumentID) throws -> DocumentInfo { try inner.document(id) }
+    func document(named name: String) throws -> DocumentInfo? { try inner.document(named: name) }
+    func createDocument(
+        named name: String, kind: DocumentKind, type: String?, permissions: Int?, origin: String
+    ) throws -> DocumentInfo {
+        try inner.createDocument(named: name, kind: kind, type: type, permissions: permissions, origin: origin)
+    }
+    func renameDocument(_ id: DocumentID, to name: String) throws -> DocumentInfo {
+        try inner.renameDocument(id, to: name)
+    }
+    func deleteDocument(_ id: DocumentID, origin: String) throws { try inner.deleteDocument(id, origin: origin) }
+    func deletedDocuments() throws -> [DocumentInfo] { try inner.deletedDocuments() }
+    func undeleteDocument(_ id: DocumentID, as name: String?) throws -> DocumentInfo {
+        try inner.undeleteDocument(id, as: name)
+    }
+    func nodes(of document: DocumentID, at version: VersionID?) throws -> [NodeRecord] {
+        try inner.nodes(of: document, at: version)
+    }
+    func node(_ id: StoreNodeID, at version: VersionID?) throws -> NodeRecord? { try inner.node(id, at: version) }
+    func readContents(of node: StoreNodeID, at version: VersionID?, offset: Int64, count: Int) throws -> Data {
+        gate.lock()
+        heldReads += 1
+        while holdReads { gate.wait() }
+        heldReads -= 1
+        gate.unlock()
+        return try inner.readContents(of: node, at: version, offset: offset, count: count)
+    }
+    func makeNodeIDs(count: Int) throws -> [StoreNodeID] { try inner.makeNodeIDs(count: count) }
+    func save(_ changes: DocumentChanges) throws -> SaveResult {
+        if failSaves.load(ordering: .sequentiallyConsistent) {
+            failedSaves.add(1, ordering: .sequentiallyConsistent)
+            throw InjectedFailure()
+        }
+        let result = try inner.save(changes)
+        log.withLock { $0.append(changes.durable ? "save" : "deferred save") }
+        return result
+    }
+    func synchronize() throws {
+        try inner.synchronize()
+        log.withLock { $0.append("synchronize") }
+    }
+    func versions(of document: DocumentID) throws -> [VersionInfo] { try inner.versions(of: document) }
+    func restore(_ version: VersionID, of document: DocumentID, origin: String) throws -> SaveResult {
+        try inner.restore(version, of: document, origin: origin)
+    }
+    func resolveConflict(_ version: VersionID) throws { try inner.resolveConflict(version) }
+    func collectGarbage(_ policy: RetentionPolicy) throws -> CollectionReport { try inner.collectGarbage(policy) }
+    func events(after sequence: Int64) throws -> [StoreEvent] { try inner.events(after: sequence) }
+    func latestEventSequence() throws -> Int64 { try inner.latestEventSequence() }
+    func checkIntegrity() throws -> IntegrityReport { try inner.checkIntegrity() }
+}

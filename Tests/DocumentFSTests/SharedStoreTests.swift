@@ -1,0 +1,233 @@
+import DocumentEngine
+import DocumentFS
+import Foundation
+import Testing
+import TestSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A flat text document, as an app would open it from the store.
+@MainActor
+final class AppTextDocument: Document {
+    var text = ""
+    var reloads = 0
+
+    override func contents(forType typeName: String) throws -> Any { Data(text.utf8) }
+
+    override func load(fromContents contents: Any, ofType typeName: String?) throws {
+        guard let data = contents as? Data else { throw CocoaError(.fileReadCorruptFile) }
+        text = String(decoding: data, as: UTF8.self)
+    }
+
+    override func documentContentsDidUpdate() { reloads += 1 }
+}
+
+/// A package document whose model is the text of its `notes.txt`.
+@MainActor
+final class AppPackageDocument: Document {
+    var notes = ""
+    var wrapper: FileWrapper?
+
+    override func contents(forType typeName: String) throws -> Any {
+        let package = wrapper ?? FileWrapper(directoryWithFileWrappers: [:])
+        if let old = package.fileWrappers?["notes.txt"] { package.removeFileWrapper(old) }
+        package.addRegularFile(withContents: Data(notes.utf8), preferredFilename: "notes.txt")
+        wrapper = package
+        return package
+    }
+
+    override func load(fromContents contents: Any, ofType typeName: String?) throws {
+        guard let package = contents as? FileWrapper else { throw CocoaError(.fileReadCorruptFile) }
+        wrapper = package
+        notes = package.fileWrappers?["notes.txt"]?.regularFileContents.map { String(decoding: $0, as: UTF8.self) } ?? ""
+    }
+}
+
+/// The mount and apps share one store: another process's saves show up in the mount within a
+/// second, and writes through the mount reach an app's open `Document` (reload when it is clean,
+/// a conflict when it has unsaved changes).
+@MainActor
+@Suite(.serialized)
+struct SharedStoreTests {
+    @Test("saves by another store connection show up in the mount within a second, also over our own writes")
+    func otherWritersShowUp() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let notes = mount.url("Work.pkg/notes.txt")
+            let flat = mount.url("Flat.txt")
+            // Our own write first, saved and cached by the kernel.
+            try await offThread {
+                try writeText(notes, "ours\n")
+                #expect(try readText(notes) == "ours\n")
+                #expect(try readText(flat) == Fixture.flatText)
+            }
+            // Another process saves both documents.
+            let other = try Engine(fixture)
+            let work = try other.document("Work.pkg")
+            var record = try #require(try other.record("Work.pkg", "notes.txt"))
+            record.modified = .now
+            var changes = DocumentChanges(document: work.id, base: work.currentVersion)
+            changes.nodes = [record]
+            changes.contents = [record.id: .replace(DataContentsSource(Data("theirs, longer\n".utf8)))]
+            changes.origin = "another process"
+            _ = try other.store.save(changes)
+            let flatInfo = try other.document("Flat.txt")
+            var flatChanges = DocumentChanges(document: flatInfo.id, base: flatInfo.currentVersion)
+            flatChanges.contents = [flatInfo.root: .replace(DataContentsSource(Data("app text\n".utf8)))]
+            flatChanges.origin = "another process"
+            _ = try other.store.save(flatChanges)
+
+            let waited = try await offThread { () -> [Double?] in
+                [
+                    eventually(timeout: 3) { try readText(notes) == "theirs, longer\n" },
+                    eventually(timeout: 3) { try readText(flat) == "app text\n" },
+                ]
+            }
+            for (index, seconds) in waited.enumerated() {
+                let seconds = try #require(seconds, "change \(index) never showed up")
+                #expect(seconds < 1.0, "change \(index) took \(seconds) s")
+            }
+            // And we can write on top of theirs.
+            try await offThread {
+                let fd = try openFile(notes, O_WRONLY | O_APPEND)
+                try writeAll(fd, "and ours\n")
+                try sys(close(fd), "close")
+            }
+            #expect(try other.text("Work.pkg", "notes.txt") == "theirs, longer\nand ours\n")
+        }
+    }
+
+    @Test("a mount's save and another process's save of one document: disjoint changes both apply, a clash keeps both")
+    func concurrentSaves() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let other = try Engine(fixture)
+        /// Another process replaces one wrapper's contents.
+        func otherSaves(_ path: String, _ text: String) throws {
+            let work = try other.document("Work.pkg")
+            let record = try #require(try other.record("Work.pkg", path))
+            var changes = DocumentChanges(document: work.id, base: work.currentVersion)
+            changes.nodes = [record]
+            changes.contents = [record.id: .replace(DataContentsSource(Data(text.utf8)))]
+            changes.origin = "another process"
+            _ = try other.store.save(changes)
+        }
+        try await withMount(fixture.store) { mount in
+            let notes = mount.url("Work.pkg/notes.txt")
+            // Disjoint: the mount changes notes.txt while the other process saves sub/inner.txt.
+            // (The writers are child processes: see FileHolder.)
+            let appender = try await offThread { try FileHolder(notes, flags: "O_WRONLY|O_APPEND") }
+            defer { appender.stop() }
+            try await offThread { try appender.send("write mount") }
+            try otherSaves("sub/inner.txt", "other\n")
+            try await offThread { try appender.send("close") }
+            #expect(try other.text("Work.pkg", "notes.txt") == Fixture.notesText + "mount")
+            #expect(try other.text("Work.pkg", "sub/inner.txt") == "other\n")
+
+            // The same wrapper: nothing is lost; one of the two is a conflict version.
+            let writer = try await offThread { try FileHolder(notes, flags: "O_WRONLY|O_TRUNC") }
+            defer { writer.stop() }
+            try await offThread { try writer.send("write mount's version") }
+            try otherSaves("notes.txt", "other's version")
+            try await offThread { try writer.send("close") }
+            let work = try other.document("Work.pkg")
+            let versions = try other.store.versions(of: work.id)
+            let texts = try versions.map { try other.text(of: work.id, "notes.txt", at: $0.id) }
+            #expect(texts.contains("mount's version"), "\(texts)")
+            #expect(texts.contains("other's version"), "\(texts)")
+            #expect(versions.contains { $0.isConflict })
+            // The mount shows the store's current version.
+            let current = try other.text("Work.pkg", "notes.txt")
+            let shown = try await waitUntil(timeout: 3) { try readText(notes) == current }
+            #expect(shown != nil, "the mount does not show the current \(String(describing: current))")
+        }
+    }
+
+    @Test("an app's save through Document shows up in the mount within a second")
+    func documentSaveShowsUp() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let other = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            let flat = mount.url("Flat.txt")
+            #expect(try await offThread { try readText(flat) } == Fixture.flatText)
+            let doc = AppTextDocument(store: other.store, name: "Flat.txt")
+            #expect(await doc.open())
+            #expect(doc.text == Fixture.flatText)
+            doc.text = "saved by the app\n"
+            doc.updateChangeCount(.done)
+            #expect(await doc.save(to: doc.fileURL, for: .forOverwriting))
+            await doc.close()
+            let took = try await waitUntil(timeout: 3) { try readText(flat) == "saved by the app\n" }
+            let seconds = try #require(took, "the app's save never showed up")
+            #expect(seconds < 1.0, "took \(seconds) s")
+        }
+    }
+
+    @Test("a write through the mount reloads a clean open Document (flat and package)")
+    func mountWriteReloadsDocument() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let other = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            let text = AppTextDocument(store: other.store, name: "Flat.txt")
+            let package = AppPackageDocument(store: other.store, name: "Work.pkg")
+            text.monitoringInterval = .milliseconds(100)
+            package.monitoringInterval = .milliseconds(100)
+            #expect(await text.open())
+            #expect(await package.open())
+            #expect(package.notes == Fixture.notesText)
+            try await offThread {
+                try writeText(mount.url("Flat.txt"), "from the mount\n")
+                try writeText(mount.url("Work.pkg/notes.txt"), "notes from the mount\n")
+            }
+            // The documents' own monitoring finds the new versions.
+            var waited = 0
+            while (text.text != "from the mount\n" || package.notes != "notes from the mount\n") && waited < 60 {
+                try await Task.sleep(for: .milliseconds(50))
+                waited += 1
+            }
+            #expect(text.text == "from the mount\n")
+            #expect(package.notes == "notes from the mount\n")
+            #expect(text.reloads >= 1)
+            #expect(!text.documentState.contains(.inConflict))
+            #expect(!package.documentState.contains(.inConflict))
+            await text.close()
+            await package.close()
+        }
+    }
+
+    @Test("a write through the mount puts a Document with unsaved changes in conflict, losing nothing")
+    func mountWriteConflictsWithDirtyDocument() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let other = try Engine(fixture)
+        try await withMount(fixture.store) { mount in
+            let doc = AppTextDocument(store: other.store, name: "Flat.txt")
+            doc.monitoringInterval = .seconds(3600)
+            #expect(await doc.open())
+            doc.text = "unsaved in the app\n"
+            doc.updateChangeCount(.done)
+            try await offThread { try writeText(mount.url("Flat.txt"), "saved through the mount\n") }
+            #expect(await doc.checkForExternalChanges())
+            #expect(doc.documentState.contains(.inConflict))
+            #expect(doc.text == "saved through the mount\n")
+            let conflicts = await doc.unresolvedConflictVersions()
+            #expect(conflicts.count == 1)
+            if let conflict = conflicts.first {
+                let wrapper = try conflict.fileWrapper()
+                #expect(wrapper.regularFileContents == Data("unsaved in the app\n".utf8))
+            }
+            // The mount keeps showing the current version (the mount's save).
+            let shown = try await waitUntil(timeout: 3) {
+                try readText(mount.url("Flat.txt")) == "saved through the mount\n"
+            }
+            #expect(shown != nil)
+            #expect(try other.versions("Flat.txt").contains { $0.isConflict })
+            await doc.close()
+        }
+    }
+}
