@@ -88,6 +88,8 @@ mkdir -p "$native" "$native_roots" "$work/store" "$mnt" "$mnt_roots" "$work/engi
 : >"$samples"
 
 stamp=$(date +%Y%m%d-%H%M%S)
+# The machine may be shared: the load around the run says how much to trust its figures.
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 out=${BENCH_OUT:-$repo/bench-results/bench-$stamp.json}
 mkdir -p "$(dirname "$out")"
 
@@ -482,6 +484,7 @@ run_figure "FUSE layer micro-benchmark" fuse_layer
 export BENCH_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 export BENCH_MACHINE="$(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -n 1)), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), Linux $(uname -r)"
 export BENCH_NATIVE="$fs_type on $fs_source ($work)"
+export BENCH_LOAD="load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 export BENCH_MODE=$size BENCH_ROUNDS=$rounds BENCH_CHUNK_SIZE=$chunk_size
 export BENCH_BIG_BYTES=$big BENCH_RAND_BYTES=$rand BENCH_FILES=$files BENCH_DOCUMENTS=$documents BENCH_IMAGES=$images
 export BENCH_FAILED="${failed[*]:-}"
@@ -489,6 +492,7 @@ export BENCH_FAILED="${failed[*]:-}"
 echo
 echo "DocFS benchmark, $BENCH_DATE, $BENCH_MACHINE"
 echo "mode $size, $rounds rounds; native: $BENCH_NATIVE; DocFS: docfs mount of a fresh store beside it"
+echo "$BENCH_LOAD"
 echo
 "$helper" report "$samples" "$out"
 cp "$samples" "${out%.json}.tsv"
