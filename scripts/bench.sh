@@ -17,7 +17,7 @@
 #                          figures); small (or --quick): 64 MiB, 1,000 files, 100 documents,
 #                          a smoke test of a few minutes
 #   BENCH_ROUNDS=N         rounds per figure (default 3)
-#   BENCH_DIR=PATH         where the native folder and the store go (default /var/tmp/docfs-bench;
+#   BENCH_DIR=PATH         where the native folder and the store go (default /var/tmp/docfsbench;
 #                          a local disk: the native figures are that file system's)
 #   BENCH_OUT=PATH         the JSON file (default bench-results/bench-DATE.json)
 #   BENCH_KEEP=1           keep the data and the daemon logs afterwards
@@ -70,7 +70,9 @@ swift build -c release --package-path Benchmarks --scratch-path .build-bench >&2
 docfs=$repo/.build/release/docfs
 helper=$repo/.build-bench/release/docfs-bench
 
-base=${BENCH_DIR:-/var/tmp/docfs-bench}
+# Not "docfs-…": scripts/test.sh detaches every FUSE mount whose path contains that, machine-wide,
+# when it finishes, and a test run elsewhere on the machine would end this one's mounts.
+base=${BENCH_DIR:-/var/tmp/docfsbench}
 mkdir -p "$base" || exit 1
 work=$(mktemp -d "$base/run.XXXXXX") || exit 1
 native=$work/native
@@ -325,12 +327,18 @@ b1() {
 b2_docfs() { # NAME ROUND COMMAND…
     local name=$1 r=$2
     shift 2
-    local before written_before ms
+    local before written_before ms pid
     checkpoint "$store"
     before=$(store_bytes "$store")
+    pid=$(daemon_pid "$mnt")
     written_before=$(bytes_written "$mnt")
     ms=$("$@")
     sleep 2
+    # The statistics are the daemon's since it started: another daemon's are no delta.
+    if [ "$(daemon_pid "$mnt")" != "$pid" ]; then
+        log "the daemon serving $mnt changed during B2 $name (was it unmounted from outside?)"
+        return 1
+    fi
     sample "b2.$name.ms" docfs "$r" "$ms"
     sample "b2.$name.bytes" docfs "$r" $(($(store_bytes "$store") - before))
     sample "b2.$name.content" docfs "$r" $(($(bytes_written "$mnt") - written_before))
