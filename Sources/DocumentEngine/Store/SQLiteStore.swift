@@ -97,7 +97,10 @@ public final class SQLiteStore: DocumentStore, Sendable {
             throw Self.storeError(error, path: path)
         }
         self.chunkSize = storedChunkSize
-        cache = Mutex(ChunkCache(capacity: 64 << 20))
+        // The kernel's page cache already keeps what the mount read (keep_cache); this cache
+        // serves the rest of a chunk to the next read request and a few hot chunks, so it stays
+        // small: with 64 MiB, streaming one large file took the daemon past 100 MiB (issue 7, B7).
+        cache = Mutex(ChunkCache(capacity: 32 << 20))
         if isNew {
             // Put the header (with the application id) into the file itself, not just the log.
             _ = try? pool.writeWithoutTransaction { try $0.checkpoint(.truncate) }
