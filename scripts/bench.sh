@@ -139,6 +139,9 @@ unmount_store() { # MOUNTPOINT
     pid=$(daemon_pid "$1")
     [ -n "$pid" ] && kill "$pid" 2>/dev/null
     sleep 2
+    # A daemon stuck in its teardown ignores SIGTERM; left running, it would hold memory and the
+    # store through the figures that follow.
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
     fusermount3 -u -z "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
 }
 
