@@ -245,6 +245,8 @@ cleanup() {
         log "kept $work"
     else
         rm -rf "$work"
+        # The engine's file coordination leaves its lock file beside the run's folder.
+        rm -f "$base/.${work##*/}.docfs-lock"
     fi
 }
 trap cleanup EXIT
