@@ -64,6 +64,7 @@ let package = Package(
                 "DocumentFS",
                 "FUSE",
                 "DocumentEngine",
+                "CLinuxSupport",
                 "SampleDocuments",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),

@@ -8,6 +8,8 @@
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/syscall.h>
+#include <linux/stat.h>
 
 // Helpers for what Swift cannot express directly: the FUSE_BUFVEC_INIT macro (its one-element
 // array imports as a tuple) and the open(2) flags glibc only exposes under _GNU_SOURCE.
@@ -66,6 +68,18 @@ int pipe2(int pipefd[2], int flags);
 /// A close-on-exec pipe.
 static inline int docfs_pipe_cloexec(int fds[2]) {
     return pipe2(fds, O_CLOEXEC);
+}
+
+/// The device number of the file system mounted at `path`, from the mount's superblock:
+/// statx with AT_STATX_DONT_SYNC, so no request is sent to a FUSE server that is not serving
+/// yet (a plain stat right after mounting waits for an INIT nobody answers). 0 on success.
+static inline int docfs_mount_device(const char *path, unsigned int *major, unsigned int *minor) {
+    struct statx stx;
+    memset(&stx, 0, sizeof stx);
+    if (syscall(SYS_statx, AT_FDCWD, path, 0x4000 /* AT_STATX_DONT_SYNC */, 0, &stx) != 0) return -1;
+    *major = stx.stx_dev_major;
+    *minor = stx.stx_dev_minor;
+    return 0;
 }
 
 #endif

@@ -285,8 +285,8 @@ extension AutosavedValue where Value == Never {
     /// Runs ``flushAll()`` at normal exit (`atexit`) and when one of `signals` arrives; then
     /// exits with status 128 + the signal number. Call once, early; later calls do nothing.
     ///
-    /// The signals are set to SIG_IGN and observed with a `DispatchSource` on a private queue,
-    /// so the saving runs as ordinary code on that queue, never inside a signal handler. This
+    /// The signals' handler only wakes a private thread, so the saving runs as ordinary code,
+    /// never inside a signal handler; a signal sent once this has returned is handled. This
     /// replaces the signals' default disposition for the whole process: a program with its own
     /// SIGTERM handling should call ``flushAll()`` from it instead.
     public static func installExitHandlers(signals: [Int32] = [SIGTERM, SIGINT]) {
@@ -456,7 +456,7 @@ private struct WeakFlushable: Sendable {
 
 enum AutosaveRegistry {
     private static let live = Mutex<[ObjectIdentifier: WeakFlushable]>([:])
-    private static let signalSources = Mutex<[any DispatchSourceSignal]?>(nil)
+    private static let exitHandlersInstalled = Mutex(false)
 
     static func register(_ object: any AutosaveFlushing) {
         live.withLock { $0[ObjectIdentifier(object)] = WeakFlushable(object: object) }
@@ -481,24 +481,54 @@ enum AutosaveRegistry {
     }
 
     static func installExitHandlers(signals: [Int32]) {
-        signalSources.withLock { sources in
-            guard sources == nil else { return }
+        exitHandlersInstalled.withLock { installed in
+            guard !installed else { return }
+            installed = true
             atexit { _ = AutosaveRegistry.flushAll() }
-            let queue = DispatchQueue(label: "docfs.autosave.signals")
-            sources = signals.map { signo in
-                // Dispatch sees the signal only if its default action (terminate) is disabled.
-                signal(signo, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: signo, queue: queue)
-                source.setEventHandler {
+            // A handler only writes the signal's number to a pipe (async-signal-safe); a thread
+            // saves and exits. sigaction takes effect before this returns, so a signal sent
+            // right after is never lost (a DispatchSource registers later, on its own queue,
+            // and a signal arriving in between was ignored).
+            var fds: [Int32] = [-1, -1]
+            guard pipe(&fds) == 0 else {
+                autosaveLogger.error(
+                    "cannot install exit handlers: pipe: \(String(cString: strerror(errno)))")
+                return
+            }
+            for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+            exitSignalPipe.store(fds[1], ordering: .releasing)
+            let readFD = fds[0]
+            let watcher = Thread {
+                var byte: UInt8 = 0
+                while true {
+                    let n = read(readFD, &byte, 1)
+                    if n < 0 && errno == EINTR { continue }
+                    guard n == 1 else { return }
                     _ = AutosaveRegistry.flushAll()
-                    exit(128 + signo)
+                    exit(128 + Int32(byte))
                 }
-                source.resume()
-                return source
+            }
+            watcher.name = "docfs.autosave.signals"
+            watcher.start()
+            for signo in signals {
+                var action = sigaction()
+                action.__sigaction_handler.sa_handler = { signo in
+                    var byte = UInt8(truncatingIfNeeded: signo)
+                    let fd = exitSignalPipe.load(ordering: .relaxed)
+                    if fd >= 0 { _ = write(fd, &byte, 1) }
+                }
+                sigemptyset(&action.sa_mask)
+                action.sa_flags = Int32(SA_RESTART)
+                if sigaction(signo, &action, nil) != 0 {
+                    autosaveLogger.error("cannot handle signal \(signo): \(String(cString: strerror(errno)))")
+                }
             }
         }
     }
 }
+
+/// The write end of the exit handlers' signal pipe (-1 until installed).
+private let exitSignalPipe = Atomic<Int32>(-1)
 
 // MARK: - Atomic file writing
 

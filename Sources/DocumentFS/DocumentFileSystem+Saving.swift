@@ -384,29 +384,52 @@ extension DocumentFileSystem {
     }
 
     /// Tells the kernel what changed (from the calling thread, never inside a request handler).
-    func send(_ notices: [Notice]) {
+    /// Queues `notices` for the kernel; with `waitingUpTo`, returns once the kernel has taken
+    /// them (or the time is up). Never wait from a request handler: an invalidation can need a
+    /// lock the kernel holds for that very request.
+    func send(_ notices: [Notice], waitingUpTo timeout: Duration? = nil) {
         guard !notices.isEmpty, let notifier = state.withLock({ $0.notifier }) else { return }
         var sentInodes: Set<UInt64> = []
+        let taken = DispatchGroup()
+        let done: Notifier.Completion?
+        if timeout != nil {
+            done = { @Sendable _ in taken.leave() }
+        } else {
+            done = nil
+        }
+        func track() { if done != nil { taken.enter() } }
         for notice in notices {
             switch notice {
             case .inode(let ino):
                 guard sentInodes.insert(ino).inserted else { continue }
                 if ino == mountRootInode {
-                    notifier.invalidateInode(.root)
+                    track()
+                    notifier.invalidateInode(.root, completion: done)
                 } else if let node = table.node(for: ino) {
-                    notifier.invalidateInode(node)
+                    track()
+                    notifier.invalidateInode(node, completion: done)
                 }
             case .entry(let parent, let name):
                 let parentNode = parent == mountRootInode ? NodeID.root : table.node(for: parent)
-                if let parentNode { notifier.invalidateEntry(parent: parentNode, name: name) }
+                if let parentNode {
+                    track()
+                    notifier.invalidateEntry(parent: parentNode, name: name, completion: done)
+                }
             case .delete(let parent, let child, let name):
                 let parentNode = parent == mountRootInode ? NodeID.root : table.node(for: parent)
                 guard let parentNode else { continue }
+                track()
                 if let childNode = table.node(for: child) {
-                    notifier.delete(parent: parentNode, child: childNode, name: name)
+                    notifier.delete(parent: parentNode, child: childNode, name: name, completion: done)
                 } else {
-                    notifier.invalidateEntry(parent: parentNode, name: name)
+                    notifier.invalidateEntry(parent: parentNode, name: name, completion: done)
                 }
+            }
+        }
+        if let timeout {
+            let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+            if taken.wait(timeout: .now() + seconds) == .timedOut {
+                logger.debug("the kernel had not taken every invalidation after \(timeout)")
             }
         }
     }
@@ -481,7 +504,9 @@ extension DocumentFileSystem {
             return notices
         }
         guard let notices else { return false }
-        send(notices)
+        // Called on the observer's thread, never a request's: waiting is safe, and a name that
+        // left the listing no longer resolves from the kernel's cache once this returns.
+        send(notices, waitingUpTo: .seconds(2))
         return true
     }
 }

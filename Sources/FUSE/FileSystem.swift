@@ -16,9 +16,9 @@ public protocol FileSystem: Sendable {
     /// and limits. Default: keep libfuse's defaults.
     func initialize(_ config: inout KernelConfig)
 
-    /// Called once when the session ends (after the last request has been read, before the
-    /// mount disappears): finish or persist pending work here. Replies still pending may be
-    /// answered until this returns plus ``MountOptions/drainTimeout``. Default: nothing.
+    /// Called once when the session ends, after the last request has been answered (or the
+    /// ``MountOptions/drainTimeout`` has passed) and the mount is gone: finish or persist
+    /// pending work here. Default: nothing.
     func destroy()
 
     /// Look up `name` in `parent`. Default: `ENOENT`.

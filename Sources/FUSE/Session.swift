@@ -31,8 +31,8 @@ public struct MountOptions: Sendable {
     /// default disposition are taken, and only one session in a process can own them: leave
     /// it off in tests and libraries, turn it on in a daemon.
     public var handleSignals = false
-    /// How long the end of a session waits for replies still pending after the filesystem's
-    /// `destroy` before they are dropped (their callers then see `ENOTCONN`).
+    /// How long the end of a session waits for replies still pending before the connection is
+    /// aborted (their callers then see `ECONNABORTED`).
     public var drainTimeout: Duration = .seconds(5)
     /// libfuse's request trace on stderr (`-d`).
     public var debug = false
@@ -98,10 +98,11 @@ public enum FUSEError: Error, Hashable, Sendable {
 /// or `try session.run()` to serve in the foreground until unmounted (`fusermount3 -u`, a
 /// signal with ``MountOptions/handleSignals``, or ``requestUnmount()``).
 ///
-/// The end of a session, whatever starts it: the loop stops reading requests, the filesystem's
-/// ``FileSystem/destroy()`` runs, pending replies get up to ``MountOptions/drainTimeout``,
-/// notifications still queued are sent, then the mount is removed (lazily if it is busy) and
-/// libfuse's session is freed.
+/// The end of a session, whatever starts it: the loop stops reading requests, pending replies
+/// get up to ``MountOptions/drainTimeout``, the mount is removed (lazily if it is busy) and its
+/// connection aborted (a request still waiting fails with `ECONNABORTED`, a later one with
+/// `ENOTCONN`), then the
+/// filesystem's ``FileSystem/destroy()`` runs and libfuse's session is freed.
 public final class Session: Sendable {
     private enum Phase: Equatable {
         case mounted, running, stopping, finished
@@ -116,6 +117,8 @@ public final class Session: Sendable {
 
     /// Where the filesystem is mounted.
     public let mountpoint: String
+    /// The kernel's connection number (the minor of the mount's device), for fusectl.
+    private let connection = Mutex<UInt32?>(nil)
     /// Sends cache notifications to the kernel for this mount.
     public let notifier: Notifier
     private let core: SessionCore
@@ -165,7 +168,34 @@ public final class Session: Sendable {
             lifecycle.withLock { $0.phase = .finished }
             throw .mountFailed(mountpoint)
         }
+        // A child spawned by this process must not keep the connection alive after the server
+        // has gone (see `abortConnection`).
+        let deviceFD = fuse_session_fd(se)
+        if deviceFD >= 0 { _ = fcntl(deviceFD, F_SETFD, fcntl(deviceFD, F_GETFD) | FD_CLOEXEC) }
+        var major: UInt32 = 0
+        var minor: UInt32 = 0
+        if docfs_mount_device(mountpoint, &major, &minor) == 0 {
+            connection.withLock { $0 = minor }
+        }
         logger.debug("mounted", metadata: ["mountpoint": "\(mountpoint)"])
+    }
+
+    /// Fails every request still waiting on this mount's connection. libfuse's workers drop
+    /// requests they read after the loop was told to exit, and a process that inherited the
+    /// /dev/fuse descriptor across fork (a child being spawned closes its descriptors one by
+    /// one, and a FLUSH from that close waits for an answer) keeps the connection alive after
+    /// the server closed its own: without this, such a request, and the child, wait forever.
+    private func abortConnection() {
+        guard let minor = connection.withLock({ $0 }) else { return }
+        let directory = "/sys/fs/fuse/connections"
+        let file = "\(directory)/\(minor)/abort"
+        if access(file, F_OK) != 0, getuid() == 0 {
+            _ = Glibc.mount("fusectl", directory, "fusectl", 0, nil)
+        }
+        let fd = open(file, O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        _ = write(fd, "1", 1)
+        close(fd)
     }
 
     deinit {
@@ -318,15 +348,23 @@ public final class Session: Sendable {
             return state
         }
         handling?.uninstall()
-        core.runDestroy()
+        // Handlers still working get a bounded time to answer.
         let pending = core.drain(timeout: core.options.drainTimeout)
         if pending > 0 {
             core.logger.warning("\(pending) replies still pending at unmount: dropped")
         }
+        // Nothing reads requests any more: one sent now (or read and dropped by an exiting
+        // worker) would wait for an answer that never comes, and so would whatever waits on
+        // it — a lock the kernel holds for it, a spawning parent whose child is closing an
+        // inherited descriptor, or `destroy` itself. Detach the mount and fail them all first.
+        if let se = core.session {
+            fuse_session_unmount(se)
+            abortConnection()
+        }
+        core.runDestroy()
         core.closeGate()
         core.notifications.stop()
         if let se = core.session {
-            fuse_session_unmount(se)
             fuse_session_destroy(se)
         }
         core.session = nil

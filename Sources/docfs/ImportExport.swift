@@ -104,6 +104,10 @@ struct Export: DocfsCommand {
         var st = stat()
         // Into an existing folder, as cp does; `lstat` so that a link to a folder is not entered.
         if lstat(destination.path, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR {
+            // Only a damaged or hostile store has a document name such as "../x": never a path.
+            if let reason = FileName.problem(with: info.name) {
+                throw DocumentStoreError.invalidName(info.name, reason: reason)
+            }
             destination.appendPathComponent(info.name)
         }
         if lstat(destination.path, &st) == 0, !force {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CLinuxSupport
 import DocumentEngine
 import DocumentFS
 import FUSE
@@ -149,13 +150,24 @@ struct Mount: DocfsCommand {
         if case .failure(let error) = result { throw Failure(Self.describe(error, plan: plan)) }
     }
 
-    /// nil when a statfs through `mountpoint` succeeds, else what went wrong. On a thread of
-    /// its own: it blocks until the session answers.
+    /// statfs's `f_type` for a FUSE file system.
+    static let fuseSuperMagic: Int64 = 0x6573_5546
+
+    /// nil when a statfs through `mountpoint` reaches the FUSE file system, else what went wrong.
+    /// On a thread of its own: it blocks until the session answers.
     static func probe(_ mountpoint: String) async -> String? {
         await withCheckedContinuation { continuation in
             Thread.detachNewThread {
-                var st = statvfs()
-                let problem = statvfs(mountpoint, &st) == 0 ? nil : errnoText()
+                let type = docfs_fs_type(mountpoint)
+                let problem: String?
+                if type < 0 {
+                    problem = errnoText()
+                } else if type != Self.fuseSuperMagic {
+                    // The session already ended and its mount is gone: this was the folder under it.
+                    problem = "libfuse ended the session at once"
+                } else {
+                    problem = nil
+                }
                 continuation.resume(returning: problem)
             }
         }

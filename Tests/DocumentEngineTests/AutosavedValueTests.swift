@@ -247,7 +247,9 @@ private struct Entry: Codable, Equatable, Sendable {
                 savePolicy: .coalesced(after: .seconds(3600)))
             value.value = ["saved on SIGTERM"]
             kill(getpid(), SIGTERM)
-            withExtendedLifetime(value) { while true { sleep(1) } }
+            // A signal lost between the install and the kill fails the test instead of hanging it.
+            withExtendedLifetime(value) { sleep(20) }
+            exit(3)
         }
         #expect(try plist([String].self, at: URL(fileURLWithPath: onSignal)) == ["saved on SIGTERM"])
 

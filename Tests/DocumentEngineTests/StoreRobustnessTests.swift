@@ -480,7 +480,20 @@ import TestSupport
         var killedWhileSaving = 0
         let clock = ContinuousClock()
         let started = clock.now
-        for (iteration, delay) in delays.enumerated() {
+        // A loaded machine can take longer than the longest delay to start the child: then
+        // later kills wait longer, until one comes after a save.
+        var extra = [2000, 5000, 10000][...]
+        var iteration = -1
+        while true {
+            iteration += 1
+            let delay: Int
+            if iteration < delays.count {
+                delay = delays[iteration]
+            } else if acknowledged == 0, let longer = extra.popFirst() {
+                delay = longer
+            } else {
+                break
+            }
             let child = Process()
             child.executableURL = program
             child.arguments = [path, document, "100000"] + (mode.map { [$0] } ?? [])

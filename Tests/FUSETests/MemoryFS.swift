@@ -136,7 +136,11 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
         box.state.withLock { $0.configReport = report }
     }
 
+    /// Runs inside ``destroy()``.
+    let destroyHook = Mutex<(@Sendable () -> Void)?>(nil)
+
     func destroy() {
+        destroyHook.withLock { $0 }?()
         destroyed.add(1, ordering: .relaxed)
     }
 

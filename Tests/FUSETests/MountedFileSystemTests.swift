@@ -1,8 +1,9 @@
 import FUSE
 import Foundation
+import Synchronization
 import SystemPackage
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
     import Glibc
@@ -481,6 +482,47 @@ struct MountedFileSystemTests {
         #expect(fs.destroyed.load(ordering: .relaxed) == 1)
     }
 
+    /// A request sent once the loop has stopped reading (here from `destroy`; in life from a
+    /// child closing a descriptor it inherited, or one an exiting worker read and dropped) fails
+    /// at once: the connection is aborted before `destroy` runs.
+    @Test func aRequestAfterTheLoopEndedFailsInsteadOfWaiting() async throws {
+        let fs = MemoryFS(behaviour: .init(openOptions: [.directIO]))
+        let mount = try TestMount(fs)
+        defer { mount.close() }
+        try await offThread { try writeFile(mount.url("late"), "late") }
+        var mounted = stat()
+        try #require(stat(mount.path, &mounted) == 0)
+        let fd = open(mount.url("late"), O_RDONLY | O_CLOEXEC)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        let outcome = Mutex<Int32?>(nil)
+        fs.destroyHook.withLock {
+            $0 = {
+                var buffer = [UInt8](repeating: 0, count: 4)
+                // Direct I/O: a READ request, never the page cache.
+                let n = read(fd, &buffer, 4)
+                outcome.withLock { $0 = n < 0 ? errno : 0 }
+            }
+        }
+        let session = mount.session
+        let unmounting = Background { session.unmount() }
+        let ended = try await offThread { eventually(timeout: 15) { !session.isActive } }
+        if !ended {
+            // Free the stuck read so the suite goes on.
+            let device = UInt64(mounted.st_dev)
+            let minor = (device & 0xff) | ((device >> 12) & 0xffff_ff00)
+            try? "1".write(
+                toFile: "/sys/fs/fuse/connections/\(minor)/abort", atomically: false, encoding: .utf8)
+        }
+        #expect(ended, "the session was still ending 15 s after unmount")
+        try await unmounting.value
+        // ECONNABORTED if it was waiting at the abort, ENOTCONN if it came after.
+        let failure = outcome.withLock { $0 }
+        #expect(failure == ECONNABORTED || failure == ENOTCONN, "\(String(describing: failure))")
+        #expect(fs.destroyed.load(ordering: .relaxed) == 1)
+        #expect(!isMounted(mount.path))
+    }
+
     @Test func fusermountUnmountEndsTheSession() async throws {
         let fs = MemoryFS()
         let mount = try TestMount(fs)
@@ -534,7 +576,8 @@ struct MountedFileSystemTests {
         #expect(eventually(timeout: 5) { fuseDescriptorCount() < 10 })
         #expect(eventually(timeout: 5) { threadNames().filter { $0.hasPrefix("fuse-") }.count < 50 })
         #expect(
-            eventually(timeout: 5) { procEntries("task").count < tasksBefore + 50 }, "threads: \(threadNames())")
+            eventually(timeout: 5) { procEntries("task").count < tasksBefore + 50 },
+            "threads: \(threadNames())")
         #expect(eventually(timeout: 5) { procEntries("fd").count < fdsBefore + 50 })
         let leftovers =
             (try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8))?

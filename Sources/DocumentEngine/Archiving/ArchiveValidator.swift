@@ -31,6 +31,9 @@ struct ArchiveValidator {
         }
         // CoreFoundation's parsers reject property lists nested deeper than 512 levels and counts that
         // exceed the data, so parsing untrusted bytes is itself safe.
+        if Self.binaryPropertyListHasSet(data) {
+            throw ArchiveError.notAnArchive(reason: "the property list holds a set, which keyed archives never do")
+        }
         var format = PropertyListSerialization.PropertyListFormat.binary
         let plist: Any
         do {
@@ -473,6 +476,30 @@ struct ArchiveValidator {
 
     /// The value of a plist UID (`CF$UID`), or nil if `value` is not one. Foundation's UID class is
     /// internal; its only stored value is read through reflection.
+    /// Whether `data` is a binary property list with a set object (marker 0xC_) in its object
+    /// table. Keyed archives never hold one (NSKeyedArchiver writes sets as arrays), and corelibs
+    /// Foundation's parser dereferences a null pointer bridging some (a set of containers), so they
+    /// are refused before parsing. A table that does not fit is left to the parser to reject.
+    static func binaryPropertyListHasSet(_ data: Data) -> Bool {
+        let bytes = [UInt8](data)
+        guard bytes.count >= 40, bytes.starts(with: Array("bplist0".utf8)) else { return false }
+        func number(_ start: Int, _ width: Int) -> Int? {
+            guard start >= 0, width >= 1, width <= 8, start + width <= bytes.count else { return nil }
+            let value = bytes[start..<start + width].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            return value <= UInt64(bytes.count) ? Int(value) : nil
+        }
+        let trailer = bytes.count - 32
+        let offsetSize = Int(bytes[trailer + 6])
+        guard (1...8).contains(offsetSize), let count = number(trailer + 8, 8), let table = number(trailer + 24, 8),
+            table + count * offsetSize <= trailer
+        else { return false }
+        for index in 0..<count {
+            guard let offset = number(table + index * offsetSize, offsetSize), offset < trailer else { continue }
+            if bytes[offset] & 0xF0 == 0xC0 { return true }
+        }
+        return false
+    }
+
     static func uid(_ value: Any) -> UInt32? {
         guard let object = value as? NSObject, NSStringFromClass(type(of: object)) == "_NSKeyedArchiverUID"
         else {

@@ -313,7 +313,8 @@ public enum DocumentStoreError: Error, Sendable, Equatable, CustomStringConverti
         case .conflict(let document, let base, let current):
             return "\(document) changed since \(base): it is at \(current)"
         case .notAStore(let path, let reason): return "\(path) is not a DocFS store: \(reason)"
-        case .corrupt(let path, let reason): return "the store \(path) is damaged: \(reason)"
+        case .corrupt(let path, let reason):
+            return path.isEmpty ? "the store is damaged: \(reason)" : "the store \(path) is damaged: \(reason)"
         case .newerFormat(let path, let found, let supported):
             return
                 "the store \(path) has format \(found), newer than this program's \(supported); upgrade DocFS"

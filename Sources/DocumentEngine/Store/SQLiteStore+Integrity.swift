@@ -18,15 +18,24 @@ extension SQLiteStore {
 
             let chunks = try Row.fetchCursor(db, sql: "SELECT id, hash, size, data FROM chunks")
             while let row = try chunks.next() {
-                let id: Int64 = row["id"]
-                let data: Data = row["data"] ?? Data()
-                let hash: Data = row["hash"] ?? Data()
+                let id: Int64
+                let data: Data
+                let hash: Data
+                let size: Int64
+                do {
+                    id = try row.stored("id")
+                    data = try row.stored("data", as: Data?.self) ?? Data()
+                    hash = try row.stored("hash", as: Data?.self) ?? Data()
+                    size = try row.stored("size")
+                } catch {
+                    report.problems.append("a chunk row cannot be read: \(error)")
+                    continue
+                }
                 if Data(SHA256.hash(data: data)) != hash {
                     report.problems.append("chunk \(id): its bytes do not match its hash")
                 }
-                if (row["size"] as Int64) != Int64(data.count) {
-                    report.problems.append(
-                        "chunk \(id): recorded size \(row["size"] as Int64) but \(data.count) bytes")
+                if size != Int64(data.count) {
+                    report.problems.append("chunk \(id): recorded size \(size) but \(data.count) bytes")
                 }
                 if data.count > chunkSize {
                     report.problems.append(
@@ -117,8 +126,16 @@ extension SQLiteStore {
                             """,
                         arguments: [record.id.rawValue, record.id.rawValue])
                     for row in rows {
-                        let index: Int64 = row["idx"]
-                        guard let bytes = row["bytes"] as Int64? else { continue }
+                        let index: Int64
+                        let stored: Int64?
+                        do {
+                            index = try row.stored("idx")
+                            stored = try row.stored("bytes", as: Int64?.self)
+                        } catch {
+                            report.problems.append("\(document.name)/\(record.name): \(error)")
+                            continue
+                        }
+                        guard let bytes = stored else { continue }
                         if index >= count {
                             report.problems.append(
                                 "\(document.name)/\(record.name): a chunk lies past the end of the file")

@@ -272,16 +272,18 @@ public final class SQLiteStore: DocumentStore, Sendable {
         else {
             throw DocumentStoreError.noSuchDocument(id.description)
         }
-        return document(row)
+        return try document(row)
     }
 
-    static func document(_ row: Row) -> DocumentInfo {
+    static func document(_ row: Row) throws -> DocumentInfo {
         DocumentInfo(
-            id: DocumentID(rawValue: row["id"]), name: row["name"], type: row["type"],
-            kind: DocumentKind(rawValue: row["kind"]) ?? .package, root: StoreNodeID(rawValue: row["root"]),
-            currentVersion: VersionID(rawValue: row["current_version"]),
-            created: Timestamp(rawValue: row["created"]),
-            modified: Timestamp(rawValue: row["modified"]))
+            id: DocumentID(rawValue: try row.stored("id")), name: try row.stored("name"),
+            type: try row.stored("type"),
+            kind: DocumentKind(rawValue: try row.stored("kind")) ?? .package,
+            root: StoreNodeID(rawValue: try row.stored("root")),
+            currentVersion: VersionID(rawValue: try row.stored("current_version")),
+            created: Timestamp(rawValue: try row.stored("created")),
+            modified: Timestamp(rawValue: try row.stored("modified")))
     }
 
     public func createDocument(
@@ -409,9 +411,9 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 db.cachedStatement(sql: "SELECT base, branch FROM versions WHERE id = ?"),
                 arguments: [version.rawValue])
         else { throw DocumentStoreError.noSuchVersion(version) }
-        let branch: Int64 = row["branch"]
+        let branch: Int64 = try row.stored("branch")
         if branch == 0 { return Lineage(limit: version.rawValue, branch: 0) }
-        return Lineage(limit: row["base"] ?? 0, branch: branch)
+        return Lineage(limit: try row.stored("base", as: Int64?.self) ?? 0, branch: branch)
     }
 
     public func nodes(of document: DocumentID, at version: VersionID? = nil) throws -> [NodeRecord] {
@@ -441,8 +443,12 @@ public final class SQLiteStore: DocumentStore, Sendable {
         while let row = try rows.next() {
             let c = try columns ?? NodeColumns(row)
             columns = c
-            let id = StoreNodeID(rawValue: row[c.node])
-            if row[c.removed] as Int64 != 0 { removed.insert(id) } else { result[id] = try record(row, c) }
+            let id = StoreNodeID(rawValue: try row.stored(c.node, "node"))
+            if try row.stored(c.removed, "removed", as: Int64.self) != 0 {
+                removed.insert(id)
+            } else {
+                result[id] = try record(row, c)
+            }
         }
         if lineage.branch != 0 {
             let branchRows = try Row.fetchCursor(
@@ -452,8 +458,12 @@ public final class SQLiteStore: DocumentStore, Sendable {
             while let row = try branchRows.next() {
                 let c = try branchColumns ?? NodeColumns(row)
                 branchColumns = c
-                let id = StoreNodeID(rawValue: row[c.node])
-                if row[c.removed] as Int64 != 0 { result[id] = nil } else { result[id] = try record(row, c) }
+                let id = StoreNodeID(rawValue: try row.stored(c.node, "node"))
+                if try row.stored(c.removed, "removed", as: Int64.self) != 0 {
+                    result[id] = nil
+                } else {
+                    result[id] = try record(row, c)
+                }
             }
         }
         return result
@@ -470,7 +480,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
                     sql: "SELECT * FROM nodes WHERE node = ? AND branch = ? ORDER BY version DESC LIMIT 1"),
                 arguments: [id.rawValue, lineage.branch])
         {
-            return row["removed"] as Int64 != 0 ? nil : try record(row)
+            return try row.stored("removed", as: Int64.self) != 0 ? nil : try record(row)
         }
         guard
             let row = try Row.fetchOne(
@@ -480,7 +490,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 ),
                 arguments: [id.rawValue, lineage.limit])
         else { return nil }
-        return row["removed"] as Int64 != 0 ? nil : try record(row)
+        return try row.stored("removed", as: Int64.self) != 0 ? nil : try record(row)
     }
 
     static func record(_ row: Row) throws -> NodeRecord {
@@ -488,7 +498,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
     }
 
     static func record(_ row: Row, _ c: NodeColumns) throws -> NodeRecord {
-        let kindValue: Int = row[c.kind]
+        let node: Int64 = try row.stored(c.node, "node")
+        let kindValue: Int = try row.stored(c.kind, "kind")
         let kind: FileWrapper.Kind
         switch kindValue {
         case 0: kind = .regularFile
@@ -496,20 +507,25 @@ public final class SQLiteStore: DocumentStore, Sendable {
         case 2: kind = .symbolicLink
         default:
             throw DocumentStoreError.corrupt(
-                path: "", reason: "wrapper \(row[c.node] as Int64) has unknown kind \(kindValue)")
+                path: "", reason: "wrapper \(node) has unknown kind \(kindValue)")
         }
-        let xattrs: Data? = row[c.xattrs]
+        let xattrs: Data? = try row.stored(c.xattrs, "xattrs")
         return NodeRecord(
-            id: StoreNodeID(rawValue: row[c.node]), document: DocumentID(rawValue: row[c.document]),
-            parent: (row[c.parent] as Int64?).map(StoreNodeID.init(rawValue:)), name: row[c.name],
-            preferredName: row[c.preferredName], kind: kind, permissions: row[c.permissions],
-            uid: UInt32(truncatingIfNeeded: row[c.uid] as Int64),
-            gid: UInt32(truncatingIfNeeded: row[c.gid] as Int64),
-            modified: Timestamp(rawValue: row[c.mtime]), changed: Timestamp(rawValue: row[c.ctime]),
-            accessed: Timestamp(rawValue: row[c.atime]), created: Timestamp(rawValue: row[c.btime]),
-            size: row[c.size],
-            linkTarget: row[c.linkTarget], extendedAttributes: try XattrCoding.decode(xattrs ?? Data()),
-            version: VersionID(rawValue: row[c.version]))
+            id: StoreNodeID(rawValue: node),
+            document: DocumentID(rawValue: try row.stored(c.document, "document")),
+            parent: try row.stored(c.parent, "parent", as: Int64?.self).map(StoreNodeID.init(rawValue:)),
+            name: try row.stored(c.name, "name"),
+            preferredName: try row.stored(c.preferredName, "preferred_name"),
+            kind: kind, permissions: try row.stored(c.permissions, "permissions"),
+            uid: UInt32(truncatingIfNeeded: try row.stored(c.uid, "uid", as: Int64.self)),
+            gid: UInt32(truncatingIfNeeded: try row.stored(c.gid, "gid", as: Int64.self)),
+            modified: Timestamp(rawValue: try row.stored(c.mtime, "mtime")),
+            changed: Timestamp(rawValue: try row.stored(c.ctime, "ctime")),
+            accessed: Timestamp(rawValue: try row.stored(c.atime, "atime")),
+            created: Timestamp(rawValue: try row.stored(c.btime, "btime")),
+            size: try row.stored(c.size, "size"), linkTarget: try row.stored(c.linkTarget, "link_target"),
+            extendedAttributes: try XattrCoding.decode(xattrs ?? Data()),
+            version: VersionID(rawValue: try row.stored(c.version, "version")))
     }
 
     // MARK: Reading contents
@@ -565,8 +581,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 """,
             arguments: [node.rawValue, first, last, lineage.limit])
         while let row = try rows.next() {
-            let index: Int64 = row["idx"]
-            if map[index] == nil { map[index] = .some(row["chunk"]) }
+            let index: Int64 = try row.stored("idx")
+            if map[index] == nil { map[index] = .some(try row.stored("chunk")) }
         }
         if lineage.branch != 0 {
             let branchRows = try Row.fetchCursor(
@@ -578,8 +594,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 arguments: [node.rawValue, lineage.branch, first, last])
             var seen: Set<Int64> = []
             while let row = try branchRows.next() {
-                let index: Int64 = row["idx"]
-                if seen.insert(index).inserted { map[index] = .some(row["chunk"]) }
+                let index: Int64 = try row.stored("idx")
+                if seen.insert(index).inserted { map[index] = .some(try row.stored("chunk")) }
             }
         }
         return map
@@ -970,7 +986,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
                         """),
                 arguments: [node.rawValue, lineage.branch, index])
         {
-            return row["chunk"]
+            return try row.stored("chunk", as: Int64?.self)
         }
         return try Row.fetchOne(
             db.cachedStatement(
@@ -979,7 +995,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
                     ORDER BY version DESC LIMIT 1
                     """),
             arguments: [node.rawValue, index, lineage.limit]
-        ).flatMap { $0["chunk"] as Int64? }
+        ).flatMap { try $0.stored("chunk", as: Int64?.self) }
     }
 
     static func insertChunkRow(
@@ -1101,17 +1117,18 @@ public final class SQLiteStore: DocumentStore, Sendable {
         else {
             throw DocumentStoreError.noSuchVersion(id)
         }
-        return version(row)
+        return try version(row)
     }
 
-    static func version(_ row: Row) -> VersionInfo {
+    static func version(_ row: Row) throws -> VersionInfo {
         VersionInfo(
-            id: VersionID(rawValue: row["id"]), document: DocumentID(rawValue: row["document"]),
-            base: (row["base"] as Int64?).map(VersionID.init(rawValue:)),
-            created: Timestamp(rawValue: row["created"]),
-            origin: row["origin"], isConflict: (row["branch"] as Int64) != 0,
-            isResolved: (row["resolved"] as Int64) != 0,
-            bytesWritten: row["bytes_written"])
+            id: VersionID(rawValue: try row.stored("id")),
+            document: DocumentID(rawValue: try row.stored("document")),
+            base: try row.stored("base", as: Int64?.self).map(VersionID.init(rawValue:)),
+            created: Timestamp(rawValue: try row.stored("created")),
+            origin: try row.stored("origin"), isConflict: try row.stored("branch", as: Int64.self) != 0,
+            isResolved: try row.stored("resolved", as: Int64.self) != 0,
+            bytesWritten: try row.stored("bytes_written"))
     }
 
     public func restore(_ version: VersionID, of document: DocumentID, origin: String = "restore") throws
@@ -1176,8 +1193,8 @@ public final class SQLiteStore: DocumentStore, Sendable {
             let keep = policy.keepFor.components
             let horizon = now.rawValue - keep.seconds * 1_000_000_000 - keep.attoseconds / 1_000_000_000
             for row in try Row.fetchAll(db, sql: "SELECT id, deleted FROM documents") {
-                let document = DocumentID(rawValue: row["id"])
-                if let deleted = row["deleted"] as Int64?, deleted < horizon {
+                let document = DocumentID(rawValue: try row.stored("id"))
+                if let deleted = try row.stored("deleted", as: Int64?.self), deleted < horizon {
                     try self.removeDocument(db, document)
                     report.documentsRemoved += 1
                     continue
@@ -1190,9 +1207,10 @@ public final class SQLiteStore: DocumentStore, Sendable {
                     "SELECT id, size FROM chunks WHERE NOT EXISTS (SELECT 1 FROM chunk_map WHERE chunk = chunks.id)"
             )
             for row in unreferenced {
-                try db.execute(sql: "DELETE FROM chunks WHERE id = ?", arguments: [row["id"] as Int64])
+                try db.execute(
+                    sql: "DELETE FROM chunks WHERE id = ?", arguments: [try row.stored("id", as: Int64.self)])
                 report.chunksRemoved += 1
-                report.bytesFreed += row["size"] as Int64
+                report.bytesFreed += try row.stored("size", as: Int64.self)
             }
             try db.execute(
                 sql: "DELETE FROM events WHERE time < ?",
@@ -1221,10 +1239,11 @@ public final class SQLiteStore: DocumentStore, Sendable {
             db, sql: "SELECT id, created FROM versions WHERE document = ? AND branch = 0 ORDER BY id DESC",
             arguments: [d])
         guard mainline.count > policy.keepLast else { return 0 }
-        var keep = mainline.prefix(policy.keepLast).map { $0["id"] as Int64 }
-        keep += mainline.dropFirst(policy.keepLast).filter { ($0["created"] as Int64) >= horizon }.map {
-            $0["id"] as Int64
+        var keep = try mainline.prefix(policy.keepLast).map { try $0.stored("id", as: Int64.self) }
+        keep += try mainline.dropFirst(policy.keepLast).filter {
+            try $0.stored("created", as: Int64.self) >= horizon
         }
+        .map { try $0.stored("id", as: Int64.self) }
         var cutoff = keep.min() ?? 0
         // An unresolved conflict version reads the main line as of its base: keep that.
         if let base = try Int64.fetchOne(
@@ -1288,11 +1307,12 @@ public final class SQLiteStore: DocumentStore, Sendable {
                 db, sql: "SELECT * FROM events WHERE sequence > ? ORDER BY sequence", arguments: [sequence]
             ).compactMap {
                 row -> StoreEvent? in
-                guard let kind = StoreEvent.Kind(rawValue: row["kind"]) else { return nil }
+                guard let kind = StoreEvent.Kind(rawValue: try row.stored("kind")) else { return nil }
                 return StoreEvent(
-                    sequence: row["sequence"], kind: kind, document: DocumentID(rawValue: row["document"]),
-                    version: (row["version"] as Int64?).map(VersionID.init(rawValue:)), name: row["name"],
-                    origin: row["origin"])
+                    sequence: try row.stored("sequence"), kind: kind,
+                    document: DocumentID(rawValue: try row.stored("document")),
+                    version: try row.stored("version", as: Int64?.self).map(VersionID.init(rawValue:)),
+                    name: try row.stored("name"), origin: try row.stored("origin"))
             }
         }
     }
@@ -1306,6 +1326,42 @@ public final class SQLiteStore: DocumentStore, Sendable {
     /// (in this or another process) commits. Observers poll it cheaply.
     func dataVersion(_ db: Database) throws -> Int64 {
         try Int64.fetchOne(db.cachedStatement(sql: "PRAGMA data_version")) ?? 0
+    }
+}
+
+/// Reading a column of a stored row. GRDB's subscript stops the process when a value cannot be
+/// converted (NULL, or text where an integer belongs); a damaged or hand-edited store can hold
+/// such values, so every row the store decodes goes through `stored`, which throws instead.
+extension Row {
+    /// ``stored(_:as:)`` by the column's index (``NodeColumns``); a value of the wrong type is
+    /// described through the column's name.
+    func stored<Value: DatabaseValueConvertible>(
+        _ index: Int, _ column: String, as _: Value.Type = Value.self
+    )
+        throws -> Value
+    {
+        do { return try decode(Value.self, atIndex: index) } catch {
+            return try stored(column, as: Value.self)
+        }
+    }
+
+    func stored<Value: DatabaseValueConvertible>(_ column: String, as _: Value.Type = Value.self) throws
+        -> Value
+    {
+        do {
+            return try decode(Value.self, forColumn: column)
+        } catch {
+            let found: String
+            switch (self[column] as DatabaseValue).storage {
+            case .null: found = "NULL"
+            case .int64(let value): found = "the integer \(value)"
+            case .double(let value): found = "the real \(value)"
+            case .string: found = "text"
+            case .blob: found = "a blob"
+            }
+            throw DocumentStoreError.corrupt(
+                path: "", reason: "column \(column) holds \(found), not \(Value.self)")
+        }
     }
 }
 
