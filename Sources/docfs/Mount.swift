@@ -21,7 +21,8 @@ struct Mount: DocfsCommand {
             mount is live, leaving a daemon that serves it; its log is \
             $XDG_STATE_HOME/docfs/docfs.log (~/.local/state/docfs/docfs.log). With --foreground \
             it serves until unmounted and logs on standard error; SIGTERM, SIGINT and SIGHUP \
-            unmount it.
+            unmount it. SIGUSR1 makes the daemon log its store's statistics (content chunks and \
+            bytes read and written since it started).
 
             Options (-o, comma-separated, repeatable): ro, rw (the default), allow_other (let \
             other users in; needs user_allow_other in /etc/fuse.conf unless run as root), debug \
@@ -134,6 +135,7 @@ struct Mount: DocfsCommand {
         } catch {
             logger.warning("cannot write the pid file: \(Failure.describe(error)); `docfs unmount` will look for this process")
         }
+        StatisticsSignal.install(store: plan.store, logger: logger)
         logger.notice(
             "mounted", metadata: ["store": "\(plan.storePath)", "mountpoint": "\(plan.mountpoint)"])
         ready?.send("mounted")
