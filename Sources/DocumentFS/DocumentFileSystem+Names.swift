@@ -24,9 +24,14 @@ extension DocumentFileSystem {
     func checkNoEquivalent(_ text: String, in children: [FUSE.FileName: ViewNode], except: ViewNode? = nil)
         throws(Errno)
     {
-        for (name, node) in children
-        where node !== except && name.string == text && name.bytes != Array(text.utf8) {
-            throw .fileExists
+        let bytes = Array(text.utf8)
+        // Two ASCII names are the same text only when their bytes are equal, so they are passed
+        // over undecoded: decoding every name took 4.3% of the daemon's CPU creating 2,000 files in
+        // one folder (now 2.4%), and more as the folder grows (issue 7, B5).
+        let asciiText = bytes.allSatisfy { $0 < 0x80 }
+        for (name, node) in children where node !== except {
+            if asciiText && name.bytes.allSatisfy({ $0 < 0x80 }) { continue }
+            if name.string == text && name.bytes != bytes { throw .fileExists }
         }
     }
 

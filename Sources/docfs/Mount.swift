@@ -21,7 +21,8 @@ struct Mount: DocfsCommand {
             mount is live, leaving a daemon that serves it; its log is \
             $XDG_STATE_HOME/docfs/docfs.log (~/.local/state/docfs/docfs.log). With --foreground \
             it serves until unmounted and logs on standard error; SIGTERM, SIGINT and SIGHUP \
-            unmount it.
+            unmount it. SIGUSR1 makes the daemon log its store's statistics (content chunks and \
+            bytes read and written since it started).
 
             STORE may be a PostgreSQL URL, postgres://[user[:password]@]host[:port]/database \
             (PG* variables fill in the rest); several machines can mount one such store, and \
@@ -139,6 +140,7 @@ struct Mount: DocfsCommand {
         } catch {
             logger.warning("cannot write the pid file: \(Failure.describe(error)); `docfs unmount` will look for this process")
         }
+        StatisticsSignal.install(store: plan.store, logger: logger)
         logger.notice(
             "mounted", metadata: ["store": "\(plan.storePath)", "mountpoint": "\(plan.mountpoint)"])
         ready?.send("mounted")

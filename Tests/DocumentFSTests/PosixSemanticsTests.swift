@@ -78,6 +78,29 @@ struct PosixSemanticsTests {
         }
     }
 
+    @Test("a name that is an existing name's text in another Unicode form fails with EEXIST")
+    func equivalentNames() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let w = mount.url("Work.pkg")
+            let results = try await offThread { () -> [Int32] in
+                func create(_ name: String) -> Int32 {
+                    let fd = open(w + "/" + name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+                    if fd < 0 { return errno }
+                    close(fd)
+                    return 0
+                }
+                // NFC then NFD é; the Kelvin sign then the ASCII K it is canonically; k is other text.
+                return [
+                    create("caf\u{E9}.txt"), create("cafe\u{301}.txt"), create("\u{212A}.txt"),
+                    create("K.txt"), create("k.txt"),
+                ]
+            }
+            #expect(results == [0, EEXIST, 0, EEXIST, 0])
+        }
+    }
+
     @Test("renameat2 RENAME_NOREPLACE fails with EEXIST on an existing name and renames otherwise")
     func renameNoReplaceFlag() async throws {
         let fixture = try Fixture.small()

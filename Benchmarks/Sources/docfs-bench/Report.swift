@@ -1,0 +1,307 @@
+// The summary: samples (one line per measurement: figure, side, round, value) become a table of
+// medians with min–max, the DocFS ÷ native ratio and whether each target of issue 7 is met,
+// and a JSON file with every sample.
+
+import Foundation
+
+/// What a figure must reach (issue 7, "Targets").
+enum Target {
+    case none
+    /// DocFS ÷ native at most this (times: lower is better).
+    case ratioAtMost(Double)
+    /// DocFS ÷ native at least this (rates: higher is better).
+    case ratioAtLeast(Double)
+    /// The DocFS median at most this, in the figure's unit.
+    case atMost(Double)
+    /// The DocFS value must be 0 in every round.
+    case zero
+
+    func text(unit: String) -> String {
+        switch self {
+        case .none: return "—"
+        case .ratioAtMost(let x): return "≤ \(trimmed(x))× native"
+        case .ratioAtLeast(let x): return "≥ \(trimmed(x))× native"
+        case .atMost(let x): return "≤ \(Report.text(x, unit)) \(unit)"
+        case .zero: return "0"
+        }
+    }
+}
+
+func trimmed(_ x: Double) -> String {
+    x == x.rounded() && abs(x) < 1e15 ? String(Int(x)) : String(format: "%g", x)
+}
+
+struct Figure {
+    var id: String
+    var label: String
+    var unit: String
+    var target: Target
+}
+
+/// The sizes of a run (a quick run uses smaller ones), for the labels.
+struct Sizes {
+    var big = "1 GiB"
+    var random = "256 MiB"
+    var files = "10,000"
+    var documents = "1,000"
+    var images = "100"
+
+    init(environment: [String: String]) {
+        func mib(_ key: String) -> String? {
+            guard let bytes = environment[key].flatMap(Double.init) else { return nil }
+            return bytes >= Double(1 << 30)
+                ? "\(trimmed(bytes / Double(1 << 30))) GiB" : "\(trimmed(bytes / Double(1 << 20))) MiB"
+        }
+        func count(_ key: String) -> String? {
+            environment[key].flatMap(Int.init).map { Report.text(Double($0), "files/s") }
+        }
+        big = mib("BENCH_BIG_BYTES") ?? big
+        random = mib("BENCH_RAND_BYTES") ?? random
+        files = count("BENCH_FILES") ?? files
+        documents = count("BENCH_DOCUMENTS") ?? documents
+        images = count("BENCH_IMAGES") ?? images
+    }
+}
+
+/// Every figure, in the order of the table. Byte targets use the store's chunk size.
+func figureCatalog(chunkSize: Double, sizes: Sizes) -> [Figure] {
+    let oneChunkAndMetadata = chunkSize + 192 * 1024
+    let chunkTarget = Target.atMost(oneChunkAndMetadata)
+    let big = sizes.big
+    let files = sizes.files
+    let documents = sizes.documents
+    return [
+        Figure(
+            id: "b1.ls.pkg.cold", label: "B1 `ls -l` package of \(files) wrappers, cold", unit: "ms",
+            target: .ratioAtMost(1.5)),
+        Figure(
+            id: "b1.ls.pkg.warm", label: "B1 `ls -l` package of \(files) wrappers, warm", unit: "ms",
+            target: .ratioAtMost(1.5)),
+        Figure(
+            id: "b1.ls.root.cold", label: "B1 `ls -l` root of \(documents) documents, cold", unit: "ms",
+            target: .ratioAtMost(1.5)),
+        Figure(
+            id: "b1.ls.root.warm", label: "B1 `ls -l` root of \(documents) documents, warm", unit: "ms",
+            target: .ratioAtMost(1.5)),
+        Figure(
+            id: "b1.bytes", label: "B1 wrapper content bytes the store read while listing", unit: "bytes",
+            target: .zero),
+        Figure(
+            id: "b1.daemon.rchar",
+            label: "B1 (info) bytes the daemon read (SQLite records), cold package listing", unit: "bytes",
+            target: .none),
+        Figure(
+            id: "b2.append.bytes",
+            label: "B2 append a line beside \(big): bytes written to the store (DB + WAL)", unit: "bytes",
+            target: chunkTarget),
+        Figure(
+            id: "b2.append.content", label: "B2 (info) append: content bytes the store wrote", unit: "bytes",
+            target: .none),
+        Figure(
+            id: "b2.append.ms", label: "B2 append a line beside \(big) + fsync", unit: "ms",
+            target: .atMost(50)),
+        Figure(
+            id: "b2.image.bytes",
+            label: "B2 replace one 1 MB image of \(sizes.images): bytes written to the store (DB + WAL)",
+            unit: "bytes", target: .atMost(1.1 * 1_048_576)),
+        Figure(
+            id: "b2.image.content", label: "B2 (info) image: content bytes the store wrote", unit: "bytes",
+            target: .none),
+        Figure(
+            id: "b2.image.ms", label: "B2 replace one 1 MB image of \(sizes.images) + fsync", unit: "ms",
+            target: .atMost(50)),
+        Figure(
+            id: "b2.vim.bytes",
+            label: "B2 vim appends a line to a 1 MB file and saves: bytes written to the store (DB + WAL)",
+            unit: "bytes", target: chunkTarget),
+        Figure(
+            id: "b2.vim.content", label: "B2 (info) vim: content bytes the store wrote", unit: "bytes",
+            target: .none),
+        Figure(
+            id: "b2.vim.ms", label: "B2 vim appends a line to a 1 MB file and saves (whole vim run)",
+            unit: "ms", target: .atMost(50)),
+        Figure(
+            id: "b3.read.cold", label: "B3 sequential read of a \(big) wrapper, cold", unit: "MiB/s",
+            target: .ratioAtLeast(0.8)),
+        Figure(
+            id: "b3.read.warm", label: "B3 sequential read of a \(big) wrapper, warm", unit: "MiB/s",
+            target: .none),
+        Figure(
+            id: "b3.write", label: "B3 sequential write of a \(big) wrapper + fsync", unit: "MiB/s",
+            target: .ratioAtLeast(0.8)),
+        Figure(
+            id: "b4.randread", label: "B4 4 KiB random read, \(sizes.random) wrapper, cold", unit: "IOPS",
+            target: .ratioAtLeast(0.3)),
+        Figure(
+            id: "b4.randwrite", label: "B4 4 KiB random write, \(sizes.random) wrapper, + fsync",
+            unit: "IOPS", target: .ratioAtLeast(0.3)),
+        Figure(
+            id: "b5.create", label: "B5 create+write+close \(files) files of 4 KiB in a package",
+            unit: "files/s", target: .ratioAtLeast(0.5)),
+        Figure(id: "b5.stat", label: "B5 stat them", unit: "files/s", target: .ratioAtLeast(0.9)),
+        Figure(id: "b5.delete", label: "B5 delete them", unit: "files/s", target: .ratioAtLeast(0.5)),
+        Figure(
+            id: "b6.open.ms",
+            label: "B6 `Document.open` + list, package of \(files) wrappers (store vs folder)", unit: "ms",
+            target: .atMost(50)),
+        Figure(
+            id: "b6.open.bytes", label: "B6 content bytes read by the open (store statistics vs rchar)",
+            unit: "bytes", target: .zero),
+        Figure(
+            id: "b6.save.ms", label: "B6 save after changing one wrapper (store vs folder)", unit: "ms",
+            target: .atMost(50)),
+        Figure(
+            id: "b6.save.bytes", label: "B6 (info) content bytes the save wrote (store statistics vs wchar)",
+            unit: "bytes", target: .none),
+        Figure(
+            id: "b7.rss.read", label: "B7 daemon peak RSS streaming (reading) a \(big) wrapper", unit: "MiB",
+            target: .atMost(100)),
+        Figure(
+            id: "b7.rss.write", label: "B7 daemon peak RSS streaming (writing) a \(big) wrapper", unit: "MiB",
+            target: .atMost(100)),
+        Figure(
+            id: "b7.rss.docs", label: "B7 daemon peak RSS with \(documents) documents open", unit: "MiB",
+            target: .atMost(100)),
+        Figure(
+            id: "fuse.getattr", label: "FUSE layer: no-op `getattr` (attr timeout 0)", unit: "µs",
+            target: .none),
+        Figure(id: "fuse.read1m", label: "FUSE layer: 1 MiB direct-I/O read", unit: "µs", target: .none),
+    ]
+}
+
+struct Summary {
+    var median: Double
+    var min: Double
+    var max: Double
+    var samples: [Double]
+
+    init?(_ samples: [Double]) {
+        guard !samples.isEmpty else { return nil }
+        let sorted = samples.sorted()
+        let middle = sorted.count / 2
+        median = sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+        min = sorted[0]
+        max = sorted[sorted.count - 1]
+        self.samples = samples
+    }
+
+    var json: [String: Any] { ["median": median, "min": min, "max": max, "samples": samples] }
+}
+
+struct Report {
+    /// figure → side → values
+    var samples: [String: [String: [Double]]] = [:]
+    /// Summaries measured elsewhere (FUSEBench reports median, min and max itself).
+    var given: [String: [String: Summary]] = [:]
+
+    init(samplesPath: String) throws {
+        let text = try String(contentsOfFile: samplesPath, encoding: .utf8)
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            let fields = line.split(separator: "\t").map(String.init)
+            guard fields.count == 4 else { continue }
+            if fields[2] == "stats" {
+                let numbers = fields[3].split(separator: ",").compactMap { Double($0) }
+                if numbers.count == 3, var summary = Summary([numbers[0]]) {
+                    summary.min = numbers[1]
+                    summary.max = numbers[2]
+                    summary.samples = []
+                    given[fields[0], default: [:]][fields[1]] = summary
+                }
+            } else if let value = Double(fields[3]) {
+                samples[fields[0], default: [:]][fields[1], default: []].append(value)
+            }
+        }
+    }
+
+    func summary(_ id: String, _ side: String) -> Summary? {
+        given[id]?[side] ?? samples[id]?[side].flatMap { Summary($0) }
+    }
+
+    static func text(_ value: Double, _ unit: String) -> String {
+        switch unit {
+        case "bytes":
+            let formatter = NumberFormatter()
+            formatter.numberStyle = .decimal
+            formatter.maximumFractionDigits = 0
+            formatter.locale = Locale(identifier: "en_US")
+            return formatter.string(from: NSNumber(value: value.rounded())) ?? trimmed(value)
+        case "MiB/s", "IOPS", "files/s":
+            let formatter = NumberFormatter()
+            formatter.numberStyle = .decimal
+            formatter.maximumFractionDigits = value < 100 ? 1 : 0
+            formatter.locale = Locale(identifier: "en_US")
+            return formatter.string(from: NSNumber(value: value)) ?? trimmed(value)
+        default:
+            return value < 10 ? String(format: "%.2f", value) : String(format: "%.1f", value)
+        }
+    }
+
+    func write(jsonPath: String) throws {
+        let environment = ProcessInfo.processInfo.environment
+        let chunkSize = Double(environment["BENCH_CHUNK_SIZE"] ?? "") ?? 262_144
+        var rows: [[String]] = [
+            ["Figure", "DocFS median (min–max)", "Native median", "DocFS ÷ native", "Target", "Met"]
+        ]
+        var figures: [[String: Any]] = []
+        var met = 0
+        var missed: [String] = []
+        for figure in figureCatalog(chunkSize: chunkSize, sizes: Sizes(environment: environment)) {
+            let docfs = summary(figure.id, "docfs")
+            let native = summary(figure.id, "native")
+            guard docfs != nil || native != nil else { continue }
+            let unit = figure.unit
+            var ratio: Double?
+            if let d = docfs?.median, let n = native?.median, n != 0 { ratio = d / n }
+            var isMet: Bool?
+            switch figure.target {
+            case .none: isMet = nil
+            case .ratioAtMost(let x): isMet = ratio.map { $0 <= x }
+            case .ratioAtLeast(let x): isMet = ratio.map { $0 >= x }
+            case .atMost(let x): isMet = docfs.map { $0.median <= x }
+            case .zero: isMet = docfs.map { $0.max == 0 }
+            }
+            if let isMet {
+                if isMet { met += 1 } else { missed.append(figure.id) }
+            }
+            let docfsText = docfs.map {
+                "\(Self.text($0.median, unit)) (\(Self.text($0.min, unit))–\(Self.text($0.max, unit)))"
+            }
+            rows.append([
+                figure.label + " [\(unit)]",
+                docfsText ?? "—",
+                native.map { Self.text($0.median, unit) } ?? "—",
+                ratio.map { String(format: "%.2f", $0) } ?? "—",
+                figure.target.text(unit: unit),
+                isMet.map { $0 ? "met" : "**not met**" } ?? "—",
+            ])
+            var entry: [String: Any] = [
+                "id": figure.id, "label": figure.label, "unit": unit,
+                "target": figure.target.text(unit: unit),
+            ]
+            if let docfs { entry["docfs"] = docfs.json }
+            if let native { entry["native"] = native.json }
+            if let ratio { entry["ratio"] = ratio }
+            if let isMet { entry["met"] = isMet }
+            figures.append(entry)
+        }
+        for row in rows.enumerated() {
+            print("| " + row.element.joined(separator: " | ") + " |")
+            if row.offset == 0 { print("|" + String(repeating: "---|", count: row.element.count)) }
+        }
+        print("")
+        print(
+            "targets met: \(met) of \(met + missed.count)"
+                + (missed.isEmpty ? "" : "; not met: \(missed.joined(separator: ", "))"))
+
+        var meta: [String: Any] = [:]
+        for (key, value) in environment where key.hasPrefix("BENCH_") {
+            meta[String(key.dropFirst("BENCH_".count)).lowercased()] = value
+        }
+        let document: [String: Any] = [
+            "meta": meta, "figures": figures, "targetsMet": met, "targetsMissed": missed,
+        ]
+        let data = try JSONSerialization.data(
+            withJSONObject: document, options: [.prettyPrinted, .sortedKeys])
+        try data.write(to: URL(fileURLWithPath: jsonPath))
+    }
+}

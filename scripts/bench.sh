@@ -1,0 +1,519 @@
+#!/usr/bin/env bash
+# DocFS against the native file system, measured in the same run (issue 7).
+#
+#   scripts/bench.sh [--quick]
+#
+# Creates a fresh store, mounts it with the real `docfs mount`, and runs every figure (B1–B7
+# and the FUSE layer's micro-benchmark) on the mount and on a native folder holding the same
+# files, interleaved, BENCH_ROUNDS times (default 3). Prints a table (median with min–max,
+# native median, ratio, target, met or not) and writes a JSON file with every sample.
+#
+# A benchmark, not a test: missed targets never make it fail, and scripts/test.sh does not
+# run it. Needs root (or sudo) to drop the page cache for the cold figures; without it the
+# "cold" figures are only as cold as the page cache happens to be, and it says so.
+#
+# Settings (environment):
+#   BENCH_SIZE=full|small  full: 1 GiB wrappers, 10,000 files, 1,000 documents (the README's
+#                          figures); small (or --quick): 64 MiB, 1,000 files, 100 documents,
+#                          a smoke test of a few minutes
+#   BENCH_ROUNDS=N         rounds per figure (default 3)
+#   BENCH_DIR=PATH         where the native folder and the store go (default /var/tmp/docfsbench;
+#                          a local disk: the native figures are that file system's)
+#   BENCH_OUT=PATH         the JSON file (default bench-results/bench-DATE.json)
+#   BENCH_KEEP=1           keep the data and the daemon logs afterwards
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+size=${BENCH_SIZE:-full}
+for argument in "$@"; do
+    case $argument in
+    --quick) size=small ;;
+    -h | --help)
+        sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "bench: unknown argument $argument (try --help)" >&2
+        exit 2
+        ;;
+    esac
+done
+rounds=${BENCH_ROUNDS:-3}
+if [ "$rounds" -lt 3 ]; then echo "bench: note: BENCH_ROUNDS=$rounds; figures for the README need at least 3" >&2; fi
+
+MiB=$((1 << 20))
+case $size in
+full)
+    big=$((1024 * MiB)) rand=$((256 * MiB)) files=10000 documents=1000 images=100
+    ;;
+small)
+    big=$((64 * MiB)) rand=$((32 * MiB)) files=1000 documents=100 images=20
+    ;;
+*)
+    echo "bench: BENCH_SIZE must be full or small" >&2
+    exit 2
+    ;;
+esac
+chunk_size=262144 # `docfs create`'s default; the B2 targets are "one chunk + metadata"
+
+log() { printf '%s bench: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# --- What it needs ------------------------------------------------------------------------
+
+# fio (random I/O), vim (B2's editor), sqlite3 (WAL checkpoints between B2 samples).
+./scripts/install-deps.sh fio vim || exit 1
+
+log "building docfs and the benchmark helper (release)"
+swift build -c release --product docfs >&2 || exit 1
+swift build -c release --package-path Benchmarks --scratch-path .build-bench >&2 || exit 1
+docfs=$repo/.build/release/docfs
+helper=$repo/.build-bench/release/docfs-bench
+
+# Not "docfs-…": scripts/test.sh detaches every FUSE mount whose path contains that, machine-wide,
+# when it finishes, and a test run elsewhere on the machine would end this one's mounts.
+base=${BENCH_DIR:-/var/tmp/docfsbench}
+mkdir -p "$base" || exit 1
+work=$(mktemp -d "$base/run.XXXXXX") || exit 1
+native=$work/native
+native_roots=$work/native-roots
+store=$work/store/bench.docstore
+roots_store=$work/store/roots.docstore
+engine_store=$work/store/engine.docstore
+mnt=$work/mnt
+mnt_roots=$work/mnt-roots
+samples=$work/samples.tsv
+# The daemons' log and pid files stay with this run.
+export XDG_STATE_HOME=$work/state
+daemon_log=$XDG_STATE_HOME/docfs/docfs.log
+mkdir -p "$native" "$native_roots" "$work/store" "$mnt" "$mnt_roots" "$work/engine-native" "$XDG_STATE_HOME"
+: >"$samples"
+
+stamp=$(date +%Y%m%d-%H%M%S)
+# The machine may be shared: the load around the run says how much to trust its figures.
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+out=${BENCH_OUT:-$repo/bench-results/bench-$stamp.json}
+mkdir -p "$(dirname "$out")"
+
+fs_type=$(findmnt -n -o FSTYPE -T "$work" 2>/dev/null || stat -f -c %T "$work")
+fs_source=$(findmnt -n -o SOURCE -T "$work" 2>/dev/null || echo "?")
+log "native folder: $native ($fs_type on $fs_source); store: $store"
+
+need=$((big * 8 + rand * 4 + 2048 * MiB))
+avail=$(($(df -P -B1 "$work" | awk 'NR==2 {print $4}')))
+if [ "$avail" -lt "$need" ]; then
+    echo "bench: $work has $((avail / MiB)) MiB free; this run needs about $((need / MiB)) MiB" >&2
+    rm -rf "$work"
+    exit 1
+fi
+
+can_drop=0
+if [ -w /proc/sys/vm/drop_caches ]; then
+    can_drop=1
+elif sudo -n true 2>/dev/null; then
+    can_drop=2
+else
+    log "warning: cannot drop the page cache (not root, no sudo): the cold figures are not cold"
+fi
+drop_caches() {
+    sync
+    case $can_drop in
+    1) echo 3 >/proc/sys/vm/drop_caches ;;
+    2) echo 3 | sudo -n tee /proc/sys/vm/drop_caches >/dev/null ;;
+    esac
+}
+
+# --- Mounts and the daemons ---------------------------------------------------------------
+
+is_mounted() { findmnt -n "$1" >/dev/null 2>&1; }
+
+mount_store() { # STORE MOUNTPOINT
+    "$docfs" mount "$1" "$2" >&2
+}
+
+unmount_store() { # MOUNTPOINT
+    is_mounted "$1" || return 0
+    "$docfs" unmount "$1" >&2 && return 0
+    # Still busy or hung: end the daemon this script started (by its pid), then detach.
+    local pid
+    pid=$(daemon_pid "$1")
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null
+    sleep 2
+    # A daemon stuck in its teardown ignores SIGTERM; left running, it would hold memory and the
+    # store through the figures that follow.
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    fusermount3 -u -z "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
+}
+
+# A fresh daemon: nothing in its memory, and (with the page cache dropped) nothing cached.
+remount() { # STORE MOUNTPOINT
+    unmount_store "$2"
+    drop_caches
+    mount_store "$1" "$2"
+}
+
+# The serving daemon's pid, from the pid file `docfs mount` keeps for `docfs unmount`.
+daemon_pid() { # MOUNTPOINT
+    local name=${1//%/%25}
+    name=${name//\//%2F}
+    local file=$XDG_STATE_HOME/docfs/mounts/$name.pid
+    [ -f "$file" ] && awk 'NR==1 {print $1}' "$file"
+}
+
+# The daemon's store statistics (`kill -USR1` makes it log them): prints
+# "chunksRead bytesRead chunksWritten bytesWritten nodesWritten".
+daemon_statistics() { # MOUNTPOINT
+    local pid before i line
+    pid=$(daemon_pid "$1")
+    [ -n "$pid" ] || return 1
+    before=$(grep -c "pid=$pid .*store statistics:" "$daemon_log" 2>/dev/null || true)
+    kill -USR1 "$pid" || return 1
+    for i in $(seq 100); do
+        line=$(grep "pid=$pid .*store statistics:" "$daemon_log" 2>/dev/null | tail -n 1)
+        if [ "$(grep -c "pid=$pid .*store statistics:" "$daemon_log" || true)" -gt "${before:-0}" ]; then
+            echo "$line" | sed -E 's/.*chunksRead=([0-9]+) bytesRead=([0-9]+) chunksWritten=([0-9]+) bytesWritten=([0-9]+) nodesWritten=([0-9]+).*/\1 \2 \3 \4 \5/'
+            return 0
+        fi
+        sleep 0.05
+    done
+    return 1
+}
+bytes_read() { daemon_statistics "$1" | awk '{print $2}'; }
+bytes_written() { daemon_statistics "$1" | awk '{print $4}'; }
+
+proc_io() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/io"; }  # PID FIELD
+peak_rss_reset() { echo 5 >"/proc/$1/clear_refs"; }                # PID
+peak_rss_mib() { awk '/^VmHWM:/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+
+# --- The store's bytes on disk (B2) -------------------------------------------------------
+
+# Moves the WAL into the database and empties it, so that what the next save writes is the
+# WAL's size afterwards (plus any growth of the database file).
+checkpoint() { # STORE
+    local result i
+    for i in $(seq 50); do
+        result=$(sqlite3 -cmd ".timeout 5000" "$1" "PRAGMA wal_checkpoint(TRUNCATE);" 2>/dev/null)
+        if [ "${result%%|*}" = "0" ] && [ "$(file_size "$1-wal")" -eq 0 ]; then return 0; fi
+        sleep 0.1
+    done
+    log "warning: could not empty the WAL of $1 ($result)"
+    return 1
+}
+file_size() { stat -c %s "$1" 2>/dev/null || echo 0; }
+store_bytes() { echo $(($(file_size "$1") + $(file_size "$1-wal"))); }
+
+# --- Samples --------------------------------------------------------------------------------
+
+sample() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$samples"; } # FIGURE SIDE ROUND VALUE
+milliseconds() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", (b - a) * 1000}'; }
+median() { sort -g | awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+# The sides in the order of round $1: DocFS first in odd rounds, native first in even ones.
+sides() { if (($1 % 2)); then echo "docfs native"; else echo "native docfs"; fi; }
+
+time_ls() { # DIR: milliseconds of one `ls -l`
+    local start end
+    start=$EPOCHREALTIME
+    LC_ALL=C ls -l --color=never "$1" >/dev/null
+    end=$EPOCHREALTIME
+    milliseconds "$start" "$end"
+}
+
+# Runs one figure in a subshell with errexit, so that a failing command ends that figure
+# (with its line) and the run goes on to the next.
+run_figure() { # NAME FUNCTION
+    log "$1"
+    (
+        set -eE
+        trap 'echo "bench: $1 failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+        "$2"
+    )
+    local status=$?
+    if [ "$status" -ne 0 ]; then
+        log "$1: failed (status $status); its samples are incomplete"
+        failed+=("$1")
+    fi
+    is_mounted "$mnt" || mount_store "$store" "$mnt"
+    is_mounted "$mnt_roots" || mount_store "$roots_store" "$mnt_roots"
+}
+failed=()
+
+cleanup() {
+    unmount_store "$mnt"
+    unmount_store "$mnt_roots"
+    if [ "${BENCH_KEEP:-0}" = 1 ]; then
+        log "kept $work"
+    else
+        rm -rf "$work"
+        # The engine's file coordination leaves its lock file beside the run's folder.
+        rm -f "$base/.${work##*/}.docfs-lock"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- The data -------------------------------------------------------------------------------
+
+log "making the native files ($size: $((big / MiB)) MiB, $files files, $documents documents)"
+mkdir -p "$native/pkg.pkg" "$native/big.pkg" "$native/rand.pkg" "$native/images.pkg" "$native/edit.pkg" \
+    "$native/scratch.pkg"
+"$helper" mkfiles "$native/pkg.pkg" "$files" 4096 || exit 1
+"$helper" mktext "$native/big.pkg/notes.txt" 16384 || exit 1
+"$helper" mkfile "$native/big.pkg/stream.bin" "$big" || exit 1
+"$helper" mkfile "$native/rand.pkg/rand.bin" "$rand" || exit 1
+for i in $(seq 0 $((images - 1))); do
+    "$helper" mkfile "$native/images.pkg/$(printf 'image-%03d.png' "$i")" 1000000 || exit 1
+done
+"$helper" mktext "$native/edit.pkg/text.txt" 1000000 || exit 1
+for r in $(seq "$rounds"); do
+    "$helper" mkfile "$work/new-image-$r.png" 1000000 || exit 1
+done
+
+log "creating the stores with docfs create and docfs import"
+"$docfs" create "$store" >&2 || exit 1
+for document in pkg.pkg big.pkg rand.pkg images.pkg edit.pkg scratch.pkg; do
+    "$docfs" import "$store" "$native/$document" >&2 || exit 1
+done
+"$docfs" create "$roots_store" >&2 || exit 1
+"$helper" mkroots "$roots_store" "$native_roots" "$documents" || exit 1
+"$docfs" create "$engine_store" >&2 || exit 1
+"$docfs" import "$engine_store" "$native/pkg.pkg" >&2 || exit 1
+cp -a "$native/pkg.pkg" "$work/engine-native/pkg.pkg" || exit 1
+
+mount_store "$store" "$mnt" || exit 1
+mount_store "$roots_store" "$mnt_roots" || exit 1
+
+# --- B1: listing ----------------------------------------------------------------------------
+
+b1() {
+    local r side pkg root read_before read_after rchar_before pid runs i
+    for r in $(seq "$rounds"); do
+        local content=0
+        for side in $(sides "$r"); do
+            if [ "$side" = docfs ]; then
+                pkg=$mnt/pkg.pkg root=$mnt_roots
+                remount "$store" "$mnt"
+                pid=$(daemon_pid "$mnt")
+                read_before=$(bytes_read "$mnt")
+                rchar_before=$(proc_io "$pid" rchar)
+            else
+                pkg=$native/pkg.pkg root=$native_roots
+                drop_caches
+            fi
+            sample b1.ls.pkg.cold "$side" "$r" "$(time_ls "$pkg")"
+            if [ "$side" = docfs ]; then sample b1.daemon.rchar docfs "$r" $(($(proc_io "$pid" rchar) - rchar_before)); fi
+            runs=$(for i in 1 2 3 4 5; do time_ls "$pkg"; echo; done | median)
+            sample b1.ls.pkg.warm "$side" "$r" "$runs"
+            if [ "$side" = docfs ]; then
+                read_after=$(bytes_read "$mnt")
+                content=$((content + read_after - read_before))
+                remount "$roots_store" "$mnt_roots"
+                read_before=$(bytes_read "$mnt_roots")
+            else
+                drop_caches
+            fi
+            sample b1.ls.root.cold "$side" "$r" "$(time_ls "$root")"
+            runs=$(for i in 1 2 3 4 5; do time_ls "$root"; echo; done | median)
+            sample b1.ls.root.warm "$side" "$r" "$runs"
+            if [ "$side" = docfs ]; then
+                read_after=$(bytes_read "$mnt_roots")
+                content=$((content + read_after - read_before))
+            fi
+        done
+        sample b1.bytes docfs "$r" "$content"
+    done
+}
+
+# --- B2: incremental saves ------------------------------------------------------------------
+
+# Runs an operation on the mount and records its time, the bytes the store's files grew by
+# (after an emptied WAL) and the content bytes the store wrote. The wait lets the quiet-interval
+# save (1 s) run, so that every save the operation caused is counted.
+b2_docfs() { # NAME ROUND COMMAND…
+    local name=$1 r=$2
+    shift 2
+    local before written_before ms pid
+    checkpoint "$store"
+    before=$(store_bytes "$store")
+    pid=$(daemon_pid "$mnt")
+    written_before=$(bytes_written "$mnt")
+    ms=$("$@")
+    sleep 2
+    # The statistics are the daemon's since it started: another daemon's are no delta.
+    if [ "$(daemon_pid "$mnt")" != "$pid" ]; then
+        log "the daemon serving $mnt changed during B2 $name (was it unmounted from outside?)"
+        return 1
+    fi
+    sample "b2.$name.ms" docfs "$r" "$ms"
+    sample "b2.$name.bytes" docfs "$r" $(($(store_bytes "$store") - before))
+    sample "b2.$name.content" docfs "$r" $(($(bytes_written "$mnt") - written_before))
+}
+
+vim_append() { # FILE LINE: milliseconds of a whole vim run that appends a line and saves
+    local start end
+    start=$EPOCHREALTIME
+    vim -Nu NONE -i NONE -es "+\$put ='$2'" "+wq" "$1" </dev/null >/dev/null 2>&1
+    end=$EPOCHREALTIME
+    milliseconds "$start" "$end"
+}
+
+b2() {
+    local r side dir line
+    for r in $(seq "$rounds"); do
+        line="appended in round $r at $(date +%s.%N)"
+        for side in $(sides "$r"); do
+            if [ "$side" = docfs ]; then
+                b2_docfs append "$r" "$helper" append "$mnt/big.pkg/notes.txt" "$line"
+                b2_docfs image "$r" "$helper" replace "$work/new-image-$r.png" "$mnt/images.pkg/image-042.png"
+                b2_docfs vim "$r" vim_append "$mnt/edit.pkg/text.txt" "$line"
+            else
+                sample b2.append.ms native "$r" "$("$helper" append "$native/big.pkg/notes.txt" "$line")"
+                sample b2.image.ms native "$r" \
+                    "$("$helper" replace "$work/new-image-$r.png" "$native/images.pkg/image-042.png")"
+                sample b2.vim.ms native "$r" "$(vim_append "$native/edit.pkg/text.txt" "$line")"
+            fi
+        done
+    done
+}
+
+# --- B3 and B7 (streaming): sequential I/O of a 1 GiB wrapper -------------------------------
+
+b3() {
+    local r side dir pid
+    for r in $(seq "$rounds"); do
+        for side in $(sides "$r"); do
+            if [ "$side" = docfs ]; then dir=$mnt; else dir=$native; fi
+            # Write + fsync + close (for DocFS, the save of every chunk), by a fresh daemon: one
+            # that has just streamed a read still holds the store's chunk cache, which would count
+            # in the write's peak RSS (B7).
+            if [ "$side" = docfs ]; then
+                remount "$store" "$mnt"
+                pid=$(daemon_pid "$mnt")
+                peak_rss_reset "$pid"
+            else
+                drop_caches
+            fi
+            sample b3.write "$side" "$r" "$("$helper" seqwrite "$dir/scratch.pkg/stream-w.bin" "$big")"
+            if [ "$side" = docfs ]; then sample b7.rss.write docfs "$r" "$(peak_rss_mib "$pid")"; fi
+            rm -f "$dir/scratch.pkg/stream-w.bin"
+            # Cold read: a fresh daemon and an empty page cache; then warm, at once.
+            if [ "$side" = docfs ]; then
+                remount "$store" "$mnt"
+                pid=$(daemon_pid "$mnt")
+                peak_rss_reset "$pid"
+            else
+                drop_caches
+            fi
+            sample b3.read.cold "$side" "$r" "$("$helper" seqread "$dir/big.pkg/stream.bin")"
+            if [ "$side" = docfs ]; then sample b7.rss.read docfs "$r" "$(peak_rss_mib "$pid")"; fi
+            sample b3.read.warm "$side" "$r" "$("$helper" seqread "$dir/big.pkg/stream.bin")"
+        done
+    done
+}
+
+# --- B4: random I/O (fio) -------------------------------------------------------------------
+
+# A quarter of the file in 4 KiB requests, one at a time; IOPS as fio reports them. The
+# random write ends with an fsync (end_fsync), which for DocFS is the save of the dirty chunks.
+fio_iops() { # randread|randwrite FILE
+    local kind=$1 file=$2 field
+    if [ "$kind" = randread ]; then field=8; else field=49; fi
+    fio --name=b4 --filename="$file" --rw="$kind" --bs=4k --size="$rand" --io_size=$((rand / 4)) \
+        --ioengine=psync --invalidate=0 --randrepeat=0 --fallocate=none --end_fsync=1 \
+        --output-format=terse --terse-version=3 | awk -F';' -v f="$field" '{print $f}'
+}
+
+b4() {
+    local r side dir
+    for r in $(seq "$rounds"); do
+        for side in $(sides "$r"); do
+            if [ "$side" = docfs ]; then
+                dir=$mnt
+                remount "$store" "$mnt"
+            else
+                dir=$native
+                drop_caches
+            fi
+            sample b4.randread "$side" "$r" "$(fio_iops randread "$dir/rand.pkg/rand.bin")"
+            sync
+            sample b4.randwrite "$side" "$r" "$(fio_iops randwrite "$dir/rand.pkg/rand.bin")"
+        done
+    done
+}
+
+# --- B5: small files ------------------------------------------------------------------------
+
+b5() {
+    local r side dir rates
+    for r in $(seq "$rounds"); do
+        for side in $(sides "$r"); do
+            if [ "$side" = docfs ]; then dir=$mnt/small-$r.pkg; else dir=$native/small-$r.pkg; fi
+            sync
+            mkdir "$dir"
+            rates=$("$helper" smallfiles "$dir" "$files" 4096)
+            sample b5.create "$side" "$r" "$(echo "$rates" | awk '{print $1}')"
+            sample b5.stat "$side" "$r" "$(echo "$rates" | awk '{print $2}')"
+            sample b5.delete "$side" "$r" "$(echo "$rates" | awk '{print $3}')"
+            rmdir "$dir"
+        done
+    done
+}
+
+# --- B6: the engine -------------------------------------------------------------------------
+
+b6() {
+    "$helper" engine "$engine_store" pkg.pkg "$work/engine-native/pkg.pkg" "$rounds" >>"$samples"
+}
+
+# --- B7: many documents open ------------------------------------------------------------------
+
+b7() {
+    local r pid result
+    for r in $(seq "$rounds"); do
+        remount "$roots_store" "$mnt_roots"
+        pid=$(daemon_pid "$mnt_roots")
+        peak_rss_reset "$pid"
+        result=$("$helper" holdopen "$mnt_roots" "$documents" "$pid")
+        sample b7.rss.docs docfs "$r" "$(echo "$result" | awk '{printf "%.1f", $1 / 1024}')"
+    done
+}
+
+# --- The FUSE layer -------------------------------------------------------------------------
+
+fuse_layer() {
+    local json
+    json=$(./scripts/fuse-bench.sh "$((rounds > 7 ? rounds : 7))" | tail -n 1)
+    echo "$json" | sed -E 's/.*"getattr_us":\{"median":([0-9.]+),"min":([0-9.]+),"max":([0-9.]+)\}.*/fuse.getattr\tdocfs\tstats\t\1,\2,\3/' >>"$samples"
+    echo "$json" | sed -E 's/.*"read_1mib_us":\{"median":([0-9.]+),"min":([0-9.]+),"max":([0-9.]+)\}.*/fuse.read1m\tdocfs\tstats\t\1,\2,\3/' >>"$samples"
+}
+
+run_figure "B1: ls -l" b1
+run_figure "B2: incremental saves" b2
+run_figure "B3 + B7: sequential I/O" b3
+run_figure "B4: random I/O" b4
+run_figure "B5: small files" b5
+run_figure "B6: the engine" b6
+run_figure "B7: 1,000 documents open" b7
+run_figure "FUSE layer micro-benchmark" fuse_layer
+
+# --- The report -----------------------------------------------------------------------------
+
+export BENCH_DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+export BENCH_MACHINE="$(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -n 1)), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), Linux $(uname -r)"
+export BENCH_NATIVE="$fs_type on $fs_source ($work)"
+export BENCH_LOAD="load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+export BENCH_MODE=$size BENCH_ROUNDS=$rounds BENCH_CHUNK_SIZE=$chunk_size
+export BENCH_BIG_BYTES=$big BENCH_RAND_BYTES=$rand BENCH_FILES=$files BENCH_DOCUMENTS=$documents BENCH_IMAGES=$images
+export BENCH_FAILED="${failed[*]:-}"
+
+echo
+echo "DocFS benchmark, $BENCH_DATE, $BENCH_MACHINE"
+echo "mode $size, $rounds rounds; native: $BENCH_NATIVE; DocFS: docfs mount of a fresh store beside it"
+echo "$BENCH_LOAD"
+echo
+"$helper" report "$samples" "$out"
+cp "$samples" "${out%.json}.tsv"
+echo
+echo "JSON: $out (samples: ${out%.json}.tsv)"
+if ((${#failed[@]})); then echo "figures that failed: ${failed[*]}"; fi
+exit 0
