@@ -13,24 +13,8 @@ processes=${2:-4}
 threads=${3:-8}
 iterations=${4:-200}
 echo "concurrency: seed $seed, $processes processes x $threads threads x $iterations iterations"
-docfs=${DOCFS_BIN:-}
-if [ -z "$docfs" ]; then
-    docfs=.build/debug/docfs
-    [ -x "$docfs" ] || swift build --product docfs >&2
-fi
-docfs=$(readlink -f "$docfs")
+source scripts/reliability/common.sh conc
 script=$(readlink -f scripts/reliability/concurrency.py)
-work=$(mktemp -d /tmp/docfs-conc.XXXXXX)
-store=$work/S.docstore
-mnt=$work/mnt
-mkdir "$mnt"
-status=1
-cleanup() {
-    if grep -q " $mnt " /proc/self/mounts; then fusermount3 -u -z "$mnt" 2>/dev/null || true; fi
-    if [ -n "${timer:-}" ]; then kill "$timer" 2>/dev/null || true; fi
-    if [ "$status" -eq 0 ] && [ -z "${KEEP:-}" ]; then rm -rf "$work"; else echo "kept $work" >&2; fi
-}
-trap cleanup EXIT
 timeout 30 "$docfs" create "$store" >/dev/null
 limit=$(( 120 + processes * threads * iterations / 20 ))
 timeout -k 5 $((limit * 2)) "$docfs" mount -f "$store" "$mnt" 2>"$work/daemon.log" &

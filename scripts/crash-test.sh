@@ -17,25 +17,8 @@ seed=${2:-$(( $(date +%s) % 100000 ))}
 writers=${3:-3}
 echo "crash-test: $rounds rounds, seed $seed, $writers writers"
 
-docfs=${DOCFS_BIN:-}
-if [ -z "$docfs" ]; then
-    docfs=.build/debug/docfs
-    [ -x "$docfs" ] || swift build --product docfs >&2
-fi
-docfs=$(readlink -f "$docfs")
+source scripts/reliability/common.sh crash
 crash=$(readlink -f scripts/reliability/crash.py)
-
-work=$(mktemp -d /tmp/docfs-crash.XXXXXX)
-store=$work/S.docstore
-mnt=$work/mnt
-mkdir "$mnt"
-daemon_pid=
-cleanup() {
-    if [ -n "$daemon_pid" ]; then kill -KILL "$daemon_pid" 2>/dev/null || true; fi
-    if grep -q " $mnt " /proc/self/mounts; then fusermount3 -u -z "$mnt" 2>/dev/null || true; fi
-    if [ -z "${KEEP:-}" ] && [ "${status:-1}" -eq 0 ]; then rm -rf "$work"; else echo "kept $work" >&2; fi
-}
-trap cleanup EXIT
 
 timeout 30 "$docfs" create "$store" >/dev/null
 RANDOM=$seed
@@ -90,5 +73,6 @@ if ! timeout 60 diff -r "$work/export/Crash.pkg" "$mnt/Crash.pkg" >/dev/null; th
 fi
 timeout 30 "$docfs" unmount "$mnt" || status=1
 wait "$timer" || { echo "PROBLEM: the last daemon exited with $?"; status=1; }
+timer=
 if [ "$status" -eq 0 ]; then echo "crash-test: OK (seed $seed, $rounds rounds)"; else echo "crash-test: FAILED (seed $seed)"; fi
 exit "$status"

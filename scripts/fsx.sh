@@ -12,24 +12,8 @@ cd "$(dirname "$0")/.."
 seed=${1:-$(( $(date +%s) % 100000 ))}
 ops=${2:-20000}
 echo "fsx: seed $seed, $ops operations"
-docfs=${DOCFS_BIN:-}
-if [ -z "$docfs" ]; then
-    docfs=.build/debug/docfs
-    [ -x "$docfs" ] || swift build --product docfs >&2
-fi
-docfs=$(readlink -f "$docfs")
+source scripts/reliability/common.sh fsx
 fsx=$(readlink -f scripts/reliability/fsx.py)
-work=$(mktemp -d /tmp/docfs-fsx.XXXXXX)
-store=$work/S.docstore
-mnt=$work/mnt
-mkdir "$mnt"
-status=1
-cleanup() {
-    if grep -q " $mnt " /proc/self/mounts; then fusermount3 -u -z "$mnt" 2>/dev/null || true; fi
-    if [ -n "${timer:-}" ]; then kill "$timer" 2>/dev/null || true; fi
-    if [ "$status" -eq 0 ] && [ -z "${KEEP:-}" ]; then rm -rf "$work"; else echo "kept $work" >&2; fi
-}
-trap cleanup EXIT
 timeout 30 "$docfs" create "$store" >/dev/null
 limit=$(( 120 + ops / 20 ))
 timeout -k 5 $((limit * 2)) "$docfs" mount -f "$store" "$mnt" 2>"$work/daemon.log" &
