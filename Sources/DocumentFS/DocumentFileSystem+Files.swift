@@ -15,6 +15,7 @@ extension DocumentFileSystem {
                 throw .readOnlyFileSystem
             }
             guard let file = try resolve(node) else { throw .isDirectory }
+            if flags.isWritable || flags.contains(.truncate) { try refuseConflict(file) }
             // Close-to-open: an open sees the document as it is now, even before the observer
             // has noticed another process's save.
             try revalidate(file)
@@ -297,6 +298,7 @@ extension DocumentFileSystem {
                 // The mount root's attributes come from the store; nothing to keep.
                 throw .notPermitted
             }
+            try refuseConflict(target)
             if let size = changes.size {
                 guard target.kind == .regularFile else { throw .isDirectory }
                 try truncate(target, to: Int64(clamping: size))
@@ -391,6 +393,7 @@ extension DocumentFileSystem {
             guard value.count <= Self.maximumXattrSize else { throw .argListTooLong }
             try state.withLock { state throws(Errno) in
                 guard let n = try self.node(&state, node) else { throw .notSupported }
+                try refuseConflict(n)
                 let exists = n.record.extendedAttributes[name] != nil
                 if flags.contains(.create) && exists { throw .fileExists }
                 if flags.contains(.replace) && !exists { throw .noData }
@@ -412,6 +415,7 @@ extension DocumentFileSystem {
                 guard let n = try self.node(&state, node), n.record.extendedAttributes[name] != nil else {
                     throw .noData
                 }
+                try refuseConflict(n)
                 n.record.extendedAttributes[name] = nil
                 n.record.changed = .now
                 changed(&state, n)

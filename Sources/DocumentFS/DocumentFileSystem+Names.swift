@@ -56,6 +56,7 @@ extension DocumentFileSystem {
         return try state.withLock { state throws(Errno) -> ViewNode in
             guard directory.kind == .directory, directory.linked else { throw .noSuchFileOrDirectory }
             guard directory.children[name] == nil else { throw .fileExists }
+            try refuseConflict(directory)
             try checkNoEquivalent(text, in: directory.children)
             let record = newRecord(
                 id, document: directory.document, parent: directory.persistAs, name: text, kind: kind,
@@ -356,17 +357,26 @@ extension DocumentFileSystem {
     func remove(parent: NodeID, name: FUSE.FileName, directory: Bool) throws(Errno) {
         if parent == .root {
             try ensureListing()
+            var conflict: ConflictEntry?
             let document = try state.withLock { state throws(Errno) -> DocumentState? in
                 guard let node = state.rootEntries[name] else { throw .noSuchFileOrDirectory }
                 if directory && node.kind != .directory { throw .notDirectory }
                 if !directory && node.kind == .directory { throw .isDirectory }
                 if directory && !node.children.isEmpty { throw .directoryNotEmpty }
+                if let entry = conflictEntry(&state, of: node) {
+                    conflict = entry
+                    return nil
+                }
                 guard let document = self.document(&state, of: node), !isHidden(node, of: document) else {
                     // A scratch file: it was never saved.
                     detach(&state, node)
                     return nil
                 }
                 return document
+            }
+            if let conflict {
+                try resolveConflictEntry(conflict, directory: directory)
+                return
             }
             guard let document else { return }
             if directory {
@@ -392,11 +402,19 @@ extension DocumentFileSystem {
         guard let directoryNode = try resolve(parent, loadingChildren: true) else {
             throw .noSuchFileOrDirectory
         }
+        if directory { try ensureConflictLoaded(directoryNode) }
         try state.withLock { state throws(Errno) in
             guard let node = directoryNode.children[name] else { throw .noSuchFileOrDirectory }
             if directory && node.kind != .directory { throw .notDirectory }
             if !directory && node.kind == .directory { throw .isDirectory }
             if directory && !node.children.isEmpty { throw .directoryNotEmpty }
+            if directoryNode.conflict != nil {
+                // Inside a conflict entry a removal only hides the file in this mount, so that
+                // `rm -r` of the entry gets to its `rmdir`, which resolves the conflict.
+                directoryNode.children[name] = nil
+                node.linked = false
+                return
+            }
             detach(&state, node)
         }
     }
@@ -496,11 +514,21 @@ extension DocumentFileSystem {
             case renameDocument(DocumentState, replacing: DocumentState?)
             case exchangeDocuments(DocumentState, DocumentState)
             case createDocument(ViewNode)
+            case keepConflict(ConflictEntry, DocumentState)
         }
         let plan = try state.withLock { state throws(Errno) -> Plan in
             guard let node = state.rootEntries[name] else { throw .noSuchFileOrDirectory }
             let target = state.rootEntries[newName]
             if target === node { return .done }
+            if let target, target.conflict != nil { throw .notPermitted }
+            if let entry = conflictEntry(&state, of: node) {
+                // Onto its own document: keep that version. Anywhere else: `mv` copies it.
+                guard flags.isEmpty, let target, let document = state.documents[entry.version.document],
+                    document.root === target, !isHidden(target, of: document)
+                else { throw .improperLink }
+                if node.kind != target.kind { throw node.kind == .directory ? .notDirectory : .isDirectory }
+                return .keepConflict(entry, document)
+            }
             if flags.contains(.noReplace) && target != nil { throw .fileExists }
             let scratchTarget = configuration.scratchNames.matches(newName)
             let document = self.document(&state, of: node)
@@ -570,6 +598,8 @@ extension DocumentFileSystem {
         switch plan {
         case .done:
             return
+        case .keepConflict(let entry, let document):
+            try keepConflict(entry, as: document)
         case .save(let document):
             try save(document, durable: false)
         case .renameDocument(let document, let replaced):

@@ -44,7 +44,8 @@ extension DocumentFileSystem {
                 document.lastError = nil
                 if result.isConflict {
                     // Kept as a conflict version beside the current one; the mount shows the
-                    // current version again (the conflict is listed by `docfs versions`).
+                    // current version again, and the conflict as an entry beside it (once the
+                    // observer sees the event), as `docfs versions` lists it.
                     logger.warning(
                         "\(document.info.name): another process saved first; this save is kept as conflict \(result.version.id)"
                     )
@@ -191,7 +192,8 @@ extension DocumentFileSystem {
     /// Called on the observer's thread with other processes' (and our own) store events.
     func storeChanged(_ events: [StoreEvent]) {
         let foreign = events.filter { $0.origin != origin }
-        if events.contains(where: { $0.kind != .saved && $0.kind != .conflict }) {
+        // A conflict (ours included) or its resolution changes the conflict entries at the root.
+        if events.contains(where: { $0.kind != .saved }) {
             refreshListing()
         }
         for id in Set(foreign.map(\.document)) {
@@ -472,6 +474,7 @@ extension DocumentFileSystem {
         for info in infos where !known.contains(info.id) {
             if let record = try? store.node(info.root, at: info.currentVersion) { roots[info.id] = record }
         }
+        let conflicts = fetchConflicts(roots: Dictionary(infos.map { ($0.id, $0.root) }) { first, _ in first })
         let notices = state.withLock { state -> [Notice]? in
             guard state.rootGeneration == generation else { return nil }
             var notices: [Notice] = []
@@ -509,6 +512,9 @@ extension DocumentFileSystem {
                 guard let info = live[id] else { continue }
                 _ = install(&state, info: info, rootRecord: record)
                 notices.append(.entry(parent: mountRootInode, name: FUSE.FileName(info.name)))
+            }
+            if let conflicts {
+                notices += reconcileConflicts(&state, versions: conflicts.versions, records: conflicts.records)
             }
             state.rootChanged = .now
             notices.append(.inode(mountRootInode))

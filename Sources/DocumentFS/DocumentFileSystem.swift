@@ -103,7 +103,10 @@ public final class DocumentFileSystem: FileSystem {
     struct State {
         var listed = false
         var documents: [DocumentID: DocumentState] = [:]
-        /// What the mount root shows: documents' nodes and scratch files.
+        /// Unresolved conflict versions shown at the mount root.
+        var conflicts: [VersionID: ConflictEntry] = [:]
+        var nextConflictInode: UInt64 = 0
+        /// What the mount root shows: documents' nodes, conflict entries and scratch files.
         var rootEntries: [FUSE.FileName: ViewNode] = [:]
         /// Every node the kernel may name, by inode number.
         var nodes: [UInt64: ViewNode] = [:]
@@ -274,10 +277,14 @@ public final class DocumentFileSystem: FileSystem {
             }
             roots.append((info, record))
         }
+        let conflicts = fetchConflicts(roots: Dictionary(infos.map { ($0.id, $0.root) }) { first, _ in first })
         state.withLock { state in
             guard !state.listed else { return }
             for (info, record) in roots where state.documents[info.id] == nil {
                 _ = install(&state, info: info, rootRecord: record)
+            }
+            if let conflicts {
+                _ = reconcileConflicts(&state, versions: conflicts.versions, records: conflicts.records)
             }
             state.listed = true
         }
@@ -292,6 +299,10 @@ public final class DocumentFileSystem: FileSystem {
         state.documents[info.id] = document
         state.rootGeneration &+= 1
         state.nodes[node.ino] = node
+        if let shown = state.rootEntries[node.name], let conflict = conflictEntry(&state, of: shown) {
+            // A document keeps its name: a conflict entry that had it is no longer shown.
+            dropConflict(&state, conflict)
+        }
         if state.rootEntries[node.name] == nil { state.rootEntries[node.name] = node }
         return document
     }
@@ -383,11 +394,17 @@ public final class DocumentFileSystem: FileSystem {
             return (node, node.flatMap { self.document(&state, of: $0) })
         }
         if loadingChildren, let document { try ensureLoaded(document) }
+        if loadingChildren, let node, node.conflict != nil { try ensureConflictLoaded(node) }
         return node
     }
 
     func forgotten(_ ino: UInt64) {
         state.withLock { state in
+            // A kept conflict entry's number standing for its document (``keepConflict``).
+            if let node = state.nodes[ino], node.ino != ino {
+                state.nodes[ino] = nil
+                return
+            }
             guard let node = state.nodes[ino], !node.linked, node.openHandles == 0 else { return }
             state.nodes[ino] = nil
         }
@@ -532,8 +549,8 @@ public final class DocumentFileSystem: FileSystem {
         return hasher.finalize()
     }
 
-    /// A directory's entries with their attributes, `.` and `..` first. Cookies are store node
-    /// ids plus 2 (1 and 2 are `.` and `..`), so they stay valid while entries change.
+    /// A directory's entries with their attributes, `.` and `..` first, then in the order of
+    /// their cookies (``ViewNode/cookie``).
     func listDirectory(_ state: inout State, _ directory: ViewNode?) throws(Errno) -> [DirectoryEntry] {
         var entries: [DirectoryEntry] = []
         let children: [ViewNode]
@@ -552,11 +569,9 @@ public final class DocumentFileSystem: FileSystem {
             entries.append(DirectoryEntry(cookie: 2, name: "..", ino: mountRootInode, attributes: own))
             children = Array(state.rootEntries.values)
         }
-        for child in children.sorted(by: { $0.storeID < $1.storeID }) {
+        for child in children.sorted(by: { $0.cookie < $1.cookie }) {
             entries.append(
-                DirectoryEntry(
-                    cookie: UInt64(bitPattern: child.storeID.rawValue) &+ 2, name: child.name, ino: child.ino,
-                    attributes: attributes(child)))
+                DirectoryEntry(cookie: child.cookie, name: child.name, ino: child.ino, attributes: attributes(child)))
         }
         return entries
     }

@@ -30,18 +30,31 @@ final class ViewNode: @unchecked Sendable {
     var openHandles = 0
     /// The contents generation at the last open, for `keep_cache`.
     var openedGeneration: UInt64?
+    /// The conflict version the node shows, read-only (see ``ConflictEntry``); nil for the
+    /// document's own nodes.
+    let conflict: VersionID?
+    /// The kernel's key for the node (its node table key): its own store id plus one, or for a
+    /// conflict version's node a number of its own (the store id is the current version's).
+    let ino: UInt64
 
-    init(storeID: StoreNodeID, document: DocumentID?, name: FUSE.FileName, record: NodeRecord) {
+    init(
+        storeID: StoreNodeID, document: DocumentID?, name: FUSE.FileName, record: NodeRecord,
+        conflict: (version: VersionID, ino: UInt64)? = nil
+    ) {
         self.storeID = storeID
         persistAs = storeID
         self.document = document
         self.name = name
         self.record = record
         atMountRoot = false
+        self.conflict = conflict?.version
+        ino = conflict?.ino ?? inodeNumber(storeID)
     }
 
-    /// The kernel's key for the node (its node table key): its own store id plus one.
-    var ino: UInt64 { inodeNumber(storeID) }
+    /// Where the node's entry sits in its directory's listing (a readdir offset continues after
+    /// it): the store id plus 2 (1 and 2 are `.` and `..`), so it stays valid while entries
+    /// change; a conflict entry's is its inode number, past every store id.
+    var cookie: UInt64 { conflict == nil ? UInt64(bitPattern: storeID.rawValue) &+ 2 : ino }
     /// The `st_ino` shown when it is not ``ino``: a file that took over a flat document shows
     /// the document's inode (so it is the same after a remount), and the file it replaced
     /// shows another number so that no two files share one.

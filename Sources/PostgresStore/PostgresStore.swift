@@ -1039,8 +1039,24 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
     public func resolveConflict(_ version: VersionID) throws {
         try write { db in
             let info = try Self.version(db, version)
-            guard info.isConflict else { return }  // FV-2: not a conflict, already resolved
+            guard info.isConflict, !info.isResolved else { return }  // FV-2: not a conflict, or resolved
             try db.query("UPDATE versions SET resolved = 1 WHERE id = $1", [.int(version.rawValue)])
+            let document = try Self.fetchDocument(db, info.document)
+            try Self.insertEvent(
+                db, .resolved, document: info.document, version: version, name: document.name, origin: "resolve")
+        }
+    }
+
+    public func unresolvedConflicts() throws -> [VersionInfo] {
+        try read { db in
+            try db.query(
+                """
+                SELECT versions.* FROM versions JOIN documents ON documents.id = versions.document
+                WHERE versions.branch <> 0 AND versions.resolved = 0 AND documents.deleted IS NULL
+                ORDER BY versions.id
+                """
+            )
+            .map(Self.version)
         }
     }
 

@@ -32,7 +32,9 @@ struct Mount: DocfsCommand {
             Options (-o, comma-separated, repeatable): ro, rw (the default), allow_other (let \
             other users in; needs user_allow_other in /etc/fuse.conf unless run as root), debug \
             (libfuse's request trace), fsname=NAME (the source shown by mount and df; default: \
-            the store's path), nonempty (mount over a folder that is not empty). mount(8)'s \
+            the store's path), nonempty (mount over a folder that is not empty), \
+            quiet_interval=SECONDS (save a changed document this long after its last change even \
+            while its files stay open; default 1). mount(8)'s \
             dev, suid, exec, auto, user, _netdev, defaults and the like are ignored (a docfs \
             mount is always nosuid,nodev); anything else goes to libfuse as written.
 
@@ -118,6 +120,7 @@ struct Mount: DocfsCommand {
         options.allowOther = plan.options.allowOther
         options.debug = plan.options.debug
         options.fsName = plan.options.fsName ?? plan.storePath
+        if let quiet = plan.options.quietInterval { options.fileSystem.quietInterval = quiet }
         options.extraOptions = plan.options.passThrough
         options.handleSignals = true
         let mount: DocumentFSMount

@@ -145,6 +145,10 @@ struct FuseOptions: Equatable {
     /// `nonempty`: mount over a folder that has contents (libfuse 3 no longer checks this, so
     /// docfs does and the option never reaches libfuse).
     var nonEmpty = false
+    /// `quiet_interval=SECONDS`: how long after its last change a document with unsaved changes
+    /// is saved even while its files stay open (default 1 s; saves at close and fsync happen
+    /// regardless).
+    var quietInterval: Duration?
     /// Everything else, as written, for libfuse (which refuses what it does not know).
     var passThrough: [String] = []
 
@@ -178,6 +182,11 @@ struct FuseOptions: Equatable {
         case "fsname":
             guard let value, !value.isEmpty else { throw Failure("-o fsname= needs a name") }
             fsName = Self.unescape(value)
+        case "quiet_interval":
+            guard let value, let seconds = Double(value), seconds.isFinite, seconds > 0, seconds <= 86400 else {
+                throw Failure("-o quiet_interval= needs a number of seconds above 0 and at most 86400")
+            }
+            quietInterval = .milliseconds(Int64((seconds * 1000).rounded(.up)))
         case "subtype":
             throw Failure("-o subtype= cannot be changed: docfs mounts are always of type fuse.docfs")
         default:

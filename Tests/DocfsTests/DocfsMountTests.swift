@@ -235,6 +235,11 @@ struct DocfsMountTests {
                 "unknown mount option no_such_option=1 (neither docfs nor libfuse knows it)")
             expectFailure(try docfs(["mount", store, mountpoint, "-f", "-o", "bogus"]), "unknown mount option bogus")
             expectFailure(try docfs(["mount", store, mountpoint, "-o", "subtype=x"]), "fuse.docfs")
+            for bad in ["quiet_interval=soon", "quiet_interval=0", "quiet_interval"] {
+                expectFailure(
+                    try docfs(["mount", store, mountpoint, "-o", bad]),
+                    "-o quiet_interval= needs a number of seconds above 0 and at most 86400")
+            }
             // libfuse knows max_read= but ends the session at the kernel's INIT unless the file
             // system asks for the same size: the daemon finds out after mounting, and the
             // launcher quotes libfuse's reason from the log.
@@ -243,6 +248,38 @@ struct DocfsMountTests {
                 "the mount at \(mountpoint) did not come up: ")
             expectFailure(try docfs(["mount", store, mountpoint, "-o", "max_read=131072"]), "maximum read size")
             #expect(Mounts.entry(at: mountpoint) == nil)
+        }
+    }
+
+    @Test("-o quiet_interval= sets how long an open file's change waits before it is saved")
+    func quietInterval() async throws {
+        try await onOwnThread { [self] in
+            let mountpoint = try folder("mnt")
+            defer { cleanUp(mountpoint) }
+            let mounted = try docfs(["mount", store, mountpoint, "-o", "quiet_interval=60"])
+            try #require(mounted.status == 0, "\(mounted)")
+            let docfsPath = try #require(Docfs.program).path
+            let count = "\"$2\" versions \"$3\" README.txt | wc -l"
+            // Kept open with a change for 2.5 s: the default (1 s) would have saved it; 60 s does
+            // not. The close saves it. (perl, because a shell's redirections duplicate and close
+            // the descriptor, and every close by the writer is a save point.)
+            let held = try program([
+                "/bin/sh", "-c",
+                """
+                \(count)
+                perl -e '
+                    sub count { my @lines = `"$ARGV[1]" versions "$ARGV[2]" README.txt`; print scalar(@lines), "\\n" }
+                    open(my $f, ">", $ARGV[0]) or die "open: $!"; syswrite($f, "held open\\n") or die "write: $!";
+                    select(undef, undef, undef, 2.5); count(); close($f) or die "close: $!"; count()' \\
+                    "$1/README.txt" "$2" "$3"
+                """,
+                "sh", mountpoint, docfsPath, store,
+            ])
+            #expect(held.status == 0, "\(held)")
+            let counts = held.stdout.split(separator: "\n").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+            try #require(counts.count == 3, "\(held)")
+            #expect(counts[1] == counts[0], "saved while open: \(held)")
+            #expect(counts[2] == counts[0] + 1, "not saved at close: \(held)")
         }
     }
 

@@ -267,8 +267,24 @@ import TestSupport
         strict.conflictPolicy = .fail
         #expect(throws: DocumentStoreError.self) { try store.save(strict) }
 
+        #expect(try store.unresolvedConflicts().map(\.id) == [conflict.version.id])
+        let before = try store.latestEventSequence()
         try store.resolveConflict(conflict.version.id)
         #expect(try store.versions(of: doc.id).first { $0.id == conflict.version.id }?.isResolved == true)
+        #expect(try store.unresolvedConflicts().isEmpty)
+        // Resolving is an event (so that mounts drop the conflict's entry); once only.
+        try store.resolveConflict(conflict.version.id)
+        let events = try store.events(after: before)
+        #expect(events.map(\.kind) == [.resolved], "\(events)")
+        #expect(events.first?.version == conflict.version.id && events.first?.document == doc.id)
+
+        // A deleted document's conflicts are not listed.
+        var again = DocumentChanges(document: doc.id, base: v2.version.id)
+        again.contents[a] = .replace(DataContentsSource(Data("again".utf8)))
+        #expect(try store.save(again).isConflict)
+        #expect(try store.unresolvedConflicts().count == 1)
+        try store.deleteDocument(doc.id, origin: "test")
+        #expect(try store.unresolvedConflicts().isEmpty)
     }
 
     @Test("A save is validated: unique names, existing directory parents, no root removal", arguments: StoreKind.all)

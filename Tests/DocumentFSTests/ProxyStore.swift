@@ -104,6 +104,7 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
         try inner.restore(version, of: document, origin: origin)
     }
     func resolveConflict(_ version: VersionID) throws { try inner.resolveConflict(version) }
+    func unresolvedConflicts() throws -> [VersionInfo] { try inner.unresolvedConflicts() }
     func collectGarbage(_ policy: RetentionPolicy) throws -> CollectionReport { try inner.collectGarbage(policy) }
     func events(after sequence: Int64) throws -> [StoreEvent] { try inner.events(after: sequence) }
     func latestEventSequence() throws -> Int64 { try inner.latestEventSequence() }

@@ -278,6 +278,8 @@ public struct CollectionReport: Sendable, Equatable {
 public struct StoreEvent: Sendable, Equatable {
     public enum Kind: String, Sendable {
         case created, saved, conflict, renamed, deleted, restored
+        /// A conflict version was marked resolved (FV-2).
+        case resolved
     }
     /// Increases with every event in the store.
     public var sequence: Int64
@@ -419,8 +421,11 @@ public protocol DocumentStore: AnyObject, Sendable {
     func versions(of document: DocumentID) throws -> [VersionInfo]
     /// Makes `version`'s tree the current one, as a new save.
     func restore(_ version: VersionID, of document: DocumentID, origin: String) throws -> SaveResult
-    /// Marks a conflict version resolved (FV-2).
+    /// Marks a conflict version resolved (FV-2), recording a ``StoreEvent/Kind/resolved`` event.
+    /// Resolving a version that is not an unresolved conflict does nothing.
     func resolveConflict(_ version: VersionID) throws
+    /// The unresolved conflict versions of every live (not deleted) document, oldest first.
+    func unresolvedConflicts() throws -> [VersionInfo]
     /// Drops versions the policy no longer keeps, and the chunks nothing references.
     func collectGarbage(_ policy: RetentionPolicy) throws -> CollectionReport
 
@@ -447,4 +452,10 @@ extension DocumentStore {
 
     /// A store without a cache has nothing to drop.
     public func purgeCache() {}
+
+    /// One query per document; stores override it with one query.
+    public func unresolvedConflicts() throws -> [VersionInfo] {
+        try documents().flatMap { try versions(of: $0.id).filter { $0.isConflict && !$0.isResolved } }
+            .sorted { $0.id < $1.id }
+    }
 }

@@ -1178,9 +1178,26 @@ public final class SQLiteStore: DocumentStore, Sendable {
     public func resolveConflict(_ version: VersionID) throws {
         try write { db in
             let info = try Self.version(db, version)
-            guard info.isConflict else { return }  // FV-2: not a conflict, already resolved
+            guard info.isConflict, !info.isResolved else { return }  // FV-2: not a conflict, or resolved
             try db.execute(
                 sql: "UPDATE versions SET resolved = 1 WHERE id = ?", arguments: [version.rawValue])
+            let document = try Self.fetchDocument(db, info.document)
+            try Self.insertEvent(
+                db, .resolved, document: info.document, version: version, name: document.name, origin: "resolve")
+        }
+    }
+
+    public func unresolvedConflicts() throws -> [VersionInfo] {
+        try read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT versions.* FROM versions JOIN documents ON documents.id = versions.document
+                    WHERE versions.branch != 0 AND versions.resolved = 0 AND documents.deleted IS NULL
+                    ORDER BY versions.id
+                    """
+            )
+            .map(Self.version)
         }
     }
 
