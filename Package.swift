@@ -85,7 +85,7 @@ let package = Package(
             ]
         ),
         // A child process the store's kill test saves with and kills mid-save.
-        .executableTarget(name: "store-torture", dependencies: ["DocumentEngine"]),
+        .executableTarget(name: "store-torture", dependencies: ["DocumentEngine", "PostgresStore"]),
         // The seeds' document types (MyStuff, ImageNotes, text), used by the demo store and tests.
         .target(name: "SampleDocuments", dependencies: ["DocumentEngine"]),
         // Helpers shared by the test targets; not a product.

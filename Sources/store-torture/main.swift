@@ -1,4 +1,4 @@
-// store-torture <store-path> <document-name> <rounds> [deferred]
+// store-torture <store-path | postgres-url> <document-name> <rounds> [deferred|document]
 //
 // Saves `rounds` new versions of a package document, one after another, as fast as it can, so
 // that a test can kill it with SIGKILL at arbitrary points of a save. Every file of round N holds
@@ -15,6 +15,7 @@
 
 import DocumentEngine
 import Foundation
+import PostgresStore
 
 #if canImport(Glibc)
     import Glibc
@@ -66,7 +67,7 @@ func fail(_ message: String) -> Never {
 }
 
 /// The deferred mode: see the top of the file.
-func saveDeferred(_ store: SQLiteStore, name: String, rounds: Int) throws {
+func saveDeferred(_ store: any DocumentStore, name: String, rounds: Int) throws {
     var info =
         try store.document(named: name)
         ?? store.createDocument(
@@ -129,7 +130,7 @@ final class TortureDocument: Document {
 }
 
 @MainActor
-func saveThroughDocument(_ store: SQLiteStore, name: String, rounds: Int) async {
+func saveThroughDocument(_ store: any DocumentStore, name: String, rounds: Int) async {
     let document = TortureDocument(store: store, name: name)
     var exists = (try? store.document(named: name)) != nil
     if exists {
@@ -146,6 +147,15 @@ func saveThroughDocument(_ store: SQLiteStore, name: String, rounds: Int) async 
     }
 }
 
+/// The store at a path (SQLite, created if missing) or a `postgres://` URL (the database must
+/// exist; the store is created in it if missing).
+func openStore(_ location: String) throws -> any DocumentStore {
+    if location.hasPrefix("postgres://") || location.hasPrefix("postgresql://") {
+        return try PostgresStore(configuration: PostgresStore.Configuration(url: location), options: .create)
+    }
+    return try SQLiteStore(path: location, options: .create)
+}
+
 let arguments = CommandLine.arguments
 let deferred = arguments.count == 5 && arguments[4] == "deferred"
 let throughDocument = arguments.count == 5 && arguments[4] == "document"
@@ -155,7 +165,7 @@ guard arguments.count == 4 || deferred || throughDocument, let rounds = Int(argu
 
 if throughDocument {
     do {
-        await saveThroughDocument(try SQLiteStore(path: arguments[1], options: .create), name: arguments[2], rounds: rounds)
+        await saveThroughDocument(try openStore(arguments[1]), name: arguments[2], rounds: rounds)
     } catch {
         fail(String(describing: error))
     }
@@ -164,8 +174,7 @@ if throughDocument {
 
 if deferred {
     do {
-        try saveDeferred(
-            SQLiteStore(path: arguments[1], options: .create), name: arguments[2], rounds: rounds)
+        try saveDeferred(openStore(arguments[1]), name: arguments[2], rounds: rounds)
     } catch {
         fail(String(describing: error))
     }
@@ -173,7 +182,7 @@ if deferred {
 }
 
 do {
-    let store = try SQLiteStore(path: arguments[1], options: .create)
+    let store = try openStore(arguments[1])
     let name = arguments[2]
     var info =
         try store.document(named: name)

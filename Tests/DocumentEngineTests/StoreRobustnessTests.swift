@@ -419,8 +419,7 @@ import TestSupport
     }
 
     /// The round the document is at, after checking that every file belongs to it.
-    func verifiedRound(_ path: String, document: String) throws -> Int {
-        let store = try SQLiteStore(path: path)
+    func verifiedRound(_ store: any DocumentStore, document: String) throws -> Int {
         let report = try store.checkIntegrity()
         #expect(report.isClean, "\(report.problems)")
         let info = try #require(try store.document(named: document))
@@ -441,41 +440,45 @@ import TestSupport
         return round
     }
 
-    @Test(.timeLimit(.minutes(2))) func aKilledSaveLosesNothingAcknowledged() throws {
-        try killSavesMidway(mode: nil, iterations: 25)
+    /// On PostgreSQL the kill drops the connection mid-transaction: the server rolls it back.
+    @Test(.timeLimit(.minutes(2)), arguments: StoreKind.all)
+    func aKilledSaveLosesNothingAcknowledged(_ kind: StoreKind) throws {
+        try killSavesMidway(kind, mode: nil, iterations: 25)
     }
 
     /// The same through the engine's `Document` (an app saving a package document with
     /// `save(to:for:)`), killed mid-save.
-    @Test(.timeLimit(.minutes(2))) func aKilledDocumentSaveLosesNothingAcknowledged() throws {
-        try killSavesMidway(mode: "document", iterations: 15)
+    @Test(.timeLimit(.minutes(2)), arguments: StoreKind.all)
+    func aKilledDocumentSaveLosesNothingAcknowledged(_ kind: StoreKind) throws {
+        try killSavesMidway(kind, mode: "document", iterations: 15)
     }
 
     /// Starts store-torture (in `mode`) `iterations` times and kills it with SIGKILL after a
     /// seeded delay of 5–400 ms; after each kill the store is clean, holds one whole round, at
     /// least the last acknowledged one, and never goes back.
-    func killSavesMidway(mode: String?, iterations: Int) throws {
+    func killSavesMidway(_ kind: StoreKind, mode: String?, iterations: Int) throws {
         guard let program = Self.tortureProgram() else {
             Issue.record(
                 "store-torture is not built next to the tests; run `swift build --build-tests` first")
             return
         }
-        let tmp = try TemporaryDirectory()
-        let path = tmp.path("Torture.docstore")
+        // Created up front: a kill while the store itself is being created is another matter.
+        let fixture = try StoreFixture(kind, name: "Torture")
+        let path = fixture.location
         let document = "Torture.pkg"
-        do {
-            // Created up front: a kill while the store itself is being created is another matter.
-            let store = try SQLiteStore(path: path, options: .create)
-            _ = try store.createDocument(
-                named: document, kind: .package, type: nil, permissions: nil, origin: "test")
-        }
+        _ = try fixture.store.createDocument(
+            named: document, kind: .package, type: nil, permissions: nil, origin: "test")
         let seed =
             ProcessInfo.processInfo.environment["STORE_TORTURE_SEED"].flatMap { UInt64($0) }
             ?? UInt64.random(in: 1...999_999)
         var random = SplitMix64(seed: seed)
-        var delays = (0..<iterations).map { i in 5 + i * 395 / (iterations - 1) + Int(random.next() % 10) }
+        // A PostgreSQL save takes longer (round trips to the server): spread the kills wider.
+        let scale = kind == .postgres ? 3 : 1
+        var delays = (0..<iterations).map { i in
+            (5 + i * 395 / (iterations - 1) + Int(random.next() % 10)) * scale
+        }
         delays.shuffle(using: &random)
-        print("store-torture \(mode ?? "store"): seed \(seed) (set STORE_TORTURE_SEED to repeat), delays in ms \(delays)")
+        print("store-torture \(mode ?? "store") on \(kind): seed \(seed) (set STORE_TORTURE_SEED to repeat), delays in ms \(delays)")
 
         var lastRound = 0
         var acknowledged = 0
@@ -512,7 +515,7 @@ import TestSupport
             }
             let lastSaved = saved.last ?? 0
             if !saved.isEmpty { killedWhileSaving += 1 }
-            let round = try verifiedRound(path, document: document)
+            let round = try verifiedRound(try fixture.reopen(), document: document)
             print(
                 "iteration \(iteration): killed after \(delay) ms, \(saved.count) saves acknowledged (last \(lastSaved)), store at round \(round)"
             )

@@ -1,6 +1,7 @@
 import DocumentEngine
 import DocumentFS
 import Foundation
+import StoreTestSupport
 import Testing
 import TestSupport
 import CLinuxSupport
@@ -145,21 +146,28 @@ struct HostileInputTests {
         }
     }
 
-    @Test("a store damaged under a running mount: EIO for the damaged document and file, the others still served")
-    func damageWhileMounted() async throws {
-        let fixture = try Fixture.small()
+    @Test(
+        "a store damaged under a running mount: EIO for the damaged document and file, the others still served",
+        arguments: StoreKind.all)
+    func damageWhileMounted(_ kind: StoreKind) async throws {
+        let fixture = try Fixture.small(kind)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             // The root is listed; the documents' wrappers are not read yet. Another process then
-            // damages one row of Other.pkg (a text where an integer belongs) and removes the
-            // chunk of Work.pkg/sub/inner.txt.
+            // damages one row of Other.pkg (SQLite: a text where an integer belongs; PostgreSQL,
+            // whose columns are typed: a wrapper kind that does not exist) and removes the chunk
+            // of Work.pkg/sub/inner.txt.
             _ = try await offThread { try FileManager.default.contentsOfDirectory(atPath: mount.path) }
-            let damage = try await sh(
-                "sqlite3 -bail '\(fixture.path)' \"UPDATE nodes SET uid = 'garbage' WHERE name = 'other.txt';"
-                    + " DELETE FROM chunks WHERE id IN (SELECT chunk FROM chunk_map WHERE node ="
-                    + " (SELECT node FROM nodes WHERE name = 'inner.txt'));\"",
-                in: "/")
-            try #require(damage.status == 0, "\(damage.error)")
+            let badRow =
+                kind == .sqlite
+                ? "UPDATE nodes SET uid = 'garbage' WHERE name = 'other.txt';"
+                : "UPDATE nodes SET kind = 99 WHERE name = 'other.txt';"
+            _ = try await offThread {
+                try fixture.stores.sql(
+                    badRow
+                        + " DELETE FROM chunks WHERE id IN (SELECT chunk FROM chunk_map WHERE node ="
+                        + " (SELECT node FROM nodes WHERE name = 'inner.txt'));")
+            }
             let other = try await sh("ls Other.pkg", in: mount.path)
             #expect(other.status != 0 && other.error.contains("Input/output error"), "\(other)")
             let inner = try await sh("cat Work.pkg/sub/inner.txt", in: mount.path)

@@ -1,6 +1,8 @@
 import DocumentEngine
 import DocumentFS
 import Foundation
+import StoreTestSupport
+import PostgresStore
 import Testing
 import TestSupport
 
@@ -256,15 +258,23 @@ import TestSupport
     /// scripts/crash-test.sh, short: 4 rounds of 3 writers against `docfs mount -f`, killed
     /// with SIGKILL 0.3–3 s into each round; then fsck, every fsync-acknowledged record present,
     /// no file half-saved, and the store mounts again. `DOCFS_CRASH_SEED` repeats a run.
-    @Test func aKilledDaemonLosesNothingAcknowledged() async throws {
+    /// On PostgreSQL (`DOCFS_STORE`, a fresh database) the killed daemon's connections drop
+    /// mid-transaction.
+    @Test(arguments: StoreKind.all)
+    func aKilledDaemonLosesNothingAcknowledged(_ kind: StoreKind) async throws {
         guard let docfs = Self.builtProgram("docfs") else {
             Issue.record("docfs is not built next to the tests; run `swift build --build-tests`")
             return
         }
         let seed = Self.seed("DOCFS_CRASH_SEED") % 100_000
+        var environment = ["DOCFS_BIN=\(docfs)"]
+        let database = kind == .postgres ? try StoreFixture.newDatabase() : nil
+        defer { if let database { try? PostgresStore.dropDatabase(database) } }
+        if let database { environment.append("DOCFS_STORE=\(database.url)") }
+        let variables = environment
         let result = try await offThread {
             try runTimed(
-                "/usr/bin/env", ["DOCFS_BIN=\(docfs)", Self.root + "/scripts/crash-test.sh", "4", "\(seed)", "3"],
+                "/usr/bin/env", variables + [Self.root + "/scripts/crash-test.sh", "4", "\(seed)", "3"],
                 seconds: 150)
         }
         print(result.output)

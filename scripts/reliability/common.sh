@@ -1,7 +1,8 @@
 # Sourced by the reliability scripts (crash-test.sh, fsx.sh, concurrency.sh):
 #   source scripts/reliability/common.sh NAME
 # Sets `docfs` (DOCFS_BIN, else .build/debug/docfs, built if missing), a work folder
-# /tmp/docfs-NAME.XXXXXX with `store` (its store path) and `mnt` (an empty mount point), and an
+# /tmp/docfs-NAME.XXXXXX with `store` (its store path, or DOCFS_STORE when set: a
+# postgres:// URL, say) and `mnt` (an empty mount point), and an
 # exit trap that SIGKILLs `daemon_pid`, ends `timer`, detaches the mount and removes the work
 # folder when `status` is 0 (KEEP=1 keeps it). `status` starts at 1.
 docfs=${DOCFS_BIN:-}
@@ -11,7 +12,7 @@ if [ -z "$docfs" ]; then
 fi
 docfs=$(readlink -f "$docfs")
 work=$(mktemp -d "/tmp/docfs-$1.XXXXXX")
-store=$work/S.docstore
+store=${DOCFS_STORE:-$work/S.docstore}
 mnt=$work/mnt
 mkdir "$mnt"
 status=1
