@@ -38,17 +38,28 @@ struct ConflictEntryTests {
         return lost.version.id
     }
 
+    /// The small fixture with a conflict on Work.pkg/notes.txt ("lost" against "current") and,
+    /// unless `flat` is false, one on Flat.txt ("flat lost" against "flat current").
+    static func conflicted(_ kind: StoreKind, flat: Bool = true) throws
+        -> (fixture: Fixture, engine: Engine, work: VersionID, flat: VersionID?)
+    {
+        let fixture = try Fixture.small(kind)
+        let engine = try Engine(fixture)
+        let work = try makeConflict(engine, "Work.pkg", "notes.txt", current: "current\n", conflict: "lost\n")
+        let flatVersion =
+            flat
+            ? try makeConflict(engine, "Flat.txt", current: "flat current\n", conflict: "flat lost\n") : nil
+        return (fixture, engine, work, flatVersion)
+    }
+
     @Test(
         "a conflict version shows beside its document, read-only, with that version's files and bytes",
         arguments: StoreKind.all)
     func shown(_ kind: StoreKind) async throws {
-        let fixture = try Fixture.small(kind)
-        defer { fixture.remove() }
-        let engine = try Engine(fixture)
         // One conflict before the mount (its first listing shows it), one while it runs (the
         // observer shows it).
-        let work = try Self.makeConflict(
-            engine, "Work.pkg", "notes.txt", current: "current\n", conflict: "lost\n")
+        let (fixture, engine, work, _) = try Self.conflicted(kind, flat: false)
+        defer { fixture.remove() }
         let workEntry = "Work (conflict \(work.rawValue)).pkg"
         let inode = try await withMount(fixture.store) { mount in
             let flat = try Self.makeConflict(
@@ -112,13 +123,9 @@ struct ConflictEntryTests {
         "rm of a conflict entry, or rm -r of a package's, resolves it and keeps the current version",
         arguments: StoreKind.all)
     func removing(_ kind: StoreKind) async throws {
-        let fixture = try Fixture.small(kind)
+        let (fixture, engine, work, flatVersion) = try Self.conflicted(kind)
         defer { fixture.remove() }
-        let engine = try Engine(fixture)
-        let work = try Self.makeConflict(
-            engine, "Work.pkg", "notes.txt", current: "current\n", conflict: "lost\n")
-        let flat = try Self.makeConflict(
-            engine, "Flat.txt", current: "flat current\n", conflict: "flat lost\n")
+        let flat = try #require(flatVersion)
         try await withMount(fixture.store) { mount in
             let workEntry = "Work (conflict \(work.rawValue)).pkg"
             let flatEntry = "Flat (conflict \(flat.rawValue)).txt"
@@ -153,13 +160,9 @@ struct ConflictEntryTests {
         "mv of a conflict entry onto its document keeps that version; mv anywhere else copies it and resolves",
         arguments: StoreKind.all)
     func keeping(_ kind: StoreKind) async throws {
-        let fixture = try Fixture.small(kind)
+        let (fixture, engine, work, flatVersion) = try Self.conflicted(kind)
         defer { fixture.remove() }
-        let engine = try Engine(fixture)
-        let work = try Self.makeConflict(
-            engine, "Work.pkg", "notes.txt", current: "current\n", conflict: "lost\n")
-        let flat = try Self.makeConflict(
-            engine, "Flat.txt", current: "flat current\n", conflict: "flat lost\n")
+        let flat = try #require(flatVersion)
         let flatID = try engine.document("Flat.txt").id
         let versionsBefore = try engine.versions("Flat.txt").count
         try await withMount(fixture.store) { mount in
@@ -210,13 +213,9 @@ struct ConflictEntryTests {
         "another process resolving or renaming shows within a second; a document keeps its name over an entry",
         arguments: StoreKind.all)
     func followsOthers(_ kind: StoreKind) async throws {
-        let fixture = try Fixture.small(kind)
+        let (fixture, engine, work, flatVersion) = try Self.conflicted(kind)
         defer { fixture.remove() }
-        let engine = try Engine(fixture)
-        let flat = try Self.makeConflict(
-            engine, "Flat.txt", current: "flat current\n", conflict: "flat lost\n")
-        let work = try Self.makeConflict(
-            engine, "Work.pkg", "notes.txt", current: "current\n", conflict: "lost\n")
+        let flat = try #require(flatVersion)
         try await withMount(fixture.store) { mount in
             let flatEntry = "Flat (conflict \(flat.rawValue)).txt"
             #expect(try entries(in: mount.path).contains(flatEntry))
