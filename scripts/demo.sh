@@ -46,9 +46,10 @@ Try:
   ls -l $m
   ls -l $m/Things\ I\ Own.mystuff
   cat $m/README.txt
-  # edit a text document (saving needs DocFS's write path; a read-only build
-  # answers "read-only file system")
+  # edit a text document: every save is a new version in the store
   vim $m/Shopping\ List.txt
+  # a package's wrappers are ordinary files
+  cp -a $m/Trip\ Notes.imagenote /tmp/ && ls -l /tmp/Trip\ Notes.imagenote
   # the store's side: its documents, and every saved version of one
   $d ls
   $d versions "Shopping List.txt"
