@@ -34,7 +34,9 @@ struct Mount: DocfsCommand {
             (libfuse's request trace), fsname=NAME (the source shown by mount and df; default: \
             the store's path), nonempty (mount over a folder that is not empty), \
             quiet_interval=SECONDS (save a changed document this long after its last change even \
-            while its files stay open; default 1). mount(8)'s \
+            while its files stay open; default 1), attr_timeout=SECONDS and \
+            entry_timeout=SECONDS (how long the kernel caches attributes and names; default 1; \
+            other processes' and mounts' saves invalidate them regardless). mount(8)'s \
             dev, suid, exec, auto, user, _netdev, defaults and the like are ignored (a docfs \
             mount is always nosuid,nodev); anything else goes to libfuse as written.
 
@@ -121,6 +123,8 @@ struct Mount: DocfsCommand {
         options.debug = plan.options.debug
         options.fsName = plan.options.fsName ?? plan.storePath
         if let quiet = plan.options.quietInterval { options.fileSystem.quietInterval = quiet }
+        if let timeout = plan.options.attributeTimeout { options.fileSystem.attributeTimeout = timeout }
+        if let timeout = plan.options.entryTimeout { options.fileSystem.entryTimeout = timeout }
         options.extraOptions = plan.options.passThrough
         options.handleSignals = true
         let mount: DocumentFSMount

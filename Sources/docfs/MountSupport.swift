@@ -149,6 +149,12 @@ struct FuseOptions: Equatable {
     /// is saved even while its files stay open (default 1 s; saves at close and fsync happen
     /// regardless).
     var quietInterval: Duration?
+    /// `attr_timeout=SECONDS` and `entry_timeout=SECONDS`: how long the kernel may answer
+    /// `stat` and name lookups from its cache (default 1 s each). Other processes' and other
+    /// mounts' saves invalidate those caches whatever the timeout, so a longer one only saves
+    /// round trips; 0 asks the daemon every time.
+    var attributeTimeout: Duration?
+    var entryTimeout: Duration?
     /// Everything else, as written, for libfuse (which refuses what it does not know).
     var passThrough: [String] = []
 
@@ -187,6 +193,13 @@ struct FuseOptions: Equatable {
                 throw Failure("-o quiet_interval= needs a number of seconds above 0 and at most 86400")
             }
             quietInterval = .milliseconds(Int64((seconds * 1000).rounded(.up)))
+        case "attr_timeout", "entry_timeout":
+            // The names (and meaning) of libfuse's high-level and sshfs's options of the same names.
+            guard let value, let seconds = Double(value), seconds.isFinite, seconds >= 0, seconds <= 86400 else {
+                throw Failure("-o \(name)= needs a number of seconds from 0 to 86400")
+            }
+            let timeout = Duration.milliseconds(Int64((seconds * 1000).rounded()))
+            if name == "attr_timeout" { attributeTimeout = timeout } else { entryTimeout = timeout }
         case "subtype":
             throw Failure("-o subtype= cannot be changed: docfs mounts are always of type fuse.docfs")
         default:

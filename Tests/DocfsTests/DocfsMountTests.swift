@@ -240,6 +240,12 @@ struct DocfsMountTests {
                     try docfs(["mount", store, mountpoint, "-o", bad]),
                     "-o quiet_interval= needs a number of seconds above 0 and at most 86400")
             }
+            for bad in ["attr_timeout=-1", "attr_timeout=soon", "entry_timeout", "entry_timeout=1e9"] {
+                let name = bad.prefix { $0 != "=" }
+                expectFailure(
+                    try docfs(["mount", store, mountpoint, "-o", bad]),
+                    "-o \(name)= needs a number of seconds from 0 to 86400")
+            }
             // libfuse knows max_read= but ends the session at the kernel's INIT unless the file
             // system asks for the same size: the daemon finds out after mounting, and the
             // launcher quotes libfuse's reason from the log.

@@ -10,8 +10,9 @@ import Testing
 
 // Serialized: fewer mounts coming and going at once (each `docfs mount` reads mountinfo).
 /// One PostgreSQL store mounted by two `docfs mount` daemons, as two machines would mount it:
-/// what one mount saves, creates, renames or deletes shows up in the other within a second, and
-/// two conflicting saves keep both versions. Runs when the tests have a server
+/// what one mount saves, creates, renames or deletes shows up in the other (through the other
+/// daemon's cache invalidation; how fast is `scripts/bench.sh`'s B8), and two conflicting saves
+/// keep both versions. Runs when the tests have a server
 /// (DOCFS_TEST_POSTGRES_URL, set by scripts/test.sh).
 @Suite("PostgresMount", .serialized, .enabled(if: StoreKind.postgresURL != nil))
 struct PostgresMountTests {
@@ -50,7 +51,7 @@ struct PostgresMountTests {
     }
 
     /// The seconds until `condition` held (polled every 20 ms), or nil if it did not within `limit`.
-    func seconds(until condition: () -> Bool, limit: Double = 5) -> Double? {
+    func seconds(until condition: () -> Bool, limit: Double = 10) -> Double? {
         let start = Date()
         while Date().timeIntervalSince(start) < limit {
             if condition() { return Date().timeIntervalSince(start) }
@@ -70,7 +71,7 @@ struct PostgresMountTests {
     }
 
     @Test(
-        "two daemons on one store: saves, creates, renames and deletes show up in the other within a second")
+        "two daemons on one store: saves, creates, renames and deletes show up in the other, invalidated")
     func twoMounts() async throws {
         try await onOwnThread { [self] in
             defer { try? PostgresStore.dropDatabase(database) }
@@ -83,7 +84,9 @@ struct PostgresMountTests {
                 cleanUp(two)
             }
             for mountpoint in [one, two] {
-                let mounted = try docfs(["mount", url, mountpoint])
+                // The kernel may cache for a minute: only the daemon's invalidation can show
+                // another mount's change within the waits below.
+                let mounted = try docfs(["mount", url, mountpoint, "-o", "attr_timeout=60,entry_timeout=60"])
                 try #require(mounted.status == 0, "\(mounted)\n\(daemonLog())")
                 #expect(
                     Mounts.entry(at: mountpoint)?.source == url, "the source is the URL without a password")
@@ -94,30 +97,27 @@ struct PostgresMountTests {
             let saved = try shell("printf 'saved on one\\n' > \"$1/README.txt\"", one)
             #expect(saved.status == 0, "\(saved)")
             let save = seconds { text(two + "/README.txt") == "saved on one\n" }
-            #expect(save != nil && save! < 1, "the save showed up after \(String(describing: save)) s")
+            #expect(save != nil, "the save never showed up")
 
             // A new document, renamed, then deleted.
             _ = try shell("printf 'new\\n' > \"$1/new.txt\"", one)
             let create = seconds { text(two + "/new.txt") == "new\n" }
-            #expect(
-                create != nil && create! < 1, "the create showed up after \(String(describing: create)) s")
+            #expect(create != nil, "the create never showed up")
             let moved = try shell("mv \"$1/new.txt\" \"$1/renamed.txt\"", one)
             #expect(moved.status == 0, "\(moved)")
             let rename = seconds {
                 text(two + "/renamed.txt") == "new\n"
                     && !FileManager.default.fileExists(atPath: two + "/new.txt")
             }
-            #expect(
-                rename != nil && rename! < 1, "the rename showed up after \(String(describing: rename)) s")
+            #expect(rename != nil, "the rename never showed up")
             _ = try shell("rm \"$1/renamed.txt\"", one)
             let delete = seconds { !FileManager.default.fileExists(atPath: two + "/renamed.txt") }
-            #expect(
-                delete != nil && delete! < 1, "the delete showed up after \(String(describing: delete)) s")
+            #expect(delete != nil, "the delete never showed up")
 
             // And the other way round.
             _ = try shell("printf 'from two\\n' > \"$1/README.txt\"", two)
             let back = seconds { text(one + "/README.txt") == "from two\n" }
-            #expect(back != nil && back! < 1, "the save showed up after \(String(describing: back)) s")
+            #expect(back != nil, "the save never showed up")
             let figures = [save, create, rename, delete, back].map {
                 $0.map { String(format: "%.3f", $0) } ?? "-"
             }

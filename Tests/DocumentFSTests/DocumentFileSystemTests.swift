@@ -310,11 +310,13 @@ struct DocumentFileSystemTests {
         }
     }
 
-    @Test("another connection's save, create and delete show up in the mount within a second", arguments: StoreKind.all)
+    @Test(
+        "another connection's save, create and delete show up in the mount through the daemon's invalidation",
+        arguments: StoreKind.all)
     func otherWriters(_ kind: StoreKind) async throws {
         let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
-        try await withMount(fixture.store) { mount in
+        try await withMount(fixture.store, configure: kernelCachesForAMinute) { mount in
             let p = mount.path
             #expect(try await sh("cat README.txt", in: p).output.hasPrefix("This store"))
             #expect(try await sh("cat Project.pkg/src/main.swift", in: p).output == "print(\"hello\")\n")
@@ -355,25 +357,24 @@ struct DocumentFileSystemTests {
             let trip = try #require(try other.document(named: "Trip Notes.imagenote"))
             _ = try other.renameDocument(trip.id, to: "Trip Notes (renamed).imagenote")
 
-            // First a stat, before any open: only the observer's invalidation can make the
-            // kernel drop attributes it may cache for a second, so this measures that path.
+            // First a stat, before any open: the kernel holds the old attributes for a minute, so
+            // only the observer's invalidation can show the new size.
             let size = text.utf8.count
             let attributes = try await offThread {
-                eventually(timeout: 3) { try lstatOf(p + "/README.txt").st_size == size }
+                eventually(timeout: 10) { try lstatOf(p + "/README.txt").st_size == size }
             }
-            let attributeSeconds = try #require(attributes, "the new size never showed up")
-            #expect(attributeSeconds < 0.6, "the new size took \(attributeSeconds) s")
+            #expect(attributes != nil, "the new size never showed up")
             let waited = try await offThread { () -> [Double?] in
                 [
-                    eventually(timeout: 3) { try readText(p + "/README.txt") == text },
-                    eventually(timeout: 3) {
+                    eventually(timeout: 10) { try readText(p + "/README.txt") == text },
+                    eventually(timeout: 10) {
                         try readText(p + "/Project.pkg/src/main.swift") == "print(\"changed\")\n"
                     },
-                    eventually(timeout: 3) {
+                    eventually(timeout: 10) {
                         try FileManager.default.contentsOfDirectory(atPath: p + "/Project.pkg/src").contains(
                             "added.swift")
                     },
-                    eventually(timeout: 3) {
+                    eventually(timeout: 10) {
                         let names = try FileManager.default.contentsOfDirectory(atPath: p)
                         return names.contains("New Note.txt") && !names.contains("Shopping List.txt")
                             && names.contains("Trip Notes (renamed).imagenote")
@@ -382,8 +383,7 @@ struct DocumentFileSystemTests {
                 ]
             }
             for (index, seconds) in waited.enumerated() {
-                let seconds = try #require(seconds, "change \(index) never showed up")
-                #expect(seconds < 1.5, "change \(index) took \(seconds) s")
+                #expect(seconds != nil, "change \(index) never showed up")
             }
             let st = try lstatOf(p + "/README.txt")
             #expect(st.st_size == text.utf8.count)

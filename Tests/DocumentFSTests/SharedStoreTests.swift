@@ -46,17 +46,19 @@ final class AppPackageDocument: Document {
     }
 }
 
-/// The mount and apps share one store: another process's saves show up in the mount within a
-/// second, and writes through the mount reach an app's open `Document` (reload when it is clean,
+/// The mount and apps share one store: another process's saves show up in the mount (within a
+/// second: `scripts/bench.sh` B8 measures it), and writes through the mount reach an app's open `Document` (reload when it is clean,
 /// a conflict when it has unsaved changes).
 @MainActor
 @Suite(.serialized)
 struct SharedStoreTests {
-    @Test("saves by another store connection show up in the mount within a second, also over our own writes", arguments: StoreKind.all)
+    @Test(
+        "saves by another store connection show up in the mount (invalidated, not timed out), also over our own writes",
+        arguments: StoreKind.all)
     func otherWritersShowUp(_ kind: StoreKind) async throws {
         let fixture = try Fixture.small(kind)
         defer { fixture.remove() }
-        try await withMount(fixture.store) { mount in
+        try await withMount(fixture.store, configure: kernelCachesForAMinute) { mount in
             let notes = mount.url("Work.pkg/notes.txt")
             let flat = mount.url("Flat.txt")
             // Our own write first, saved and cached by the kernel.
@@ -83,13 +85,12 @@ struct SharedStoreTests {
 
             let waited = try await offThread { () -> [Double?] in
                 [
-                    eventually(timeout: 3) { try readText(notes) == "theirs, longer\n" },
-                    eventually(timeout: 3) { try readText(flat) == "app text\n" },
+                    eventually(timeout: 10) { try readText(notes) == "theirs, longer\n" },
+                    eventually(timeout: 10) { try readText(flat) == "app text\n" },
                 ]
             }
             for (index, seconds) in waited.enumerated() {
-                let seconds = try #require(seconds, "change \(index) never showed up")
-                #expect(seconds < 1.0, "change \(index) took \(seconds) s")
+                #expect(seconds != nil, "change \(index) never showed up")
             }
             // And we can write on top of theirs.
             try await offThread {
@@ -147,12 +148,12 @@ struct SharedStoreTests {
         }
     }
 
-    @Test("an app's save through Document shows up in the mount within a second")
+    @Test("an app's save through Document shows up in the mount (invalidated, not timed out)")
     func documentSaveShowsUp() async throws {
         let fixture = try Fixture.small()
         defer { fixture.remove() }
         let other = try Engine(fixture)
-        try await withMount(fixture.store) { mount in
+        try await withMount(fixture.store, configure: kernelCachesForAMinute) { mount in
             let flat = mount.url("Flat.txt")
             #expect(try await offThread { try readText(flat) } == Fixture.flatText)
             let doc = AppTextDocument(store: other.store, name: "Flat.txt")
@@ -162,9 +163,8 @@ struct SharedStoreTests {
             doc.updateChangeCount(.done)
             #expect(await doc.save(to: doc.fileURL, for: .forOverwriting))
             await doc.close()
-            let took = try await waitUntil(timeout: 3) { try readText(flat) == "saved by the app\n" }
-            let seconds = try #require(took, "the app's save never showed up")
-            #expect(seconds < 1.0, "took \(seconds) s")
+            let took = try await waitUntil(timeout: 10) { try readText(flat) == "saved by the app\n" }
+            #expect(took != nil, "the app's save never showed up")
         }
     }
 

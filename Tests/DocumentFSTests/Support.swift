@@ -266,6 +266,15 @@ func lstatOf(_ path: String) throws -> stat {
     return st
 }
 
+/// Mount options under which the kernel keeps entries and attributes for a minute: a change by
+/// another process can then show up within a test's wait only through the daemon's cache
+/// invalidation, which is what a test that uses them checks. How fast it shows is a figure of
+/// `scripts/bench.sh` (B8), never a test's assertion.
+func kernelCachesForAMinute(_ options: inout DocumentFSMount.Options) {
+    options.fileSystem.attributeTimeout = .seconds(60)
+    options.fileSystem.entryTimeout = .seconds(60)
+}
+
 /// Polls `condition` every 20 ms for up to `timeout` seconds; returns the seconds it took, or
 /// nil if it never held.
 func eventually(timeout: Double, _ condition: () throws -> Bool) -> Double? {

@@ -34,9 +34,6 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
         var attributeTimeout: Duration = .seconds(1)
         var entryTimeout: Duration = .seconds(1)
         var openOptions: OpenOptions = []
-        /// Reads of files with this name prefix answer after this delay, from another thread.
-        var slowPrefix = "slow"
-        var slowDelay: Duration = .milliseconds(300)
         /// Reads of files with this prefix are parked and never answered by the handler.
         var blockPrefix = "block"
         /// Reads of files with this prefix answer twice.
@@ -461,14 +458,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
         case .failure(let errno):
             reply.error(errno)
         case .success(let (bytes, name)):
-            if name.hasPrefix(behaviour.slowPrefix) {
-                // Slow work leaves the request thread: the worker is free at once.
-                let delay = behaviour.slowDelay
-                Thread.detachNewThread {
-                    Thread.sleep(forTimeInterval: delay.seconds)
-                    reply.data(bytes)
-                }
-            } else if name.hasPrefix(behaviour.blockPrefix) {
+            if name.hasPrefix(behaviour.blockPrefix) {
                 box.state.withLock { $0.parked.append(reply) }
             } else if name.hasPrefix(behaviour.twicePrefix) {
                 reply.data(bytes)
@@ -766,12 +756,5 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 throw .invalidArgument
             }
         }
-    }
-}
-
-extension Duration {
-    var seconds: Double {
-        let (s, atto) = components
-        return Double(s) + Double(atto) * 1e-18
     }
 }

@@ -405,26 +405,29 @@ struct MountedFileSystemTests {
         }
     }
 
-    @Test func eightSlowReadsRunConcurrently() async throws {
-        let fs = MemoryFS(behaviour: .init(openOptions: [.directIO], slowDelay: .milliseconds(300)))
+    @Test("eight reads are in flight at once: a request waiting for its reply holds up no other")
+    func eightReadsInFlightAtOnce() async throws {
+        let fs = MemoryFS(behaviour: .init(openOptions: [.directIO]))
         try await withMount(fs, configure: { $0.maxThreads = 16 }) { mount in
-            try await offThread { try writeFile(mount.url("slow"), "slow data") }
-            // Threads, not tasks: the measurement must not wait for a free cooperative thread.
-            let start = Date()
+            try await offThread { try writeFile(mount.url("block-8"), "held data") }
+            // Threads, not tasks: eight blocked readers must not wait for a free cooperative thread.
             let readers = (0..<8).map { _ in
-                Background { (try readFile(mount.url("slow")), Date()) }
+                Background { try readOnce(mount.url("block-8")) }
             }
+            // The file system parks each read without answering it. Served one at a time, the
+            // first would keep the others from ever reaching it.
+            #expect(eventually(timeout: 10) { fs.parkedCount == 8 }, "\(fs.parkedCount) reads arrived")
             var results: [String] = []
-            var finished = start
             for reader in readers {
-                let (text, end) = try await reader.value
-                results.append(text)
-                finished = max(finished, end)
+                // Late requests (only if the check above failed) are answered too: no reader is
+                // left blocked.
+                while !reader.isFinished {
+                    fs.releaseParked(with: Array("held data".utf8))
+                    try await Task.sleep(for: .milliseconds(10))
+                }
+                results.append(try await reader.value)
             }
-            let elapsed = finished.timeIntervalSince(start)
-            #expect(results == Array(repeating: "slow data", count: 8))
-            // Serial would be 8 × 2 reads × 0.3 s; concurrent is about 2 × 0.3 s.
-            #expect(elapsed < 1.6, "8 slow reads took \(elapsed) s")
+            #expect(results == Array(repeating: "held data", count: 8))
         }
     }
 

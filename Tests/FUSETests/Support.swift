@@ -40,6 +40,13 @@ final class Background<T: Sendable>: @unchecked Sendable {
     var value: T {
         get async throws { try await offThread { try self.wait() } }
     }
+
+    /// Whether the body has returned or thrown.
+    var isFinished: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return result != nil
+    }
 }
 
 /// Lines of /proc/self/mounts whose mountpoint is `path`.
