@@ -19,9 +19,11 @@ public final class StoreObserver: Sendable {
     private let failure = Mutex<String?>(nil)
     private let stopped = Atomic<Bool>(false)
 
-    /// Starts observing events after `sequence` (the latest when nil), polling every `interval`.
+    /// Starts observing events after `sequence` (the latest when nil), polling every `interval`,
+    /// or every `notifiedInterval` when the store notifies.
     public init(
         store: any DocumentStore, after sequence: Int64? = nil, interval: Duration = .milliseconds(100),
+        notifiedInterval: Duration = StoreObserver.notifiedPollInterval,
         handler: @escaping @Sendable ([StoreEvent]) -> Void
     ) throws {
         self.store = store
@@ -41,8 +43,7 @@ public final class StoreObserver: Sendable {
                 last = observer.poll(after: last)
                 _ = consume observer
                 if let notifying {
-                    generation = notifying.waitForChange(
-                        after: generation, timeout: Self.notifiedPollInterval)
+                    generation = notifying.waitForChange(after: generation, timeout: notifiedInterval)
                 } else {
                     Thread.sleep(forTimeInterval: pause)
                 }
