@@ -15,7 +15,7 @@ nonisolated(unsafe) private var statisticsSignalPipe: Int32 = -1
 /// This is how one sees from outside that listing a mount reads no content (scripts/bench.sh
 /// checks it) without a side channel in the mounted tree itself.
 enum StatisticsSignal {
-    static func install(store: SQLiteStore, logger: Logger) {
+    static func install(store: any DocumentStore, logger: Logger) {
         var fds: [Int32] = [-1, -1]
         guard pipe(&fds) == 0 else {
             logger.warning("cannot log statistics on SIGUSR1: pipe: \(errnoText())")

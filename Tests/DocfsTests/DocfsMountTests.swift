@@ -45,17 +45,8 @@ struct DocfsMountTests {
         return path
     }
 
-    /// The pid file a daemon serving `mountpoint` keeps in the sandbox's state folder.
-    func pidFile(_ mountpoint: String) -> String {
-        let name = mountpoint.replacingOccurrences(of: "%", with: "%25").replacingOccurrences(of: "/", with: "%2F")
-        return sandbox.path("home/.local/state/docfs/mounts/\(name).pid")
-    }
-
-    /// The pid in the pid file for `mountpoint`.
-    func daemonPID(_ mountpoint: String) -> pid_t? {
-        guard let text = try? String(contentsOfFile: pidFile(mountpoint), encoding: .utf8) else { return nil }
-        return text.split(separator: " ").first.flatMap { pid_t($0) }
-    }
+    func pidFile(_ mountpoint: String) -> String { sandbox.pidFile(mountpoint) }
+    func daemonPID(_ mountpoint: String) -> pid_t? { sandbox.daemonPID(mountpoint) }
 
     /// Unmounts `mountpoint` if it is still mounted and stops a daemon still serving it.
     func cleanUp(_ mountpoint: String) {
@@ -111,6 +102,10 @@ struct DocfsMountTests {
 
             let log = try String(contentsOfFile: sandbox.path("home/.local/state/docfs/docfs.log"), encoding: .utf8)
             #expect(log.contains("mounted") && log.contains("pid=\(pid)"), "the daemon logs to the log file: \(log)")
+            // SIGUSR1 logs the store's statistics, and the daemon serves on.
+            let statistics = sandbox.storeStatistics(of: pid)
+            #expect(statistics.map { $0.bytesRead >= readme.stdout.utf8.count } == true, "\(String(describing: statistics))")
+            #expect(isAlive(pid))
 
             let unmounted = try docfs(["unmount", mountpoint])
             #expect(unmounted.status == 0 && unmounted.stderr.isEmpty, "\(unmounted)")

@@ -61,10 +61,7 @@ struct PostgresMountTests {
     }
 
     /// The daemons' log, for failure messages.
-    func daemonLog() -> String {
-        (try? String(contentsOfFile: sandbox.path("home/.local/state/docfs/docfs.log"), encoding: .utf8))
-            ?? ""
-    }
+    func daemonLog() -> String { sandbox.daemonLog }
 
     func text(_ path: String) -> String? {
         try? String(contentsOfFile: path, encoding: .utf8)
@@ -124,6 +121,12 @@ struct PostgresMountTests {
             print(
                 "two mounts: save, create, rename, delete, save back seen after \(figures.joined(separator: ", ")) s"
             )
+
+            // SIGUSR1 logs the store's statistics (as for SQLite), and the daemon serves on.
+            let pid = try #require(sandbox.daemonPID(one))
+            let statistics = sandbox.storeStatistics(of: pid)
+            #expect(statistics.map { $0.bytesWritten > 0 && $0.bytesRead > 0 } == true, "\(String(describing: statistics))")
+            #expect(kill(pid, 0) == 0 && text(one + "/README.txt") == "from two\n")
         }
     }
 

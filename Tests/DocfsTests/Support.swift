@@ -57,6 +57,46 @@ final class Sandbox: Sendable {
         return environment
     }
 
+    /// The pid file a daemon serving `mountpoint` keeps in the sandbox's state folder.
+    func pidFile(_ mountpoint: String) -> String {
+        let name = mountpoint.replacingOccurrences(of: "%", with: "%25").replacingOccurrences(of: "/", with: "%2F")
+        return path("home/.local/state/docfs/mounts/\(name).pid")
+    }
+
+    /// The pid in the pid file for `mountpoint`.
+    func daemonPID(_ mountpoint: String) -> pid_t? {
+        guard let text = try? String(contentsOfFile: pidFile(mountpoint), encoding: .utf8) else { return nil }
+        return text.split(separator: " ").first.flatMap { pid_t($0) }
+    }
+
+    /// The daemons' log.
+    var daemonLog: String {
+        (try? String(contentsOfFile: path("home/.local/state/docfs/docfs.log"), encoding: .utf8)) ?? ""
+    }
+
+    /// Sends `kill -USR1` to the daemon `pid` and returns the store statistics it then logs
+    /// (content bytes read and written since it started), or nil if no line came within 10 s.
+    func storeStatistics(of pid: pid_t) -> (bytesRead: Int, bytesWritten: Int)? {
+        func lines() -> [Substring] {
+            daemonLog.split(separator: "\n").filter { $0.contains("pid=\(pid) ") && $0.contains("store statistics:") }
+        }
+        let before = lines().count
+        guard kill(pid, SIGUSR1) == 0 else { return nil }
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            if let line = lines().dropFirst(before).last {
+                func value(_ name: String) -> Int? {
+                    guard let range = line.range(of: " \(name)=") else { return nil }
+                    return Int(line[range.upperBound...].prefix { $0.isNumber })
+                }
+                guard let read = value("bytesRead"), let written = value("bytesWritten") else { return nil }
+                return (read, written)
+            }
+            usleep(20_000)
+        }
+        return nil
+    }
+
     @discardableResult
     func write(_ relative: String, _ contents: Data) throws -> String {
         let target = url.appendingPathComponent(relative)
