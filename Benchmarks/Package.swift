@@ -14,13 +14,17 @@ let package = Package(
     name: "DocFSBenchmarks",
     platforms: [.macOS(.v15)],
     dependencies: [
-        // The root package, by path: the engine figures (B6) call DocumentEngine directly.
+        // The root package, by path: the engine figures (B6) call DocumentEngine directly, on an
+        // SQLite file or a PostgreSQL database (BENCH_STORE=postgres).
         .package(name: "DocFS", path: "..")
     ],
     targets: [
         .executableTarget(
             name: "docfs-bench",
-            dependencies: [.product(name: "DocumentEngine", package: "DocFS")]
+            dependencies: [
+                .product(name: "DocumentEngine", package: "DocFS"),
+                .product(name: "PostgresStore", package: "DocFS"),
+            ]
         )
     ],
     swiftLanguageModes: [.v6]

@@ -17,6 +17,13 @@
 #                          figures); small (or --quick): 64 MiB, 1,000 files, 100 documents,
 #                          a smoke test of a few minutes
 #   BENCH_ROUNDS=N         rounds per figure (default 3)
+#   BENCH_STORE=sqlite|postgres|both
+#                          the store the mounts serve (default sqlite): an SQLite file beside the
+#                          native folder, or databases on a PostgreSQL server (both: one run each,
+#                          SQLite first); B2's "bytes written" are then the WAL PostgreSQL wrote
+#   BENCH_POSTGRES_URL=URL the server for BENCH_STORE=postgres, any database on it (default: the
+#                          loopback server of scripts/postgres.sh, started if it is not running);
+#                          the run creates its own databases there and drops them afterwards
 #   BENCH_DIR=PATH         where the native folder and the store go (default /var/tmp/docfsbench;
 #                          a local disk: the native figures are that file system's)
 #   BENCH_OUT=PATH         the JSON file (default bench-results/bench-DATE.json)
@@ -40,6 +47,22 @@ for argument in "$@"; do
     esac
 done
 rounds=${BENCH_ROUNDS:-3}
+store_kind=${BENCH_STORE:-sqlite}
+case $store_kind in
+sqlite | postgres) ;;
+both)
+    # One whole run per store, each with its own native figures measured beside it.
+    status=0
+    BENCH_STORE=sqlite "$0" "$@" || status=$?
+    BENCH_STORE=postgres "$0" "$@" || status=$?
+    exit "$status"
+    ;;
+*)
+    echo "bench: BENCH_STORE must be sqlite, postgres or both" >&2
+    exit 2
+    ;;
+esac
+export BENCH_STORE=$store_kind
 if [ "$rounds" -lt 3 ]; then echo "bench: note: BENCH_ROUNDS=$rounds; figures for the README need at least 3" >&2; fi
 
 MiB=$((1 << 20))
@@ -63,6 +86,10 @@ log() { printf '%s bench: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # fio (random I/O), vim (B2's editor), sqlite3 (WAL checkpoints between B2 samples).
 ./scripts/install-deps.sh fio vim || exit 1
+if [ "$store_kind" = postgres ]; then
+    postgres_url=${BENCH_POSTGRES_URL:-$(./scripts/postgres.sh start)} || exit 1
+    command -v psql >/dev/null || ./scripts/install-deps.sh postgresql || exit 1
+fi
 
 log "building docfs and the benchmark helper (release)"
 swift build -c release --product docfs >&2 || exit 1
@@ -77,27 +104,47 @@ mkdir -p "$base" || exit 1
 work=$(mktemp -d "$base/run.XXXXXX") || exit 1
 native=$work/native
 native_roots=$work/native-roots
-store=$work/store/bench.docstore
-roots_store=$work/store/roots.docstore
-engine_store=$work/store/engine.docstore
+if [ "$store_kind" = postgres ]; then
+    # Databases of this run's own, named after its folder, on the server of postgres_url.
+    database_prefix=docfsbench_$(basename "$work" | tr -c 'A-Za-z0-9\n' _ | tr 'A-Z' 'a-z')
+    postgres_base=${postgres_url%%\?*} # postgres://user@host:port/database, then ?options
+    postgres_query=${postgres_url#"$postgres_base"}
+    database_url() { echo "${postgres_base%/*}/$1$postgres_query"; } # NAME
+    store=$(database_url "${database_prefix}_main")
+    roots_store=$(database_url "${database_prefix}_roots")
+    engine_store=$(database_url "${database_prefix}_engine")
+    # psql reads no postgres:// password from the PG* variables the daemon takes: the URL carries it.
+    psql_admin() { psql -X -q -v ON_ERROR_STOP=1 -At -d "$postgres_url" "$@"; }
+else
+    store=$work/store/bench.docstore
+    roots_store=$work/store/roots.docstore
+    engine_store=$work/store/engine.docstore
+fi
 mnt=$work/mnt
 mnt_roots=$work/mnt-roots
+mnt_second=$work/mnt-second
 samples=$work/samples.tsv
 # The daemons' log and pid files stay with this run.
 export XDG_STATE_HOME=$work/state
 daemon_log=$XDG_STATE_HOME/docfs/docfs.log
-mkdir -p "$native" "$native_roots" "$work/store" "$mnt" "$mnt_roots" "$work/engine-native" "$XDG_STATE_HOME"
+mkdir -p "$native" "$native_roots" "$work/store" "$mnt" "$mnt_roots" "$mnt_second" "$work/engine-native" "$XDG_STATE_HOME"
 : >"$samples"
 
 stamp=$(date +%Y%m%d-%H%M%S)
 # The machine may be shared: the load around the run says how much to trust its figures.
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-out=${BENCH_OUT:-$repo/bench-results/bench-$stamp.json}
+out=${BENCH_OUT:-$repo/bench-results/bench-$stamp-$store_kind.json}
 mkdir -p "$(dirname "$out")"
 
 fs_type=$(findmnt -n -o FSTYPE -T "$work" 2>/dev/null || stat -f -c %T "$work")
 fs_source=$(findmnt -n -o SOURCE -T "$work" 2>/dev/null || echo "?")
 log "native folder: $native ($fs_type on $fs_source); store: $store"
+if [ "$store_kind" = postgres ]; then
+    postgres_version=$(psql_admin -c "SHOW server_version") || exit 1
+    postgres_data=$(psql_admin -c "SHOW data_directory" 2>/dev/null || echo "?")
+    postgres_fs=$(findmnt -n -o FSTYPE,SOURCE -T "$postgres_data" 2>/dev/null | tr -s ' ' || echo "?")
+    log "PostgreSQL $postgres_version at ${postgres_base%/*}, data in $postgres_data ($postgres_fs)"
+fi
 
 need=$((big * 8 + rand * 4 + 2048 * MiB))
 avail=$(($(df -P -B1 "$work" | awk 'NR==2 {print $4}')))
@@ -169,7 +216,7 @@ daemon_statistics() { # MOUNTPOINT
     before=$(grep -c "pid=$pid .*store statistics:" "$daemon_log" 2>/dev/null || true)
     kill -USR1 "$pid" || return 1
     for i in $(seq 100); do
-        line=$(grep "pid=$pid .*store statistics:" "$daemon_log" 2>/dev/null | tail -n 1)
+        line=$(grep "pid=$pid .*store statistics:" "$daemon_log" 2>/dev/null | tail -n 1 || true)
         if [ "$(grep -c "pid=$pid .*store statistics:" "$daemon_log" || true)" -gt "${before:-0}" ]; then
             echo "$line" | sed -E 's/.*chunksRead=([0-9]+) bytesRead=([0-9]+) chunksWritten=([0-9]+) bytesWritten=([0-9]+) nodesWritten=([0-9]+).*/\1 \2 \3 \4 \5/'
             return 0
@@ -201,6 +248,16 @@ checkpoint() { # STORE
 }
 file_size() { stat -c %s "$1" 2>/dev/null || echo 0; }
 store_bytes() { echo $(($(file_size "$1") + $(file_size "$1-wal"))); }
+
+# PostgreSQL: what a save writes is the WAL it generates (the data pages follow at the server's
+# next checkpoint, as SQLite's WAL frames follow into the database file). The WAL position is the
+# server's, so this counts every database on it: the run's own server should be otherwise idle.
+# No checkpoint is forced between samples: one would make the next change of every page write a
+# full-page image, which PostgreSQL does only for a page's first change after a checkpoint.
+if [ "$store_kind" = postgres ]; then
+    checkpoint() { :; }
+    store_bytes() { psql_admin -c "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint"; }
+fi
 
 # --- Samples --------------------------------------------------------------------------------
 
@@ -241,10 +298,16 @@ failed=()
 cleanup() {
     unmount_store "$mnt"
     unmount_store "$mnt_roots"
+    unmount_store "$mnt_second"
     if [ "${BENCH_KEEP:-0}" = 1 ]; then
         log "kept $work"
     else
         rm -rf "$work"
+        if [ "$store_kind" = postgres ]; then
+            for database in "${database_prefix}_main" "${database_prefix}_roots" "${database_prefix}_engine"; do
+                psql_admin -c "DROP DATABASE IF EXISTS \"$database\" WITH (FORCE)" || true
+            done
+        fi
         # The engine's file coordination leaves its lock file beside the run's folder.
         rm -f "$base/.${work##*/}.docfs-lock"
     fi
@@ -478,6 +541,33 @@ b7() {
     done
 }
 
+# --- B8: two mounts of one store ----------------------------------------------------------------
+
+# A second daemon serves the same store, as a second machine would a PostgreSQL one; only for
+# this figure, so that its following of every save does not weigh on the others. A save through
+# the first mount is timed from the writer's fsync (which returns once it is saved), a new
+# document from the writer's open(O_CREAT), until the second mount, whose kernel had the old
+# state cached, shows it: the save, the store's notification, the other daemon's refresh and
+# its kernel cache invalidation together.
+b8() {
+    local r
+    mount_store "$store" "$mnt_second"
+    printf 'first\n' >"$mnt/b8.txt"
+    "$helper" propagate "$mnt/b8.txt" "$mnt_second/b8.txt" "first
+" >/dev/null
+    # Each round's sample is the median of five.
+    for r in $(seq "$rounds"); do
+        sample b8.save docfs "$r" "$(for i in 1 2 3 4 5; do
+            "$helper" propagate "$mnt/b8.txt" "$mnt_second/b8.txt" "round $r, $i at $EPOCHREALTIME
+"
+        done | median)"
+        sample b8.create docfs "$r" "$(for i in 1 2 3 4 5; do
+            "$helper" propagate-create "$mnt/b8-new-$r-$i.txt" "$mnt_second/b8-new-$r-$i.txt"
+        done | median)"
+    done
+    unmount_store "$mnt_second"
+}
+
 # --- The FUSE layer -------------------------------------------------------------------------
 
 fuse_layer() {
@@ -494,6 +584,7 @@ run_figure "B4: random I/O" b4
 run_figure "B5: small files" b5
 run_figure "B6: the engine" b6
 run_figure "B7: 1,000 documents open" b7
+run_figure "B8: two mounts of one store" b8
 run_figure "FUSE layer micro-benchmark" fuse_layer
 
 # --- The report -----------------------------------------------------------------------------
@@ -508,7 +599,12 @@ export BENCH_FAILED="${failed[*]:-}"
 
 echo
 echo "DocFS benchmark, $BENCH_DATE, $BENCH_MACHINE"
-echo "mode $size, $rounds rounds; native: $BENCH_NATIVE; DocFS: docfs mount of a fresh store beside it"
+if [ "$store_kind" = postgres ]; then
+    export BENCH_POSTGRES="PostgreSQL $postgres_version at ${postgres_base%/*} (data: $postgres_data, $postgres_fs)"
+    echo "mode $size, $rounds rounds; native: $BENCH_NATIVE; DocFS: docfs mount of fresh databases on $BENCH_POSTGRES"
+else
+    echo "mode $size, $rounds rounds; native: $BENCH_NATIVE; DocFS: docfs mount of a fresh store beside it"
+fi
 echo "$BENCH_LOAD"
 echo
 "$helper" report "$samples" "$out"

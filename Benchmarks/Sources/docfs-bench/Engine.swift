@@ -4,10 +4,19 @@
 
 import DocumentEngine
 import Foundation
+import PostgresStore
 
 #if canImport(Glibc)
     import Glibc
 #endif
+
+/// The store at `location`: a `postgres://` URL or an SQLite file, both existing.
+func openStore(_ location: String) throws -> any DocumentStore {
+    if PostgresStore.Configuration.isURL(location) {
+        return try PostgresStore(configuration: PostgresStore.Configuration(url: location))
+    }
+    return try SQLiteStore(path: location)
+}
 
 /// A package document that keeps the wrapper it was read as, like an app that edits one file
 /// of its package at a time.
@@ -55,7 +64,7 @@ struct EngineBenchmark {
     }
 
     func run() async throws {
-        let store = try SQLiteStore(path: storePath)
+        let store = try openStore(storePath)
         // Reading /proc/self/io itself adds to rchar: measured once, subtracted from every delta.
         let a = ProcessIO.current()
         let b = ProcessIO.current()

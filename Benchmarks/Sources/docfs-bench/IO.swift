@@ -128,7 +128,7 @@ func makeFiles(in directory: String, count: Int, size: Int) throws {
 /// `count` small package documents (a 4 KiB text and 16 KiB of data each), in the folder
 /// `native` and imported into the store at `store`: the root-listing and many-documents figures.
 func makeRoots(store storePath: String, native: String, count: Int) throws {
-    let store = try SQLiteStore(path: storePath)
+    let store = try openStore(storePath)
     for index in 0..<count {
         let name = String(format: "doc-%04d.pkg", index)
         let folder = native + "/" + name
@@ -296,4 +296,65 @@ func residentSetSize(of pid: pid_t) throws -> (hwm: Int, rss: Int) {
         return 0
     }
     return (field("VmHWM"), field("VmRSS"))
+}
+
+// MARK: - Propagation between two mounts (B8)
+
+/// Whether the file at `path` holds exactly `expected` now: a fresh open, read and close each
+/// time, as a user's `cat` would, so the kernel's caches answer whatever they still hold.
+private func holds(_ path: String, _ expected: [UInt8]) -> Bool {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    var buffer = [UInt8](repeating: 0, count: expected.count + 1)
+    var total = 0
+    while total < buffer.count {
+        let n = buffer.withUnsafeMutableBytes { raw -> Int in
+            guard let base = raw.baseAddress else { return 0 }
+            return read(fd, base + total, raw.count - total)
+        }
+        if n <= 0 { break }
+        total += n
+    }
+    return total == expected.count && buffer[0..<total].elementsEqual(expected)
+}
+
+/// Polls `condition` every 2 ms for up to `timeout` seconds: the milliseconds from `start` (a
+/// `now()`) until it held.
+private func waitFor(since start: UInt64, timeout: Double, _ condition: () -> Bool) throws -> Double {
+    while !condition() {
+        if seconds(since: start) > timeout { throw SystemError("no change after \(timeout) s", ETIMEDOUT) }
+        usleep(2000)
+    }
+    return seconds(since: start) * 1000
+}
+
+/// B8: writes `text` to `writePath` (truncate, write, fsync, close) and measures how long until
+/// `readPath`, the same file seen through another mount whose kernel has it cached, reads the
+/// new text. Milliseconds from the fsync call, which returns once the save is durable.
+func propagateSave(write writePath: String, read readPath: String, text: String) throws -> Double {
+    let bytes = Array(text.utf8)
+    // Cached on the reading side first: the old contents and attributes are what it must drop.
+    _ = holds(readPath, bytes)
+    _ = holds(readPath, bytes)
+    let fd = try openFile(writePath, O_WRONLY | O_TRUNC)
+    try bytes.withUnsafeBytes { try writeAll(fd, $0, path: writePath) }
+    let start = now()
+    try fsyncChecked(fd, path: writePath)
+    try closeChecked(fd, path: writePath)
+    return try waitFor(since: start, timeout: 10) { holds(readPath, bytes) }
+}
+
+/// B8: creates the document `createPath` (a flat one: create, write, fsync, close) and measures
+/// how long until `seenPath`, its name in another mount, which was just looked up and found
+/// missing, exists there. Milliseconds from the open(O_CREAT) call, which creates the document.
+func propagateCreate(create createPath: String, seen seenPath: String) throws -> Double {
+    var st = stat()
+    guard lstat(seenPath, &st) != 0 else { throw SystemError("\(seenPath) exists already", EEXIST) }
+    let start = now()
+    let fd = try openFile(createPath, O_WRONLY | O_CREAT | O_EXCL)
+    try Array("new\n".utf8).withUnsafeBytes { try writeAll(fd, $0, path: createPath) }
+    try fsyncChecked(fd, path: createPath)
+    try closeChecked(fd, path: createPath)
+    return try waitFor(since: start, timeout: 10) { lstat(seenPath, &st) == 0 }
 }

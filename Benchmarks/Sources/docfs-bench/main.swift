@@ -29,6 +29,10 @@ let usage = """
       holdopen ROOT COUNT PID           open a file in each of COUNT documents under ROOT and
                                         read 4 KiB of it; with all of them open, print PID's VmHWM
                                         and VmRSS in KiB
+      propagate WRITE READ TEXT         B8: WRITE := TEXT (fsync, close): milliseconds from the fsync
+                                        until READ (the same file through another mount) reads TEXT
+      propagate-create CREATE SEEN      B8: create CREATE (write, fsync, close): milliseconds from
+                                        the open until SEEN (its name through another mount) exists
       engine STORE DOC FOLDER ROUNDS    B6: Document.open and a one-wrapper save, store vs folder;
                                         prints sample lines (figure side round value)
 
@@ -82,6 +86,11 @@ func runCommand() async {
             let (hwm, rss) = try holdOpen(
                 root: argument(2, "ROOT"), count: integer(3, "COUNT"), daemon: pid_t(integer(4, "PID")))
             print("\(hwm) \(rss)")
+        case "propagate":
+            print(format(try propagateSave(
+                write: argument(2, "WRITE"), read: argument(3, "READ"), text: argument(4, "TEXT"))))
+        case "propagate-create":
+            print(format(try propagateCreate(create: argument(2, "CREATE"), seen: argument(3, "SEEN"))))
         case "engine":
             try await EngineBenchmark(
                 storePath: argument(2, "STORE"), documentName: argument(3, "DOC"),
