@@ -185,9 +185,12 @@ struct SharedStoreTests {
                 try writeText(mount.url("Flat.txt"), "from the mount\n")
                 try writeText(mount.url("Work.pkg/notes.txt"), "notes from the mount\n")
             }
-            // The documents' own monitoring finds the new versions.
+            // The documents' own monitoring finds the new versions. The model changes inside
+            // `revert`, before the reload is announced, so wait for the announcement too.
             var waited = 0
-            while (text.text != "from the mount\n" || package.notes != "notes from the mount\n") && waited < 60 {
+            while (text.text != "from the mount\n" || package.notes != "notes from the mount\n" || text.reloads < 1)
+                && waited < 200
+            {
                 try await Task.sleep(for: .milliseconds(50))
                 waited += 1
             }
