@@ -3,8 +3,8 @@
 #
 #   scripts/bench.sh [--quick]
 #
-# Creates a fresh store, mounts it with the real `docfs mount`, and runs every figure (B1–B7
-# and the FUSE layer's micro-benchmark) on the mount and on a native folder holding the same
+# Creates a fresh store (an SQLite file, or databases on PostgreSQL), mounts it with the real `docfs mount`, and runs every figure (B1–B7
+# and the FUSE layer's micro-benchmark; B8 with a second mount of the same store) on the mount and on a native folder holding the same
 # files, interleaved, BENCH_ROUNDS times (default 3). Prints a table (median with min–max,
 # native median, ratio, target, met or not) and writes a JSON file with every sample.
 #

@@ -92,9 +92,13 @@ extension DocumentFileSystem {
         }
         let shown = state.withLock { Set($0.conflicts.keys) }
         var records: [VersionID: NodeRecord] = [:]
-        for version in versions where !shown.contains(version.id) {
-            guard let root = roots[version.document] else { continue }
-            if let record = try? store.node(root, at: version.id) { records[version.id] = record }
+        let wanted = versions.compactMap { version in
+            shown.contains(version.id) ? nil : roots[version.document].map { (version.id, $0) }
+        }
+        if !wanted.isEmpty, let found = try? store.nodes(wanted.map { NodeLookup($0.1, at: $0.0) }) {
+            for ((version, _), result) in zip(wanted, found) {
+                if case .success(let record?) = result { records[version] = record }
+            }
         }
         return (versions, records)
     }

@@ -471,8 +471,13 @@ extension DocumentFileSystem {
         }
         var roots: [DocumentID: NodeRecord] = [:]
         let known = state.withLock { Set($0.documents.keys) }
-        for info in infos where !known.contains(info.id) {
-            if let record = try? store.node(info.root, at: info.currentVersion) { roots[info.id] = record }
+        let unknown = infos.filter { !known.contains($0.id) }
+        if !unknown.isEmpty,
+            let records = try? store.nodes(unknown.map { NodeLookup($0.root, at: $0.currentVersion) })
+        {
+            for (info, result) in zip(unknown, records) {
+                if case .success(let record?) = result { roots[info.id] = record }
+            }
         }
         let conflicts = fetchConflicts(roots: Dictionary(infos.map { ($0.id, $0.root) }) { first, _ in first })
         let notices = state.withLock { state -> [Notice]? in

@@ -270,12 +270,15 @@ public final class DocumentFileSystem: FileSystem {
     func ensureListing() throws(Errno) {
         if state.withLock({ $0.listed }) { return }
         let infos = try storeCall { try store.documents() }
+        let records = try storeCall { try store.nodes(infos.map { NodeLookup($0.root, at: $0.currentVersion) }) }
         var roots: [(DocumentInfo, NodeRecord)] = []
-        for info in infos {
-            guard let record = try? storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
-                continue
+        for (info, result) in zip(infos, records) {
+            // A document whose root cannot be read is left out of the listing, not the others.
+            switch result {
+            case .success(let record?): roots.append((info, record))
+            case .success(nil): continue
+            case .failure(let error): logger.warning("cannot read the document \(info.name): \(error)")
             }
-            roots.append((info, record))
         }
         let conflicts = fetchConflicts(roots: Dictionary(infos.map { ($0.id, $0.root) }) { first, _ in first })
         state.withLock { state in

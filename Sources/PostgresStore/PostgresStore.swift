@@ -333,10 +333,104 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
     }
 
     public func node(_ id: StoreNodeID, at version: VersionID? = nil) throws -> NodeRecord? {
-        if version == nil {
+        guard let version else {
             return try database.withConnection { db in try Self.node(db, id, lineage: .current) }
         }
+        // One statement is one snapshot: a lookup at a main-line version (what a mount asks for
+        // every entry it lists) is one round trip instead of a transaction of four.
+        let found = try database.withConnection { db in try Self.mainLineNode(db, id, at: version) }
+        if let found { return found.record }
         return try read { db in try Self.node(db, id, lineage: Self.lineage(db, version)) }
+    }
+
+    public func nodes(_ lookups: [NodeLookup]) throws -> [Result<NodeRecord?, any Error>] {
+        var results: [Result<NodeRecord?, any Error>] = []
+        results.reserveCapacity(lookups.count)
+        var start = lookups.startIndex
+        while start < lookups.endIndex {
+            let end = min(start + 2_000, lookups.endIndex)
+            results += try nodesInOneStatement(Array(lookups[start..<end]))
+            start = end
+        }
+        return results
+    }
+
+    /// Up to a few thousand lookups in one statement (one snapshot); the rare one at a conflict
+    /// branch's version is read on its own afterwards.
+    private func nodesInOneStatement(_ lookups: [NodeLookup]) throws -> [Result<NodeRecord?, any Error>] {
+        func array(_ values: [Int64?]) -> SQLValue {
+            .text("{" + values.map { $0.map(String.init) ?? "NULL" }.joined(separator: ",") + "}")
+        }
+        let rows = try database.withConnection { db in
+            try db.query(
+                """
+                SELECT l.ord AS lookup_index,
+                    (l.version IS NOT NULL AND v.id IS NULL)::int::bigint AS version_missing,
+                    COALESCE(v.branch, 0) AS version_branch, n.*
+                FROM unnest($1::text::bigint[], $2::text::bigint[]) WITH ORDINALITY AS l(node, version, ord)
+                LEFT JOIN versions v ON v.id = l.version
+                LEFT JOIN LATERAL (
+                    SELECT * FROM nodes
+                    WHERE nodes.node = l.node AND nodes.branch = 0
+                        AND nodes.version <= CASE
+                            WHEN l.version IS NULL THEN 9223372036854775807
+                            WHEN v.branch = 0 THEN v.id
+                            ELSE COALESCE(v.base, 0) END
+                    ORDER BY nodes.version DESC LIMIT 1
+                ) n ON true
+                """,
+                [array(lookups.map { $0.node.rawValue }), array(lookups.map { $0.version?.rawValue })])
+        }
+        var results = [Result<NodeRecord?, any Error>?](repeating: nil, count: lookups.count)
+        for row in rows {
+            guard let index = try? Int(row.int("lookup_index")) - 1, results.indices.contains(index) else {
+                throw DocumentStoreError.corrupt(path: "", reason: "a lookup came back without its index")
+            }
+            let lookup = lookups[index]
+            results[index] = Result {
+                if try row.int("version_missing") != 0 {
+                    throw DocumentStoreError.noSuchVersion(lookup.version ?? VersionID(rawValue: 0))
+                }
+                if lookup.version != nil, try row.int("version_branch") != 0 {
+                    return try node(lookup.node, at: lookup.version)
+                }
+                guard try row.optionalInt("node") != nil, try row.int("removed") == 0 else { return nil }
+                return try Self.record(row)
+            }
+        }
+        return try results.map { result in
+            guard let result else {
+                throw DocumentStoreError.corrupt(path: "", reason: "a lookup came back without an answer")
+            }
+            return result
+        }
+    }
+
+    /// The record of `id` at `version` and the version's lineage, read in one statement; nil when
+    /// `version` is on a conflict branch (the caller reads it the long way).
+    static func mainLineNode(_ db: SQLConnection, _ id: StoreNodeID, at version: VersionID) throws
+        -> (lineage: Lineage, record: NodeRecord?)?
+    {
+        guard
+            let row = try db.query(
+                """
+                SELECT v.branch AS version_branch, v.base AS version_base, n.*
+                FROM versions v
+                LEFT JOIN LATERAL (
+                    SELECT * FROM nodes
+                    WHERE node = $1 AND branch = 0
+                        AND version <= CASE WHEN v.branch = 0 THEN v.id ELSE COALESCE(v.base, 0) END
+                    ORDER BY version DESC LIMIT 1
+                ) n ON true
+                WHERE v.id = $2
+                """,
+                [.int(id.rawValue), .int(version.rawValue)]
+            ).first
+        else { throw DocumentStoreError.noSuchVersion(version) }
+        guard try row.int("version_branch") == 0 else { return nil }
+        let lineage = Lineage(limit: version.rawValue, branch: 0)
+        guard try row.optionalInt("node") != nil, try row.int("removed") == 0 else { return (lineage, nil) }
+        return (lineage, try record(row))
     }
 
     static func node(_ db: SQLConnection, _ id: StoreNodeID, lineage: Lineage) throws -> NodeRecord? {
@@ -398,10 +492,15 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
         // server (a mount keeps reading what it read while the server is away).
         if let version, let data = pinnedRead(node, version, offset: offset, count: count) { return data }
         return try read { db in
-            let lineage = try Self.lineage(db, version)
-            guard let record = try Self.node(db, node, lineage: lineage) else {
-                throw DocumentStoreError.noSuchNode(node)
+            let lineage: Lineage
+            let found: NodeRecord?
+            if let version, let mainLine = try Self.mainLineNode(db, node, at: version) {
+                (lineage, found) = mainLine
+            } else {
+                lineage = try Self.lineage(db, version)
+                found = try Self.node(db, node, lineage: lineage)
             }
+            guard let record = found else { throw DocumentStoreError.noSuchNode(node) }
             guard record.kind == .regularFile else { throw DocumentStoreError.notARegularFile(node) }
             let end = min(record.size, offset + Int64(count))
             guard offset < end else { return Data() }

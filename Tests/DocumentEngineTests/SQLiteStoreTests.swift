@@ -287,6 +287,61 @@ import TestSupport
         #expect(try store.unresolvedConflicts().isEmpty)
     }
 
+    @Test("Many lookups at once answer as one lookup each: current, old, conflict, removed, missing", arguments: StoreKind.all)
+    static func batchLookups(_ kind: StoreKind) throws { try Self(kind).batchLookups() }
+    func batchLookups() throws {
+        let doc = try store.createDocument(
+            named: "Batch.pkg", kind: .package, type: nil, permissions: nil, origin: "")
+        let (a, v1) = try addFile("a.txt", Data("base".utf8), to: doc)
+        let (b, v2) = try addFile("b.txt", Data("b".utf8), to: doc)
+        var theirs = DocumentChanges(document: doc.id, base: v2.version.id)
+        theirs.contents[a] = .replace(DataContentsSource(Data("theirs".utf8)))
+        let v3 = try store.save(theirs)
+        var mine = DocumentChanges(document: doc.id, base: v2.version.id)
+        mine.contents[a] = .replace(DataContentsSource(Data("mine, longer".utf8)))
+        let conflict = try store.save(mine)
+        #expect(conflict.isConflict)
+        var remove = DocumentChanges(document: doc.id, base: v3.version.id)
+        remove.removedNodes = [b]
+        try store.save(remove)
+
+        let lookups = [
+            NodeLookup(a, at: nil), NodeLookup(b, at: nil), NodeLookup(b, at: v2.version.id),
+            NodeLookup(a, at: conflict.version.id), NodeLookup(a, at: v1.version.id),
+            NodeLookup(StoreNodeID(rawValue: 999_999), at: nil), NodeLookup(a, at: VersionID(rawValue: 999_999)),
+            NodeLookup(doc.root, at: v1.version.id), NodeLookup(b, at: conflict.version.id),
+        ]
+        let answers = try store.nodes(lookups)
+        #expect(answers.count == lookups.count)
+        for (lookup, answer) in zip(lookups, answers) {
+            let single = Result { try store.node(lookup.node, at: lookup.version) }
+            switch (answer, single) {
+            case (.success(let batched), .success(let alone)): #expect(batched == alone, "\(lookup)")
+            case (.failure, .failure): break
+            default: Issue.record("\(lookup): \(answer) in a batch, \(single) alone")
+            }
+        }
+        // What they must be, not only alike.
+        #expect((try? answers[0].get())??.size == 6)  // "theirs"
+        #expect((try? answers[1].get()) == .some(nil))  // removed since
+        #expect((try? answers[2].get())??.name == "b.txt")
+        #expect((try? answers[3].get())??.size == 12)  // the conflict's own contents
+        #expect((try? answers[4].get())??.size == 4)
+        #expect((try? answers[5].get()) == .some(nil))
+        #expect(throws: DocumentStoreError.self) { try answers[6].get() }
+        #expect((try? answers[7].get())??.kind == .directory)
+        #expect((try? answers[8].get())??.name == "b.txt")  // still there in the conflict version
+
+        // More lookups than one statement takes come back whole and in order.
+        let many = (0..<4_500).map { NodeLookup($0 % 2 == 0 ? a : b, at: $0 % 3 == 0 ? v2.version.id : nil) }
+        let manyAnswers = try store.nodes(many)
+        #expect(manyAnswers.count == many.count)
+        for (index, answer) in manyAnswers.enumerated() {
+            let expected: String? = index % 2 == 0 ? "a.txt" : (index % 3 == 0 ? "b.txt" : nil)
+            #expect((try? answer.get())??.name == expected, "lookup \(index)")
+        }
+    }
+
     @Test("A save is validated: unique names, existing directory parents, no root removal", arguments: StoreKind.all)
     static func invalidSaves(_ kind: StoreKind) throws { try Self(kind).invalidSaves() }
     func invalidSaves() throws {

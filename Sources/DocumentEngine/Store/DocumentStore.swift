@@ -406,6 +406,10 @@ public protocol DocumentStore: AnyObject, Sendable {
     func nodes(of document: DocumentID, at version: VersionID?) throws -> [NodeRecord]
     /// One wrapper record at `version` (current when nil), or nil if it does not exist there.
     func node(_ id: StoreNodeID, at version: VersionID?) throws -> NodeRecord?
+    /// Several wrapper records, each at its own version (current when nil), in the order asked:
+    /// nil where one does not exist there, an error where that one cannot be read. A store on a
+    /// server answers them in one round trip (a mount listing its documents asks for every root).
+    func nodes(_ lookups: [NodeLookup]) throws -> [Result<NodeRecord?, any Error>]
     /// Up to `count` bytes of a regular file from `offset`, reading only the chunks that cover them.
     func readContents(of node: StoreNodeID, at version: VersionID?, offset: Int64, count: Int) throws -> Data
 
@@ -450,6 +454,11 @@ extension DocumentStore {
     /// One wrapper record at the current version, or nil if it does not exist.
     public func node(_ id: StoreNodeID) throws -> NodeRecord? { try node(id, at: nil) }
 
+    /// One lookup after another: right for an embedded store, where a lookup costs no round trip.
+    public func nodes(_ lookups: [NodeLookup]) throws -> [Result<NodeRecord?, any Error>] {
+        lookups.map { lookup in Result { try node(lookup.node, at: lookup.version) } }
+    }
+
     /// A store without a cache has nothing to drop.
     public func purgeCache() {}
 
@@ -457,5 +466,16 @@ extension DocumentStore {
     public func unresolvedConflicts() throws -> [VersionInfo] {
         try documents().flatMap { try versions(of: $0.id).filter { $0.isConflict && !$0.isResolved } }
             .sorted { $0.id < $1.id }
+    }
+}
+
+/// A wrapper record to look up: `node` at `version` (current when nil).
+public struct NodeLookup: Hashable, Sendable {
+    public var node: StoreNodeID
+    public var version: VersionID?
+
+    public init(_ node: StoreNodeID, at version: VersionID?) {
+        self.node = node
+        self.version = version
     }
 }
