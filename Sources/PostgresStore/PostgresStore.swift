@@ -108,7 +108,7 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
             return size
         }
         self.chunkSize = Int(stored)
-        cache = Mutex(ChunkCache(capacity: 64 << 20))
+        cache = Mutex(ChunkCache(capacity: ChunkCache.storeCapacity))
         listener = ChangeListener(database: database)
     }
 

@@ -97,10 +97,7 @@ public final class SQLiteStore: DocumentStore, Sendable {
             throw Self.storeError(error, path: path)
         }
         self.chunkSize = storedChunkSize
-        // The kernel's page cache already keeps what the mount read (keep_cache); this cache
-        // serves the rest of a chunk to the next read request and a few hot chunks, so it stays
-        // small: with 64 MiB, streaming one large file took the daemon past 100 MiB (issue 7, B7).
-        cache = Mutex(ChunkCache(capacity: 32 << 20))
+        cache = Mutex(ChunkCache(capacity: ChunkCache.storeCapacity))
         if isNew {
             // Put the header (with the application id) into the file itself, not just the log.
             _ = try? pool.writeWithoutTransaction { try $0.checkpoint(.truncate) }
@@ -1440,6 +1437,11 @@ package enum XattrCoding {
 
 /// A least-recently-used cache of chunk bytes by chunk id (ids are never reused).
 package struct ChunkCache {
+    /// What a store keeps. The kernel's page cache already keeps what a mount read (keep_cache);
+    /// this cache serves the rest of a chunk to the next read request and a few hot chunks, so it
+    /// stays small: with 64 MiB, streaming one large file took a daemon past 100 MiB (bench B7).
+    package static let storeCapacity = 32 << 20
+
     let capacity: Int
     private var entries: [Int64: (data: Data, tick: UInt64)] = [:]
     private var bytes = 0
