@@ -34,7 +34,7 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
     private let counters = Mutex(StoreStatistics())
     private let cache: Mutex<ChunkCache>
     /// What reads at saved versions learned: a file's size and chunk ids by index (immutable).
-    private let pinned = Mutex<[PinnedKey: PinnedFile]>([:])
+    private let pinned = Mutex(PinnedFiles())
     let listener: ChangeListener
 
     public var statistics: StoreStatistics { counters.withLock { $0 } }
@@ -490,7 +490,7 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
         }
         // A saved version never changes: what a read at one learned serves the next without the
         // server (a mount keeps reading what it read while the server is away).
-        if let version, let data = pinnedRead(node, version, offset: offset, count: count) { return data }
+        if let version, let data = try pinnedRead(node, version, offset: offset, count: count) { return data }
         return try read { db in
             let lineage: Lineage
             let found: NodeRecord?
@@ -507,25 +507,28 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
             let size = Int64(chunkSize)
             let first = offset / size
             let last = (end - 1) / size
-            var map = try Self.chunkMap(db, node: node, lineage: lineage, from: first, through: last)
-            for index in first...last where map[index] == nil { map[index] = .some(nil) }
-            let chunks = try self.chunks(db, Set(map.values.compactMap { $0 }))
+            // At a saved version the map is learned a window at a time, so that the next reads
+            // nearby (random ones too) fetch their chunks in one statement.
+            let through =
+                version == nil ? last : max(last, min((record.size - 1) / size, first + Self.mapWindow - 1))
+            var map = try Self.chunkMap(db, node: node, lineage: lineage, from: first, through: through)
+            for index in first...through where map[index] == nil { map[index] = .some(nil) }
+            let chunks = try self.chunks(db, Set((first...last).compactMap { map[$0] ?? nil }))
             if let version {
-                pinned.withLock { pinned in
-                    if pinned.count > 50_000 { pinned.removeAll() }
-                    let key = PinnedKey(node: node, version: version)
-                    var entry = pinned[key] ?? PinnedFile(size: record.size, map: [:])
-                    entry.map.merge(map) { _, new in new }
-                    pinned[key] = entry
-                }
+                pinned.withLock { $0.learn(PinnedKey(node: node, version: version), size: record.size, map: map) }
             }
             return try assemble(offset: offset, end: end, map: map, chunks: chunks)
         }
     }
 
-    /// A read at `version` from what earlier reads at it learned and the chunk cache, or nil.
-    private func pinnedRead(_ node: StoreNodeID, _ version: VersionID, offset: Int64, count: Int) -> Data? {
-        guard let entry = pinned.withLock({ $0[PinnedKey(node: node, version: version)] }) else { return nil }
+    /// Chunk-map indices a first read at a saved version learns (256 MiB of 256 KiB chunks).
+    static let mapWindow: Int64 = 1_024
+
+    /// A read at `version` from what earlier reads at it learned: from the chunk cache (without
+    /// the server), else with one statement for the missing chunks; nil if the map is not known.
+    private func pinnedRead(_ node: StoreNodeID, _ version: VersionID, offset: Int64, count: Int) throws -> Data? {
+        let key = PinnedKey(node: node, version: version)
+        guard let entry = pinned.withLock({ $0.reading(key, until: offset + Int64(count)) }) else { return nil }
         let end = min(entry.size, offset + Int64(count))
         guard offset < end else { return Data() }
         let size = Int64(chunkSize)
@@ -535,14 +538,42 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
             map[index] = chunk
         }
         var chunks: [Int64: Data] = [:]
-        let complete = cache.withLock { cache in
+        var missing: Set<Int64> = []
+        cache.withLock { cache in
             for case .some(let id) in map.values {
-                guard let data = cache.get(id) else { return false }
-                chunks[id] = data
+                if let data = cache.get(id) { chunks[id] = data } else { missing.insert(id) }
             }
-            return true
         }
-        guard complete else { return nil }
+        let smallRead = size / 8
+        if missing.count == 1, let id = missing.first, map.count == 1, end - offset <= smallRead,
+            offset != entry.lastEnd
+        {
+            // A small read away from the last one (a random read) fetches just its bytes: a
+            // chunk is stored uncompressed and out of line, so the server reads only that slice
+            // of it, not the whole 256 KiB. Sequential readers read and cache whole chunks.
+            let within = offset - (offset / size) * size
+            let part = try database.withConnection { db in
+                try db.query(
+                    "SELECT substring(data FROM $2::int FOR $3::int) AS part FROM chunks WHERE id = $1",
+                    [.int(id), .int(within + 1), .int(end - offset)]
+                ).first?.optionalData("part")
+            }
+            if let part, part.count == Int(end - offset) {
+                counters.withLock {
+                    $0.chunksRead += 1
+                    $0.bytesRead += Int64(part.count)
+                }
+                return part
+            }
+            return nil
+        }
+        if !missing.isEmpty {
+            // Chunks never change, so they need no snapshot; one the retention policy collected
+            // since is missing, and the full read says what became of the version.
+            let fetched = try database.withConnection { db in try self.chunks(db, missing) }
+            guard missing.allSatisfy({ fetched[$0] != nil }) else { return nil }
+            chunks.merge(fetched) { old, _ in old }
+        }
         return try? assemble(offset: offset, end: end, map: map, chunks: chunks)
     }
 
@@ -1358,4 +1389,37 @@ struct PinnedKey: Hashable {
 struct PinnedFile {
     var size: Int64
     var map: [Int64: Int64?]
+    /// Where the last read of it ended (a read starting there is sequential).
+    var lastEnd: Int64 = -1
+}
+
+/// The files reads at saved versions learned, bounded: about 8 MB of chunk-map entries (enough
+/// for some 60 GiB of 256 KiB chunks), then it starts over.
+struct PinnedFiles {
+    static let maxFiles = 50_000
+    static let maxEntries = 250_000
+
+    private(set) var files: [PinnedKey: PinnedFile] = [:]
+    private var entries = 0
+
+    mutating func learn(_ key: PinnedKey, size: Int64, map: [Int64: Int64?]) {
+        if files.count >= Self.maxFiles || entries + map.count > Self.maxEntries { removeAll() }
+        var file = files[key] ?? PinnedFile(size: size, map: [:])
+        let before = file.map.count
+        file.map.merge(map) { _, new in new }
+        entries += file.map.count - before
+        files[key] = file
+    }
+
+    /// The file as it was before this read, which ends at `end`.
+    mutating func reading(_ key: PinnedKey, until end: Int64) -> PinnedFile? {
+        guard let file = files[key] else { return nil }
+        files[key]?.lastEnd = end
+        return file
+    }
+
+    mutating func removeAll() {
+        files.removeAll()
+        entries = 0
+    }
 }
