@@ -3,10 +3,11 @@
 #
 #   scripts/bench.sh [--quick]
 #
-# Creates a fresh store (an SQLite file, or databases on PostgreSQL), mounts it with the real `docfs mount`, and runs every figure (B1–B7
-# and the FUSE layer's micro-benchmark; B8 with a second mount of the same store) on the mount and on a native folder holding the same
-# files, interleaved, BENCH_ROUNDS times (default 3). Prints a table (median with min–max,
-# native median, ratio, target, met or not) and writes a JSON file with every sample.
+# Creates fresh stores (SQLite files, or databases on PostgreSQL), mounts them with the real
+# `docfs mount`, and runs every figure (B1–B7, B8 with a second mount of the same store, and the
+# FUSE layer's micro-benchmark) on the mount and on a native folder holding the same files,
+# interleaved, BENCH_ROUNDS times (default 3). Prints a table (median with min–max, native
+# median, ratio, target, met or not) and writes a JSON file with every sample.
 #
 # A benchmark, not a test: missed targets never make it fail, and scripts/test.sh does not
 # run it. Needs root (or sudo) to drop the page cache for the cold figures; without it the
@@ -21,6 +22,7 @@
 #                          the store the mounts serve (default sqlite): an SQLite file beside the
 #                          native folder, or databases on a PostgreSQL server (both: one run each,
 #                          SQLite first); B2's "bytes written" are then the WAL PostgreSQL wrote
+#                          (records, and full-page images apart where pg_walinspect can be made)
 #   BENCH_POSTGRES_URL=URL the server for BENCH_STORE=postgres, any database on it (default: the
 #                          loopback server of scripts/postgres.sh, started if it is not running);
 #                          the run creates its own databases there and drops them afterwards
@@ -248,15 +250,31 @@ checkpoint() { # STORE
 }
 file_size() { stat -c %s "$1" 2>/dev/null || echo 0; }
 store_bytes() { echo $(($(file_size "$1") + $(file_size "$1-wal"))); }
+# store_mark STORE prints a mark; store_written STORE MARK prints the bytes written since it, and
+# for PostgreSQL the full-page images among them.
+store_mark() { store_bytes "$1"; }
+store_written() { echo $(($(store_bytes "$1") - $2)); }
 
 # PostgreSQL: what a save writes is the WAL it generates (the data pages follow at the server's
 # next checkpoint, as SQLite's WAL frames follow into the database file). The WAL position is the
 # server's, so this counts every database on it: the run's own server should be otherwise idle.
-# No checkpoint is forced between samples: one would make the next change of every page write a
-# full-page image, which PostgreSQL does only for a page's first change after a checkpoint.
+# No checkpoint is forced between samples. The first change of a page after a checkpoint also
+# logs the whole 8 KiB page (a full-page image), so the total depends on when the server last
+# checkpointed; with pg_walinspect (a superuser can create it) the records and the images are
+# counted apart, and the figure is the records (what follows the change), the images an info row.
 if [ "$store_kind" = postgres ]; then
     checkpoint() { :; }
-    store_bytes() { psql_admin -c "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint"; }
+    if psql_admin -c "CREATE EXTENSION IF NOT EXISTS pg_walinspect" >/dev/null 2>&1; then
+        export BENCH_WAL_SPLIT=1
+        store_mark() { psql_admin -c "SELECT pg_current_wal_insert_lsn()"; }
+        store_written() {
+            psql_admin -F ' ' -c "SELECT COALESCE(sum(record_size), 0), COALESCE(sum(fpi_size), 0)
+                FROM pg_get_wal_stats('$2', pg_current_wal_flush_lsn())"
+        }
+    else
+        log "no pg_walinspect on the server: B2 counts the whole WAL, full-page images included"
+        store_bytes() { psql_admin -c "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint"; }
+    fi
 fi
 
 # --- Samples --------------------------------------------------------------------------------
@@ -395,9 +413,9 @@ b1() {
 b2_docfs() { # NAME ROUND COMMAND…
     local name=$1 r=$2
     shift 2
-    local before written_before ms pid
+    local before written_before ms pid written
     checkpoint "$store"
-    before=$(store_bytes "$store")
+    before=$(store_mark "$store")
     pid=$(daemon_pid "$mnt")
     written_before=$(bytes_written "$mnt")
     ms=$("$@")
@@ -408,7 +426,9 @@ b2_docfs() { # NAME ROUND COMMAND…
         return 1
     fi
     sample "b2.$name.ms" docfs "$r" "$ms"
-    sample "b2.$name.bytes" docfs "$r" $(($(store_bytes "$store") - before))
+    read -r -a written <<<"$(store_written "$store" "$before")"
+    sample "b2.$name.bytes" docfs "$r" "${written[0]}"
+    if [ -n "${written[1]:-}" ]; then sample "b2.$name.fpi" docfs "$r" "${written[1]}"; fi
     sample "b2.$name.content" docfs "$r" $(($(bytes_written "$mnt") - written_before))
 }
 
