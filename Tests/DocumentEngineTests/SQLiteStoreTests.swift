@@ -35,6 +35,25 @@ import TestSupport
         return (id, try store.save(changes))
     }
 
+    /// A package holding a.txt ("base", saved as v1), then b.txt ("b", v2).
+    func twoFilePackage(_ name: String) throws -> (
+        document: DocumentInfo, a: StoreNodeID, v1: SaveResult, b: StoreNodeID, v2: SaveResult
+    ) {
+        let doc = try store.createDocument(named: name, kind: .package, type: nil, permissions: nil, origin: "")
+        let (a, v1) = try addFile("a.txt", Data("base".utf8), to: doc)
+        let (b, v2) = try addFile("b.txt", Data("b".utf8), to: doc)
+        return (doc, a, v1, b, v2)
+    }
+
+    /// Changes that replace the contents of `node` with `text`, based on `base`.
+    func replacing(_ node: StoreNodeID, with text: String, in doc: DocumentInfo, at base: SaveResult)
+        -> DocumentChanges
+    {
+        var changes = DocumentChanges(document: doc.id, base: base.version.id)
+        changes.contents[node] = .replace(DataContentsSource(Data(text.utf8)))
+        return changes
+    }
+
     func contents(_ id: StoreNodeID, at version: VersionID? = nil) throws -> Data {
         let size = try #require(try store.node(id, at: version)).size
         return try store.readContents(of: id, at: version, offset: 0, count: Int(size))
@@ -235,10 +254,7 @@ import TestSupport
     @Test("Conflicts: a save based on an old version keeps both; rebase and fail policies", arguments: StoreKind.all)
     static func conflicts(_ kind: StoreKind) throws { try Self(kind).conflicts() }
     func conflicts() throws {
-        let doc = try store.createDocument(
-            named: "C.pkg", kind: .package, type: nil, permissions: nil, origin: "")
-        let (a, v1) = try addFile("a.txt", Data("base".utf8), to: doc)
-        let (b, v2) = try addFile("b.txt", Data("b".utf8), to: doc)
+        let (doc, a, v1, b, v2) = try twoFilePackage("C.pkg")
 
         // Another writer still at v1 changes a.txt: b.txt was added since, a.txt was not changed.
         var disjoint = DocumentChanges(document: doc.id, base: v1.version.id)
@@ -290,16 +306,10 @@ import TestSupport
     @Test("Many lookups at once answer as one lookup each: current, old, conflict, removed, missing", arguments: StoreKind.all)
     static func batchLookups(_ kind: StoreKind) throws { try Self(kind).batchLookups() }
     func batchLookups() throws {
-        let doc = try store.createDocument(
-            named: "Batch.pkg", kind: .package, type: nil, permissions: nil, origin: "")
-        let (a, v1) = try addFile("a.txt", Data("base".utf8), to: doc)
-        let (b, v2) = try addFile("b.txt", Data("b".utf8), to: doc)
-        var theirs = DocumentChanges(document: doc.id, base: v2.version.id)
-        theirs.contents[a] = .replace(DataContentsSource(Data("theirs".utf8)))
-        let v3 = try store.save(theirs)
-        var mine = DocumentChanges(document: doc.id, base: v2.version.id)
-        mine.contents[a] = .replace(DataContentsSource(Data("mine, longer".utf8)))
-        let conflict = try store.save(mine)
+        let (doc, a, v1, b, v2) = try twoFilePackage("Batch.pkg")
+        // Two writers at v2 change a.txt: the first saves v3, the second a conflict version.
+        let v3 = try store.save(replacing(a, with: "theirs", in: doc, at: v2))
+        let conflict = try store.save(replacing(a, with: "mine, longer", in: doc, at: v2))
         #expect(conflict.isConflict)
         var remove = DocumentChanges(document: doc.id, base: v3.version.id)
         remove.removedNodes = [b]
