@@ -247,7 +247,7 @@ final class PostgresDatabase: Sendable {
     /// Runs `body` in one transaction: committed if it returns, rolled back if it throws.
     @discardableResult
     func transaction<T>(
-        readOnly: Bool = false, durable: Bool = true, _ body: (SQLConnection) throws -> T
+        readOnly: Bool = false, _ body: (SQLConnection) throws -> T
     ) throws -> T {
         try withConnection { connection in
             try connection.query(
@@ -255,7 +255,6 @@ final class PostgresDatabase: Sendable {
                     ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
                     : "BEGIN ISOLATION LEVEL READ COMMITTED")
             do {
-                if !durable { try connection.query("SET LOCAL synchronous_commit = off") }
                 let result = try body(connection)
                 try connection.query("COMMIT")
                 return result

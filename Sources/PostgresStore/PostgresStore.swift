@@ -124,8 +124,13 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
     /// (`synchronous_commit = off`): atomic and seen by everyone at once, but a server crash may
     /// lose it until ``synchronize()`` returns.
     func write<T>(durable: Bool = true, _ body: (SQLConnection) throws -> T) throws -> T {
-        try database.transaction(durable: durable) { db in
-            try db.query("SELECT pg_advisory_xact_lock($1)", [.int(PostgresSchema.writeLock)])
+        // Every statement is a round trip: a deferred commit is set with the lock, in one.
+        try database.transaction { db in
+            try db.query(
+                durable
+                    ? "SELECT pg_advisory_xact_lock($1)"
+                    : "SELECT pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)",
+                [.int(PostgresSchema.writeLock)])
             return try body(db)
         }
     }
@@ -780,9 +785,12 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
             try Self.insertTombstone(db, record, branch: branch, version: version)
             written.nodes += 1
         }
-        try db.query(
-            "UPDATE versions SET bytes_written = $1 WHERE id = $2",
-            [.int(written.bytes), .int(version.rawValue)])
+        guard
+            let versionRow = try db.query(
+                "UPDATE versions SET bytes_written = $1 WHERE id = $2 RETURNING *",
+                [.int(written.bytes), .int(version.rawValue)]
+            ).first
+        else { throw DocumentStoreError.noSuchVersion(version) }
         if !conflict {
             try db.query(
                 "UPDATE documents SET current_version = $1, modified = $2 WHERE id = $3",
@@ -796,7 +804,7 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
             $0.bytesWritten += written.bytes
             $0.nodesWritten += written.nodes
         }
-        let info = try Self.version(db, version)
+        let info = try Self.version(versionRow)
         return SaveResult(
             version: info, chunksWritten: written.chunks, bytesWritten: written.bytes,
             nodesWritten: written.nodes)
@@ -1085,13 +1093,18 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
         _ db: SQLConnection, _ kind: StoreEvent.Kind, document: DocumentID, version: VersionID?, name: String,
         origin: String
     ) throws {
+        // pg_notify is NOTIFY (delivered at commit), in the same statement as the event.
         try db.query(
-            "INSERT INTO events(kind, document, version, name, origin, time) VALUES ($1, $2, $3, $4, $5, $6)",
+            """
+            WITH event AS (
+                INSERT INTO events(kind, document, version, name, origin, time) VALUES ($1, $2, $3, $4, $5, $6)
+                RETURNING sequence)
+            SELECT pg_notify('\(PostgresSchema.channel)', '') FROM event
+            """,
             [
                 .text(kind.rawValue), .int(document.rawValue), SQLValue(version?.rawValue), .text(name),
                 .text(origin), .int(Timestamp.now.rawValue),
             ])
-        try db.query("NOTIFY \(PostgresSchema.channel)")
     }
 
     // MARK: Versions
