@@ -193,7 +193,13 @@ extension DocumentFileSystem {
     func storeChanged(_ events: [StoreEvent]) {
         let foreign = events.filter { $0.origin != origin }
         // A conflict (ours included) or its resolution changes the conflict entries at the root.
-        if events.contains(where: { $0.kind != .saved }) {
+        // A save of a document this mount does not show means that the listing that should have
+        // brought it in failed or was dropped: list again rather than miss it until the next
+        // create, rename or delete.
+        let unknown = state.withLock { state in
+            state.listed && foreign.contains { state.documents[$0.document] == nil }
+        }
+        if unknown || events.contains(where: { $0.kind != .saved }) {
             refreshListing()
         }
         for id in Set(foreign.map(\.document)) {
@@ -453,30 +459,50 @@ extension DocumentFileSystem {
         // A listing taken while this mount creates, renames or deletes a document is stale
         // for that document: applying it would undo the change (the new name vanishes, the old
         // one comes back). Such a listing is dropped and taken again.
-        for _ in 0..<5 {
-            if refreshListingOnce() { return }
+        // A listing that fails (a store that cannot be reached) is tried again a little later;
+        // after that, the next event of a document this mount does not show lists again.
+        var failures = 0
+        for _ in 0..<8 {
+            switch refreshListingOnce() {
+            case .done: return
+            case .stale: continue
+            case .failed:
+                failures += 1
+                if failures == 3 { return }
+                usleep(UInt32(failures) * 200_000)
+            }
         }
         logger.warning("the store's listing kept changing under this mount's own changes; refreshed later")
     }
 
-    /// One try of ``refreshListing()``: false if this mount changed its documents meanwhile.
-    private func refreshListingOnce() -> Bool {
-        guard let generation = state.withLock({ $0.listed ? $0.rootGeneration : nil }) else { return true }
+    private enum ListingRefresh { case done, stale, failed }
+
+    /// One try of ``refreshListing()``: stale if this mount changed its documents meanwhile.
+    private func refreshListingOnce() -> ListingRefresh {
+        guard let generation = state.withLock({ $0.listed ? $0.rootGeneration : nil }) else { return .done }
         let infos: [DocumentInfo]
         do {
             infos = try store.documents()
         } catch {
             logger.warning("cannot list the store: \(error)")
-            return true
+            return .failed
         }
         var roots: [DocumentID: NodeRecord] = [:]
         let known = state.withLock { Set($0.documents.keys) }
         let unknown = infos.filter { !known.contains($0.id) }
-        if !unknown.isEmpty,
-            let records = try? store.nodes(unknown.map { NodeLookup($0.root, at: $0.currentVersion) })
-        {
-            for (info, result) in zip(unknown, records) {
-                if case .success(let record?) = result { roots[info.id] = record }
+        if !unknown.isEmpty {
+            do {
+                let records = try store.nodes(unknown.map { NodeLookup($0.root, at: $0.currentVersion) })
+                for (info, result) in zip(unknown, records) {
+                    switch result {
+                    case .success(let record?): roots[info.id] = record
+                    case .success(nil): continue
+                    case .failure(let error): logger.warning("cannot show the document \(info.name): \(error)")
+                    }
+                }
+            } catch {
+                logger.warning("cannot read the store's new documents: \(error)")
+                return .failed
             }
         }
         let conflicts = fetchConflicts(roots: Dictionary(infos.map { ($0.id, $0.root) }) { first, _ in first })
@@ -525,10 +551,10 @@ extension DocumentFileSystem {
             notices.append(.inode(mountRootInode))
             return notices
         }
-        guard let notices else { return false }
+        guard let notices else { return .stale }
         // Called on the observer's thread, never a request's: waiting is safe, and a name that
         // left the listing no longer resolves from the kernel's cache once this returns.
         send(notices, waitingUpTo: .seconds(2))
-        return true
+        return .done
     }
 }

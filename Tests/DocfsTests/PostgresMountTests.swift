@@ -99,7 +99,13 @@ struct PostgresMountTests {
             // A new document, renamed, then deleted.
             _ = try shell("printf 'new\\n' > \"$1/new.txt\"", one)
             let create = seconds { text(two + "/new.txt") == "new\n" }
-            #expect(create != nil, "the create never showed up")
+            #expect(
+                create != nil,
+                """
+                the create never showed up: \(String(describing: text(two + "/new.txt"))), \
+                listing \((try? FileManager.default.contentsOfDirectory(atPath: two).sorted()) ?? [])
+                \(daemonLog())
+                """)
             let moved = try shell("mv \"$1/new.txt\" \"$1/renamed.txt\"", one)
             #expect(moved.status == 0, "\(moved)")
             let rename = seconds {

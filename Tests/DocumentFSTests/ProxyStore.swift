@@ -14,6 +14,8 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     /// Milliseconds `documents()` waits after reading the listing (so that what it returns is
     /// stale by the time the caller uses it).
     let listingDelay = Atomic<Int>(0)
+    /// How many of the next `documents()` calls fail (as over a lost connection).
+    let failListings = Atomic<Int>(0)
     /// "save" (durable), "deferred save" (`durable` false) and "synchronize", in call order.
     private let log = Mutex<[String]>([])
     var calls: [String] { log.withLock { $0 } }
@@ -53,6 +55,10 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     var statistics: StoreStatistics { inner.statistics }
 
     func documents() throws -> [DocumentInfo] {
+        if failListings.load(ordering: .sequentiallyConsistent) > 0 {
+            failListings.subtract(1, ordering: .sequentiallyConsistent)
+            throw DocumentStoreError.io("injected listing failure")
+        }
         let infos = try inner.documents()
         let delay = listingDelay.load(ordering: .relaxed)
         if delay > 0 { usleep(UInt32(delay) * 1000) }

@@ -168,6 +168,40 @@ struct SharedStoreTests {
         }
     }
 
+    @Test("a new document whose listing failed in the mount: listed again, else shown with its next save")
+    func missedCreateHeals() async throws {
+        let fixture = try Fixture.small()
+        defer { fixture.remove() }
+        let proxy = ProxyStore(fixture.store)
+        let other = try Engine(fixture)
+        try await withMount(proxy, configure: kernelCachesForAMinute) { mount in
+            let root = mount.path
+            #expect(try await offThread { try FileManager.default.contentsOfDirectory(atPath: root) }.count > 0)
+            // One failed listing: the mount lists again a little later.
+            proxy.failListings.store(1, ordering: .sequentiallyConsistent)
+            _ = try other.store.createDocument(
+                named: "Soon.txt", kind: .flat, type: nil, permissions: nil, origin: "other app")
+            let soon = mount.url("Soon.txt")
+            let listed = try await waitUntil(timeout: 10) { FileManager.default.fileExists(atPath: soon) }
+            #expect(listed != nil, "a listing that failed once was not tried again")
+            // Every try fails: the document's next save brings it in.
+            proxy.failListings.store(3, ordering: .sequentiallyConsistent)
+            let info = try other.store.createDocument(
+                named: "Late.txt", kind: .flat, type: nil, permissions: nil, origin: "other app")
+            let tried = try await waitUntil(timeout: 10) {
+                proxy.failListings.load(ordering: .sequentiallyConsistent) == 0
+            }
+            try #require(tried != nil, "the mount never listed the store after the create")
+            var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+            changes.contents[info.root] = .replace(DataContentsSource(Data("late\n".utf8)))
+            changes.origin = "other app"
+            _ = try other.store.save(changes)
+            let late = mount.url("Late.txt")
+            let shown = try await waitUntil(timeout: 10) { (try? readText(late)) == "late\n" }
+            #expect(shown != nil, "a save of a document the mount missed never brought it in")
+        }
+    }
+
     @Test("a write through the mount reloads a clean open Document (flat and package)")
     func mountWriteReloadsDocument() async throws {
         let fixture = try Fixture.small()
