@@ -406,8 +406,20 @@ extension DocumentFileSystem {
     /// Queues `notices` for the kernel; with `waitingUpTo`, returns once the kernel has taken
     /// them (or the time is up). Never wait from a request handler: an invalidation can need a
     /// lock the kernel holds for that very request.
-    func send(_ notices: [Notice], waitingUpTo timeout: Duration? = nil) {
+    func send(_ notices: [Notice], waitingUpTo timeout: Duration? = nil, again: Bool = true) {
         guard !notices.isEmpty, let notifier = state.withLock({ $0.notifier }) else { return }
+        if again {
+            // A lookup the kernel sent before this change and answers after it instantiates its
+            // inode with the old attributes, which an invalidation sent meanwhile (the kernel did
+            // not know the inode yet) cannot reach: they would stand until the attribute timeout.
+            // The same invalidations once more, a moment later, catch such a reply.
+            let repeated = notices.filter { if case .delete = $0 { false } else { true } }
+            if !repeated.isEmpty {
+                DispatchQueue.global().asyncAfter(deadline: .now() + 0.25) { [self] in
+                    send(repeated, again: false)
+                }
+            }
+        }
         var sentInodes: Set<UInt64> = []
         let taken = DispatchGroup()
         let done: Notifier.Completion?
