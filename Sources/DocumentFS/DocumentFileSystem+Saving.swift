@@ -499,23 +499,13 @@ extension DocumentFileSystem {
             logger.warning("cannot list the store: \(error)")
             return .failed
         }
-        var roots: [DocumentID: NodeRecord] = [:]
         let known = state.withLock { Set($0.documents.keys) }
-        let unknown = infos.filter { !known.contains($0.id) }
-        if !unknown.isEmpty {
-            do {
-                let records = try store.nodes(unknown.map { NodeLookup($0.root, at: $0.currentVersion) })
-                for (info, result) in zip(unknown, records) {
-                    switch result {
-                    case .success(let record?): roots[info.id] = record
-                    case .success(nil): continue
-                    case .failure(let error): logger.warning("cannot show the document \(info.name): \(error)")
-                    }
-                }
-            } catch {
-                logger.warning("cannot read the store's new documents: \(error)")
-                return .failed
-            }
+        let roots: [DocumentID: NodeRecord]
+        do {
+            roots = try rootRecords(of: infos.filter { !known.contains($0.id) })
+        } catch {
+            logger.warning("cannot read the store's new documents: \(error)")
+            return .failed
         }
         let conflicts = fetchConflicts(roots: Dictionary(infos.map { ($0.id, $0.root) }) { first, _ in first })
         let notices = state.withLock { state -> [Notice]? in

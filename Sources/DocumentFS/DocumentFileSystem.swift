@@ -270,16 +270,8 @@ public final class DocumentFileSystem: FileSystem {
     func ensureListing() throws(Errno) {
         if state.withLock({ $0.listed }) { return }
         let infos = try storeCall { try store.documents() }
-        let records = try storeCall { try store.nodes(infos.map { NodeLookup($0.root, at: $0.currentVersion) }) }
-        var roots: [(DocumentInfo, NodeRecord)] = []
-        for (info, result) in zip(infos, records) {
-            // A document whose root cannot be read is left out of the listing, not the others.
-            switch result {
-            case .success(let record?): roots.append((info, record))
-            case .success(nil): continue
-            case .failure(let error): logger.warning("cannot read the document \(info.name): \(error)")
-            }
-        }
+        let records = try storeCall { try rootRecords(of: infos) }
+        let roots = infos.compactMap { info in records[info.id].map { (info, $0) } }
         let conflicts = fetchConflicts(roots: Dictionary(infos.map { ($0.id, $0.root) }) { first, _ in first })
         state.withLock { state in
             guard !state.listed else { return }
@@ -291,6 +283,22 @@ public final class DocumentFileSystem: FileSystem {
             }
             state.listed = true
         }
+    }
+
+    /// The root records of `infos` at their current versions, in one store call. A document
+    /// whose root cannot be read is left out (and logged), not the others.
+    func rootRecords(of infos: [DocumentInfo]) throws -> [DocumentID: NodeRecord] {
+        guard !infos.isEmpty else { return [:] }
+        let results = try store.nodes(infos.map { NodeLookup($0.root, at: $0.currentVersion) })
+        var records: [DocumentID: NodeRecord] = [:]
+        for (info, result) in zip(infos, results) {
+            switch result {
+            case .success(let record?): records[info.id] = record
+            case .success(nil): continue
+            case .failure(let error): logger.warning("cannot read the document \(info.name): \(error)")
+            }
+        }
+        return records
     }
 
     /// A document's state and node at the root, from its listing and root record.

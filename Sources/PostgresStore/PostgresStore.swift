@@ -363,51 +363,14 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
     /// Up to a few thousand lookups in one statement (one snapshot); the rare one at a conflict
     /// branch's version is read on its own afterwards.
     private func nodesInOneStatement(_ lookups: [NodeLookup]) throws -> [Result<NodeRecord?, any Error>] {
-        func array(_ values: [Int64?]) -> SQLValue {
-            .text("{" + values.map { $0.map(String.init) ?? "NULL" }.joined(separator: ",") + "}")
-        }
-        let rows = try database.withConnection { db in
-            try db.query(
-                """
-                SELECT l.ord AS lookup_index,
-                    (l.version IS NOT NULL AND v.id IS NULL)::int::bigint AS version_missing,
-                    COALESCE(v.branch, 0) AS version_branch, n.*
-                FROM unnest($1::text::bigint[], $2::text::bigint[]) WITH ORDINALITY AS l(node, version, ord)
-                LEFT JOIN versions v ON v.id = l.version
-                LEFT JOIN LATERAL (
-                    SELECT * FROM nodes
-                    WHERE nodes.node = l.node AND nodes.branch = 0
-                        AND nodes.version <= CASE
-                            WHEN l.version IS NULL THEN 9223372036854775807
-                            WHEN v.branch = 0 THEN v.id
-                            ELSE COALESCE(v.base, 0) END
-                    ORDER BY nodes.version DESC LIMIT 1
-                ) n ON true
-                """,
-                [array(lookups.map { $0.node.rawValue }), array(lookups.map { $0.version?.rawValue })])
-        }
-        var results = [Result<NodeRecord?, any Error>?](repeating: nil, count: lookups.count)
-        for row in rows {
-            guard let index = try? Int(row.int("lookup_index")) - 1, results.indices.contains(index) else {
-                throw DocumentStoreError.corrupt(path: "", reason: "a lookup came back without its index")
-            }
-            let lookup = lookups[index]
-            results[index] = Result {
-                if try row.int("version_missing") != 0 {
-                    throw DocumentStoreError.noSuchVersion(lookup.version ?? VersionID(rawValue: 0))
+        let answers = try database.withConnection { db in try Self.mainLineLookups(db, lookups) }
+        return zip(lookups, answers).map { lookup, answer in
+            Result {
+                switch try answer.get() {
+                case .record(let record): return record
+                case .onConflictBranch: return try node(lookup.node, at: lookup.version)
                 }
-                if lookup.version != nil, try row.int("version_branch") != 0 {
-                    return try node(lookup.node, at: lookup.version)
-                }
-                guard try row.optionalInt("node") != nil, try row.int("removed") == 0 else { return nil }
-                return try Self.record(row)
             }
-        }
-        return try results.map { result in
-            guard let result else {
-                throw DocumentStoreError.corrupt(path: "", reason: "a lookup came back without an answer")
-            }
-            return result
         }
     }
 
@@ -416,26 +379,67 @@ public final class PostgresStore: DocumentStore, StoreChangeNotifying, Sendable 
     static func mainLineNode(_ db: SQLConnection, _ id: StoreNodeID, at version: VersionID) throws
         -> (lineage: Lineage, record: NodeRecord?)?
     {
-        guard
-            let row = try db.query(
-                """
-                SELECT v.branch AS version_branch, v.base AS version_base, n.*
-                FROM versions v
-                LEFT JOIN LATERAL (
-                    SELECT * FROM nodes
-                    WHERE node = $1 AND branch = 0
-                        AND version <= CASE WHEN v.branch = 0 THEN v.id ELSE COALESCE(v.base, 0) END
-                    ORDER BY version DESC LIMIT 1
-                ) n ON true
-                WHERE v.id = $2
-                """,
-                [.int(id.rawValue), .int(version.rawValue)]
-            ).first
-        else { throw DocumentStoreError.noSuchVersion(version) }
-        guard try row.int("version_branch") == 0 else { return nil }
-        let lineage = Lineage(limit: version.rawValue, branch: 0)
-        guard try row.optionalInt("node") != nil, try row.int("removed") == 0 else { return (lineage, nil) }
-        return (lineage, try record(row))
+        guard let answer = try mainLineLookups(db, [NodeLookup(id, at: version)]).first else {
+            throw DocumentStoreError.corrupt(path: "", reason: "a lookup came back without an answer")
+        }
+        guard case .record(let record) = try answer.get() else { return nil }
+        return (Lineage(limit: version.rawValue, branch: 0), record)
+    }
+
+    /// What one statement learns of a lookup: its record on the main line (nil if it does not
+    /// exist at that version), or that its version is on a conflict branch.
+    enum MainLineAnswer {
+        case record(NodeRecord?)
+        case onConflictBranch
+    }
+
+    /// Answers `lookups` in one statement, in their order; a lookup at a version that does not
+    /// exist fails with `noSuchVersion`.
+    static func mainLineLookups(_ db: SQLConnection, _ lookups: [NodeLookup]) throws
+        -> [Result<MainLineAnswer, any Error>]
+    {
+        func array(_ values: [Int64?]) -> SQLValue {
+            .text("{" + values.map { $0.map(String.init) ?? "NULL" }.joined(separator: ",") + "}")
+        }
+        let rows = try db.query(
+            """
+            SELECT l.ord AS lookup_index,
+                (l.version IS NOT NULL AND v.id IS NULL)::int::bigint AS version_missing,
+                COALESCE(v.branch, 0) AS version_branch, n.*
+            FROM unnest($1::text::bigint[], $2::text::bigint[]) WITH ORDINALITY AS l(node, version, ord)
+            LEFT JOIN versions v ON v.id = l.version
+            LEFT JOIN LATERAL (
+                SELECT * FROM nodes
+                WHERE nodes.node = l.node AND nodes.branch = 0
+                    AND nodes.version <= CASE
+                        WHEN l.version IS NULL THEN 9223372036854775807
+                        WHEN v.branch = 0 THEN v.id
+                        ELSE COALESCE(v.base, 0) END
+                ORDER BY nodes.version DESC LIMIT 1
+            ) n ON true
+            """,
+            [array(lookups.map { $0.node.rawValue }), array(lookups.map { $0.version?.rawValue })])
+        var answers = [Result<MainLineAnswer, any Error>?](repeating: nil, count: lookups.count)
+        for row in rows {
+            guard let index = try? Int(row.int("lookup_index")) - 1, answers.indices.contains(index) else {
+                throw DocumentStoreError.corrupt(path: "", reason: "a lookup came back without its index")
+            }
+            let version = lookups[index].version
+            answers[index] = Result {
+                if try row.int("version_missing") != 0 {
+                    throw DocumentStoreError.noSuchVersion(version ?? VersionID(rawValue: 0))
+                }
+                if version != nil, try row.int("version_branch") != 0 { return .onConflictBranch }
+                guard try row.optionalInt("node") != nil, try row.int("removed") == 0 else { return .record(nil) }
+                return .record(try record(row))
+            }
+        }
+        return try answers.map { answer in
+            guard let answer else {
+                throw DocumentStoreError.corrupt(path: "", reason: "a lookup came back without an answer")
+            }
+            return answer
+        }
     }
 
     static func node(_ db: SQLConnection, _ id: StoreNodeID, lineage: Lineage) throws -> NodeRecord? {
