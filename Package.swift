@@ -10,6 +10,8 @@ let package = Package(
         .library(name: "DocumentEngine", targets: ["DocumentEngine"]),
         .library(name: "FUSE", targets: ["FUSE"]),
         .library(name: "DocumentFS", targets: ["DocumentFS"]),
+        .library(name: "VersionedStore", targets: ["VersionedStore"]),
+        .library(name: "SQLiteStore", targets: ["SQLiteStore"]),
         .library(name: "PostgresStore", targets: ["PostgresStore"]),
         .executable(name: "docfs", targets: ["docfs"]),
     ],
@@ -45,10 +47,24 @@ let package = Package(
                 "CLinuxSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        // The versioned-store algorithm, once, over a small backend protocol; and the in-memory
+        // backend. Knows no database.
+        .target(
+            name: "VersionedStore",
+            dependencies: ["DocumentEngine", .product(name: "Crypto", package: "swift-crypto")]
+        ),
+        // The embedded store on SQLite. The only module that imports GRDB.
+        .target(
+            name: "SQLiteStore",
+            dependencies: [
+                "DocumentEngine",
+                "VersionedStore",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 // sqlite3_system_errno, to tell a full disk among SQLite's I/O errors.
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
-                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         // The shared store on PostgreSQL. The only module that imports NIO (through postgres-nio).
@@ -56,9 +72,9 @@ let package = Package(
             name: "PostgresStore",
             dependencies: [
                 "DocumentEngine",
+                "VersionedStore",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Crypto", package: "swift-crypto"),
             ]
         ),
         .target(
@@ -77,6 +93,7 @@ let package = Package(
                 "DocumentFS",
                 "FUSE",
                 "DocumentEngine",
+                "SQLiteStore",
                 "PostgresStore",
                 "CLinuxSupport",
                 "SampleDocuments",
@@ -85,19 +102,23 @@ let package = Package(
             ]
         ),
         // A child process the store's kill test saves with and kills mid-save.
-        .executableTarget(name: "store-torture", dependencies: ["DocumentEngine", "PostgresStore"]),
+        .executableTarget(name: "store-torture", dependencies: ["DocumentEngine", "SQLiteStore", "PostgresStore"]),
         // The seeds' document types (MyStuff, ImageNotes, text), used by the demo store and tests.
         .target(name: "SampleDocuments", dependencies: ["DocumentEngine"]),
         // Helpers shared by the test targets; not a product.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         // Store fixtures of every kind (SQLite, PostgreSQL) for the parameterised suites.
-        .target(name: "StoreTestSupport", dependencies: ["DocumentEngine", "PostgresStore"], path: "Tests/StoreTestSupport"),
+        .target(
+            name: "StoreTestSupport", dependencies: ["DocumentEngine", "VersionedStore", "SQLiteStore", "PostgresStore"],
+            path: "Tests/StoreTestSupport"),
         .testTarget(
             name: "DocumentEngineTests",
             dependencies: [
                 "DocumentEngine",
                 "TestSupport",
                 "StoreTestSupport",
+                "VersionedStore",
+                "SQLiteStore",
                 "PostgresStore",
                 "CLinuxSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
@@ -105,11 +126,14 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
-        .testTarget(name: "SampleDocumentsTests", dependencies: ["SampleDocuments", "DocumentEngine"]),
-        .testTarget(name: "DocumentFSTests", dependencies: ["TestSupport", "StoreTestSupport", "PostgresStore", "DocumentFS", "DocumentEngine", "FUSE", "SampleDocuments", "CLinuxSupport", .product(name: "SystemPackage", package: "swift-system")]),
+        .testTarget(name: "SampleDocumentsTests", dependencies: ["SampleDocuments", "DocumentEngine", "SQLiteStore"]),
+        .testTarget(name: "VersionedStoreTests", dependencies: ["VersionedStore", "DocumentEngine"]),
+        .testTarget(name: "DocumentFSTests", dependencies: ["TestSupport", "StoreTestSupport", "VersionedStore", "SQLiteStore", "PostgresStore", "DocumentFS", "DocumentEngine", "FUSE", "SampleDocuments", "CLinuxSupport", .product(name: "SystemPackage", package: "swift-system")]),
         .testTarget(
             name: "DocfsTests",
-            dependencies: ["TestSupport", "StoreTestSupport", "PostgresStore", "DocumentEngine", "SampleDocuments"]),
+            dependencies: [
+                "TestSupport", "StoreTestSupport", "SQLiteStore", "PostgresStore", "DocumentEngine", "SampleDocuments",
+            ]),
         // Micro-benchmark of the FUSE layer (scripts/fuse-bench.sh).
         .executableTarget(
             name: "FUSEBench",

@@ -10,6 +10,9 @@ let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingL
 let rootIdentity = root.lastPathComponent.lowercased()
 
 let engine: Target.Dependency = .product(name: "DocumentEngine", package: rootIdentity)
+let stores: [Target.Dependency] = [
+    .product(name: "VersionedStore", package: rootIdentity), .product(name: "SQLiteStore", package: rootIdentity),
+]
 
 // The entry point finds libFuzzer's driver with dlsym.
 let linker: [LinkerSetting] = [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=LLVMFuzzerRunDriver"])]
@@ -20,7 +23,7 @@ let package = Package(
     targets: [
         .executableTarget(name: "fuzz-wrapper", dependencies: [engine], linkerSettings: linker),
         .executableTarget(name: "fuzz-archive", dependencies: [engine], linkerSettings: linker),
-        .executableTarget(name: "fuzz-store", dependencies: [engine], linkerSettings: linker),
+        .executableTarget(name: "fuzz-store", dependencies: [engine] + stores, linkerSettings: linker),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -126,14 +126,18 @@ extension DocumentFileSystem {
                 if contents.isModified || !sameNode || stored?.size != contents.size {
                     let snapshot = contents.freeze()
                     snapshots.append((node, record.id, snapshot))
-                    let source = SnapshotSource(snapshot: snapshot, store: store)
+                    let source = SnapshotSource(snapshot: snapshot)
                     if sameNode || snapshot.base.size == 0 {
                         let storedSize = stored?.kind == .regularFile ? stored?.size ?? 0 : 0
                         changes.contents[record.id] = .sparse(
                             size: snapshot.size, chunks: snapshot.changedChunks(storedSize: storedSize),
                             source: source)
                     } else {
-                        changes.contents[record.id] = .replace(source)
+                        // The file was another one before (renamed over this name): the store
+                        // starts from that file's chunks and takes only the written ones.
+                        changes.contents[record.id] = .derived(
+                            from: NodeLookup(snapshot.base.node, at: snapshot.base.version), size: snapshot.size,
+                            chunks: snapshot.changedChunks(storedSize: snapshot.base.size), source: source)
                     }
                 }
             }
@@ -184,6 +188,55 @@ extension DocumentFileSystem {
                 // Retried after the next quiet interval; close and fsync report it meanwhile.
                 state.withLock { _ in document.lastChange = ContinuousClock.now }
             }
+        }
+    }
+
+    // MARK: - History that thins itself
+
+    /// Applies the store's retention policy when it is due, a minute after mounting and then
+    /// every few minutes, on a thread of its own: saves never wait for it, and the versions this
+    /// mount still reads from are protected.
+    func startCollector() {
+        guard let interval = configuration.collectionInterval, !configuration.readOnly else { return }
+        let thread = Thread { [weak self] in
+            var next = ContinuousClock.now + .seconds(60)
+            while true {
+                guard let self, !self.state.withLock({ $0.stopping }) else { return }
+                if ContinuousClock.now >= next {
+                    next = ContinuousClock.now + min(interval, .seconds(600))
+                    self.collectIfDue(every: interval)
+                }
+                Thread.sleep(forTimeInterval: 0.5)
+            }
+        }
+        thread.name = "docfs.collector"
+        thread.start()
+    }
+
+    func collectIfDue(every interval: Duration) {
+        let protected = versionsInUse()
+        do {
+            if let report = try store.collectGarbageIfDue(every: interval, protecting: protected) {
+                logger.info(
+                    "retention: \(report.versionsRemoved) versions and \(report.documentsRemoved) deleted documents dropped, \(report.bytesFreed) bytes freed"
+                )
+            }
+        } catch {
+            logger.warning("retention: \(error)")
+        }
+    }
+
+    /// The versions this mount reads from: every document's base and every file's contents base.
+    func versionsInUse() -> Set<VersionID> {
+        state.withLock { state in
+            var versions = Set(state.documents.values.map(\.base))
+            for node in state.nodes.values {
+                if let version = node.contents?.base.version { versions.insert(version) }
+            }
+            for file in state.files.values {
+                if let version = file.snapshot?.version { versions.insert(version) }
+            }
+            return versions
         }
     }
 

@@ -50,6 +50,9 @@ public final class DocumentFileSystem: FileSystem {
         public var readOnly = false
         /// Who saved, in the store's version history.
         public var origin = "docfs mount"
+        /// How often the store's retention policy is applied in the background (by whichever
+        /// process using the store finds it due first); nil never.
+        public var collectionInterval: Duration? = .seconds(3600)
         public init() {}
     }
 
@@ -131,7 +134,7 @@ public final class DocumentFileSystem: FileSystem {
     }
 
     /// - Parameters:
-    ///   - store: the store to show; a ``SQLiteStore`` shared with others is fine.
+    ///   - store: the store to show; a store shared with others is fine.
     ///   - configuration: timeouts, save policy and where dirty chunks wait.
     ///   - logger: where store errors are reported.
     public init(
@@ -202,6 +205,7 @@ public final class DocumentFileSystem: FileSystem {
             logger.error("cannot observe the store for changes: \(error)")
         }
         startSaver()
+        startCollector()
     }
 
     public func destroy() {

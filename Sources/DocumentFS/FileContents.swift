@@ -343,18 +343,19 @@ final class FileContents: @unchecked Sendable {
             return changed.filter { Int64($0) * cs < size }.sorted()
         }
 
-        /// Reads the frozen state; `store` supplies base bytes.
-        func read(offset: Int64, count: Int, store: any DocumentStore) throws -> Data {
+        /// Reads the frozen state's written and zeroed bytes. Bytes of the base are the store's
+        /// own, named by the save (``ContentUpdate/derived(from:size:chunks:source:)``), so a read
+        /// that would need them is a bug: it fails rather than call the store during its save.
+        func read(offset: Int64, count: Int) throws -> Data {
             var buffer: [UInt8] = []
             let pending = try FileContents.plan(
                 offset: offset, count: count, size: size, chunkSize: chunkSize, into: &buffer
             ) { chunk in
                 FileContents.source(of: chunk, layers: layers[...], base: base, chunkSize: chunkSize)
             }
-            for piece in pending {
-                let bytes = try store.readContents(
-                    of: piece.base.node, at: piece.base.version, offset: piece.offset, count: piece.count)
-                buffer.replaceSubrange(piece.destination..<piece.destination + bytes.count, with: bytes)
+            if let piece = pending.first {
+                throw DocumentStoreError.io(
+                    "a save asked for \(piece.count) stored bytes at \(piece.offset) of a file it holds only in part")
             }
             return Data(buffer)
         }
@@ -395,13 +396,12 @@ struct StoreRead: Sendable {
     var destination: Int
 }
 
-/// Reads a frozen file for the store's streaming save.
+/// Reads a frozen file's written chunks for the store's streaming save.
 struct SnapshotSource: ContentsSource {
     let snapshot: FileContents.Snapshot
-    let store: any DocumentStore
     var count: Int64 { snapshot.size }
     func read(offset: Int64, count: Int) throws -> Data {
-        try snapshot.read(offset: offset, count: count, store: store)
+        try snapshot.read(offset: offset, count: count)
     }
 }
 

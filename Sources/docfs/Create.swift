@@ -1,5 +1,6 @@
 import ArgumentParser
 import DocumentEngine
+import SQLiteStore
 import Foundation
 import Logging
 import PostgresStore

@@ -14,6 +14,7 @@
 // document whose contents are the round's files, saved with `save(to:for:)` round after round.
 
 import DocumentEngine
+import SQLiteStore
 import Foundation
 import PostgresStore
 

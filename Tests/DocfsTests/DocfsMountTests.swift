@@ -1,4 +1,5 @@
 import DocumentEngine
+@testable import SQLiteStore
 import Foundation
 import Testing
 

@@ -1,4 +1,5 @@
 import DocumentEngine
+import SQLiteStore
 import Foundation
 import Testing
 import TestSupport

@@ -3,6 +3,7 @@ import GRDB
 import Testing
 
 @testable import DocumentEngine
+@testable import SQLiteStore
 
 /// Regression tests for what the fuzzers (Fuzz/, scripts/fuzz.sh) found.
 @Suite struct DamagedInputTests {

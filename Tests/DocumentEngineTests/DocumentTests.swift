@@ -3,6 +3,7 @@ import Testing
 import TestSupport
 
 @testable import DocumentEngine
+import SQLiteStore
 
 #if canImport(Glibc)
     import Glibc

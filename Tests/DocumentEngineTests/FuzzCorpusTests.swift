@@ -1,7 +1,9 @@
 @testable import DocumentEngine
+@testable import SQLiteStore
 import Foundation
 import GRDB
 import Testing
+@testable import VersionedStore
 
 /// The short form of the fuzzing (issue 8, point 5): every input kept under Tests/FuzzCorpus (the
 /// seeds, and each input a fuzzer found a crash with) goes through the same decoders as the

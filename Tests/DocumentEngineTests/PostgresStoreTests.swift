@@ -42,7 +42,7 @@ struct PostgresStoreTests {
         }
         let fixture = try StoreFixture(.postgres)
         try fixture.sql("UPDATE store_meta SET value = 99 WHERE key = 'format'")
-        #expect(throws: DocumentStoreError.newerFormat(path: fixture.location, found: 99, supported: 1)) {
+        #expect(throws: DocumentStoreError.newerFormat(path: fixture.location, found: 99, supported: 2)) {
             try fixture.reopen()
         }
         let other = try StoreFixture(.postgres)

@@ -1,4 +1,5 @@
 import DocumentEngine
+import SQLiteStore
 import Foundation
 import PostgresStore
 import StoreTestSupport

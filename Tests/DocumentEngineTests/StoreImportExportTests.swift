@@ -4,6 +4,7 @@ import Testing
 import TestSupport
 
 @testable import DocumentEngine
+import SQLiteStore
 
 #if canImport(Glibc)
     import Glibc

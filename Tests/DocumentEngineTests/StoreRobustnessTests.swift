@@ -6,6 +6,7 @@ import Testing
 import TestSupport
 
 @testable import DocumentEngine
+@testable import SQLiteStore
 
 #if canImport(Glibc)
     import Glibc

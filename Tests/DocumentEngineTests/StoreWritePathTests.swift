@@ -5,6 +5,7 @@ import TestSupport
 import Testing
 
 @testable import DocumentEngine
+@testable import SQLiteStore
 
 #if canImport(Glibc)
     import Glibc

@@ -111,7 +111,11 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     }
     func resolveConflict(_ version: VersionID) throws { try inner.resolveConflict(version) }
     func unresolvedConflicts() throws -> [VersionInfo] { try inner.unresolvedConflicts() }
-    func collectGarbage(_ policy: RetentionPolicy) throws -> CollectionReport { try inner.collectGarbage(policy) }
+    func collectGarbage(_ policy: RetentionPolicy, protecting protected: Set<VersionID>) throws -> CollectionReport {
+        try inner.collectGarbage(policy, protecting: protected)
+    }
+    func setting(_ key: String) throws -> String? { try inner.setting(key) }
+    func setSetting(_ key: String, _ value: String) throws { try inner.setSetting(key, value) }
     func events(after sequence: Int64) throws -> [StoreEvent] { try inner.events(after: sequence) }
     func latestEventSequence() throws -> Int64 { try inner.latestEventSequence() }
     func checkIntegrity() throws -> IntegrityReport { try inner.checkIntegrity() }

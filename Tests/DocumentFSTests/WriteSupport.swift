@@ -1,4 +1,5 @@
 import DocumentEngine
+import SQLiteStore
 import DocumentFS
 import Foundation
 import StoreTestSupport

@@ -1,10 +1,15 @@
 import DocumentEngine
 import Foundation
 import PostgresStore
+import SQLiteStore
 import Synchronization
+import VersionedStore
 
 /// The store implementations the store-level and mount-level suites run against.
 public enum StoreKind: String, Sendable, CustomStringConvertible {
+    /// ``MemoryStore``: the algorithm without a database, for tests where the database is not
+    /// what is tested.
+    case memory
     case sqlite
     case postgres
 
@@ -22,6 +27,9 @@ public enum StoreKind: String, Sendable, CustomStringConvertible {
     /// SQLite, and PostgreSQL when ``postgresURL`` is set. scripts/test.sh always sets it, so CI
     /// runs both; a bare `swift test` without a server runs SQLite only.
     public static var all: [StoreKind] { postgresURL == nil ? [.sqlite] : [.sqlite, .postgres] }
+
+    /// Every backend, memory included: the store contract holds on each.
+    public static var everyBackend: [StoreKind] { [.memory] + all }
 }
 
 /// A fresh, empty store of one kind, removed with the fixture: for SQLite a file in a temporary
@@ -37,7 +45,7 @@ public final class StoreFixture: Sendable {
 
     private static let counter = Atomic<Int>(0)
 
-    public init(_ kind: StoreKind, chunkSize: Int = SQLiteStore.defaultChunkSize, name: String = "Test")
+    public init(_ kind: StoreKind, chunkSize: Int = VersionedStore.defaultChunkSize, name: String = "Test")
         throws
     {
         self.kind = kind
@@ -45,6 +53,10 @@ public final class StoreFixture: Sendable {
         guard let made = mkdtemp(&template) else { throw CocoaError(.fileWriteUnknown) }
         directory = String(cString: made)
         switch kind {
+        case .memory:
+            store = MemoryStore(location: name, chunkSize: chunkSize)
+            location = name
+            postgres = nil
         case .sqlite:
             let path = directory + "/\(name).docstore"
             store = try SQLiteStore(path: path, options: .create, chunkSize: chunkSize)
@@ -85,6 +97,7 @@ public final class StoreFixture: Sendable {
     /// Another store object on the same store, as another process would open it.
     public func reopen() throws -> any DocumentStore {
         switch kind {
+        case .memory: return store  // a store in memory is one process's; share the object
         case .sqlite: return try SQLiteStore(path: location)
         case .postgres:
             guard let postgres else { throw DocumentStoreError.io("no PostgreSQL configuration") }
@@ -94,8 +107,7 @@ public final class StoreFixture: Sendable {
 
     /// Drops the store's chunk cache, so the next reads come from the database.
     public func purgeCache() {
-        (store as? SQLiteStore)?.purgeCache()
-        (store as? PostgresStore)?.purgeCache()
+        store.purgeCache()
     }
 
     /// Cuts the store's database off: every connection to it is closed and new ones are refused,
@@ -133,6 +145,8 @@ public final class StoreFixture: Sendable {
     @discardableResult
     public func sql(_ statement: String) throws -> String {
         switch kind {
+        case .memory:
+            throw DocumentStoreError.io("a store in memory has no SQL")
         case .sqlite:
             return try Self.run("/usr/bin/sqlite3", ["-bail", location, statement])
         case .postgres:

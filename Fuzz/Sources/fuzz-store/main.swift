@@ -4,6 +4,8 @@
 @testable import DocumentEngine
 import Foundation
 import GRDB
+@testable import SQLiteStore
+import VersionedStore
 
 private struct Bytes {
     var data: [UInt8]

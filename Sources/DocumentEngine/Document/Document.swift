@@ -155,7 +155,7 @@ open class Document {
 
     /// The type identifier for a URL's extension (UD-2); directories without one are packages.
     nonisolated static func typeIdentifier(for url: URL) -> String {
-        SQLiteStore.typeIdentifier(forName: url.lastPathComponent)
+        DocumentInfo.typeIdentifier(forName: url.lastPathComponent)
     }
 
     // MARK: State

@@ -92,7 +92,13 @@ extension DocumentStore {
             {
                 continue
             }
-            changes.contents[id] = .replace(source)
+            if let stored = source as? StoreContentsSource, stored.store === self, stored.count >= 0 {
+                // Bytes this store holds (a copied or moved wrapper) are shared, not read back
+                // and written again, and the save never reads its own store meanwhile.
+                changes.contents[id] = .copy(of: NodeLookup(stored.node, at: stored.version))
+            } else {
+                changes.contents[id] = .replace(source)
+            }
         }
         let claimed = Set(plan.assigned.compactMap { $0 })
         changes.removedNodes = stored.records.keys.filter { !claimed.contains($0) }.sorted()

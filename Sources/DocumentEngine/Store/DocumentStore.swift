@@ -68,10 +68,12 @@ public struct DocumentInfo: Sendable, Equatable {
     public var currentVersion: VersionID
     public var created: Timestamp
     public var modified: Timestamp
+    /// When the document was deleted; nil while it is live.
+    public var deleted: Timestamp?
 
     public init(
         id: DocumentID, name: String, type: String, kind: DocumentKind, root: StoreNodeID,
-        currentVersion: VersionID, created: Timestamp, modified: Timestamp
+        currentVersion: VersionID, created: Timestamp, modified: Timestamp, deleted: Timestamp? = nil
     ) {
         self.id = id
         self.name = name
@@ -81,6 +83,24 @@ public struct DocumentInfo: Sendable, Equatable {
         self.currentVersion = currentVersion
         self.created = created
         self.modified = modified
+        self.deleted = deleted
+    }
+
+    /// A type identifier from the name's extension, for documents created without one.
+    public static func typeIdentifier(forName name: String) -> String {
+        let ext = (name as NSString).pathExtension.lowercased()
+        switch ext {
+        case "": return "public.data"
+        case "txt", "text": return "public.plain-text"
+        case "md", "markdown": return "net.daringfireball.markdown"
+        case "rtf": return "public.rtf"
+        case "rtfd": return "com.apple.rtfd"
+        case "png": return "public.png"
+        case "jpg", "jpeg": return "public.jpeg"
+        case "json": return "public.json"
+        case "plist": return "com.apple.property-list"
+        default: return "dyn.docfs.\(ext)"
+        }
     }
 }
 
@@ -158,6 +178,15 @@ public enum ContentUpdate: Sendable {
     /// invalid change. A read shorter than asked leaves the rest of that chunk zeros; a read that
     /// throws aborts the save.
     case sparse(size: Int64, chunks: [Int], source: any ContentsSource)
+    /// The file becomes the contents of another file of this store (`lookup`'s node at its
+    /// version; as this save leaves it when the version is nil), sharing its chunks: no bytes are
+    /// read or written.
+    case copy(of: NodeLookup)
+    /// The file is `size` bytes long and starts as a copy of `lookup`'s contents (cut or extended
+    /// with zeros to `size`); each listed chunk index is then read from `source` as in
+    /// ``sparse(size:chunks:source:)``. What a file system sends when a file it wrote was another
+    /// file before (a rename over a name, a flat document's new file).
+    case derived(from: NodeLookup, size: Int64, chunks: [Int], source: any ContentsSource)
 }
 
 /// What to do when a save is based on a version older than the document's current one.
@@ -249,20 +278,6 @@ public struct SaveResult: Sendable, Equatable {
         self.bytesWritten = bytesWritten
         self.nodesWritten = nodesWritten
     }
-}
-
-/// How long old versions are kept. Both limits apply: a version is dropped only when it is
-/// beyond `keepLast` and older than `keepFor`. The current version and unresolved conflict
-/// versions are always kept.
-public struct RetentionPolicy: Sendable, Equatable {
-    public var keepLast: Int
-    public var keepFor: Duration
-    public init(keepLast: Int = 50, keepFor: Duration = .seconds(30 * 24 * 3600)) {
-        self.keepLast = max(1, keepLast)
-        self.keepFor = keepFor
-    }
-    /// Keep only the current version.
-    public static let currentOnly = RetentionPolicy(keepLast: 1, keepFor: .zero)
 }
 
 /// What garbage collection removed.
@@ -430,8 +445,13 @@ public protocol DocumentStore: AnyObject, Sendable {
     func resolveConflict(_ version: VersionID) throws
     /// The unresolved conflict versions of every live (not deleted) document, oldest first.
     func unresolvedConflicts() throws -> [VersionInfo]
-    /// Drops versions the policy no longer keeps, and the chunks nothing references.
-    func collectGarbage(_ policy: RetentionPolicy) throws -> CollectionReport
+    /// Drops versions the policy no longer keeps (never a current version, an unresolved
+    /// conflict, or one of `protected`), removes deleted documents past their expiry, deletes the
+    /// chunks nothing references and gives their space back.
+    func collectGarbage(_ policy: RetentionPolicy, protecting protected: Set<VersionID>) throws -> CollectionReport
+    /// A setting kept in the store for every process that uses it (the retention policy), or nil.
+    func setting(_ key: String) throws -> String?
+    func setSetting(_ key: String, _ value: String) throws
 
     /// Events after `sequence`, oldest first.
     func events(after sequence: Int64) throws -> [StoreEvent]
@@ -462,6 +482,49 @@ extension DocumentStore {
     /// A store without a cache has nothing to drop.
     public func purgeCache() {}
 
+    /// ``collectGarbage(_:protecting:)`` with nothing protected beyond what the policy keeps.
+    public func collectGarbage(_ policy: RetentionPolicy) throws -> CollectionReport {
+        try collectGarbage(policy, protecting: [])
+    }
+
+    /// Applies the store's own retention policy.
+    public func collectGarbage(protecting protected: Set<VersionID> = []) throws -> CollectionReport {
+        let report = try collectGarbage(retentionPolicy(), protecting: protected)
+        try setSetting(Self.collectedSetting, String(Timestamp.now.rawValue))
+        return report
+    }
+
+    /// Applies the store's retention policy unless some process did within `interval`; nil when
+    /// it was not due. What the mount and `docfs` run in the background, so history thins itself.
+    public func collectGarbageIfDue(every interval: Duration, protecting protected: Set<VersionID> = [])
+        throws -> CollectionReport?
+    {
+        let seconds = interval.components.seconds
+        if let text = try setting(Self.collectedSetting), let last = Int64(text),
+            Timestamp.now.rawValue - last < seconds * 1_000_000_000
+        {
+            return nil
+        }
+        return try collectGarbage(protecting: protected)
+    }
+
+    /// The store's retention policy: ``RetentionPolicy/standard`` until one is set.
+    public func retentionPolicy() throws -> RetentionPolicy {
+        guard let text = try setting(Self.retentionSetting) else { return .standard }
+        do { return try RetentionPolicy(parsing: text) } catch {
+            throw DocumentStoreError.corrupt(
+                path: location, reason: "its retention policy \(text.debugDescription) is invalid: \(error)")
+        }
+    }
+
+    /// Keeps `policy` in the store, for every process that uses it.
+    public func setRetentionPolicy(_ policy: RetentionPolicy) throws {
+        try setSetting(Self.retentionSetting, policy.description)
+    }
+
+    static var retentionSetting: String { "retention" }
+    static var collectedSetting: String { "collected" }
+
     /// One query per document; stores override it with one query.
     public func unresolvedConflicts() throws -> [VersionInfo] {
         try documents().flatMap { try versions(of: $0.id).filter { $0.isConflict && !$0.isResolved } }
@@ -479,3 +542,24 @@ public struct NodeLookup: Hashable, Sendable {
         self.version = version
     }
 }
+
+/// A regular wrapper's contents in a store, read by range on demand.
+public struct StoreContentsSource: ContentsSource {
+    public let store: any DocumentStore
+    public let node: StoreNodeID
+    /// The version to read; nil reads the current one.
+    public let version: VersionID?
+    public let count: Int64
+
+    public init(store: any DocumentStore, node: StoreNodeID, version: VersionID?, count: Int64) {
+        self.store = store
+        self.node = node
+        self.version = version
+        self.count = count
+    }
+
+    public func read(offset: Int64, count: Int) throws -> Data {
+        try store.readContents(of: node, at: version, offset: offset, count: count)
+    }
+}
+

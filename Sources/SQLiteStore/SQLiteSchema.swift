@@ -10,7 +10,7 @@ import GRDB
 /// id as branch and apply on top of the main line as of the version it was based on.
 enum SQLiteSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion = 1
+    static let formatVersion = 2
     /// `PRAGMA application_id`: "DocF", so other SQLite files are recognised as foreign.
     static let applicationID: Int32 = 0x446F_6346
 
@@ -103,6 +103,11 @@ enum SQLiteSchema {
                 sql:
                     "INSERT INTO store_meta(key, value) VALUES ('format', ?), ('chunk_size', ?), ('next_node', 1)",
                 arguments: [formatVersion, chunkSize])
+        }
+        // v2: store settings (the retention policy).
+        migrator.registerMigration("v2") { db in
+            try db.execute(sql: "CREATE TABLE store_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            try db.execute(sql: "UPDATE store_meta SET value = 2 WHERE key = 'format'")
         }
         return migrator
     }

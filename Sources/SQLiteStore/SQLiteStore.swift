@@ -1,0 +1,354 @@
+import DocumentEngine
+import Foundation
+import GRDB
+import GRDBSQLite
+import Synchronization
+import VersionedStore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The embedded document store: one SQLite file (WAL), shared safely by several processes.
+///
+/// The versioned-store algorithm is ``VersionedStore``'s; this type opens the file, checks it is
+/// a DocFS store, and runs the algorithm's transactions on SQLite (``SQLiteBackend``).
+public final class SQLiteStore: VersionedDocumentStore, Sendable {
+    /// How to open a store.
+    public struct OpenOptions: OptionSet, Sendable {
+        public let rawValue: Int
+        public init(rawValue: Int) { self.rawValue = rawValue }
+        /// Create the store (mode 0600) if there is no file at the path.
+        public static let create = OpenOptions(rawValue: 1)
+    }
+
+    /// The default chunk size (``VersionedStore/defaultChunkSize``).
+    public static let defaultChunkSize = VersionedStore.defaultChunkSize
+
+    public let versionedStore: VersionedStore
+    let backend: SQLiteBackend
+
+    /// The store file's path.
+    public var path: String { backend.path }
+    /// The connections, for tests that look at SQLite's settings.
+    package var pool: DatabasePool { backend.pool }
+
+    /// Opens the store at `path`, creating it with `options: .create` (and `chunkSize`) if missing.
+    ///
+    /// A missing, empty, truncated, foreign or damaged file, or one written by a newer DocFS, is
+    /// refused with a ``DocumentStoreError`` that names the problem.
+    public init(path: String, options: OpenOptions = [], chunkSize: Int = SQLiteStore.defaultChunkSize) throws
+    {
+        backend = try SQLiteBackend(path: path, create: options.contains(.create), chunkSize: chunkSize)
+        versionedStore = VersionedStore(backend: backend)
+    }
+
+    // Decoders of stored rows, for the fuzz targets and the damaged-row tests.
+    static func record(_ row: Row) throws -> NodeRecord { try NodeColumns(row).record(row) }
+    static func document(_ row: Row) throws -> DocumentInfo { try SQLiteTransaction.document(row) }
+    static func version(_ row: Row) throws -> VersionInfo { try SQLiteTransaction.version(row) }
+    static func storeError(_ error: any Error, path: String, systemErrno: Int32 = 0) -> any Error {
+        SQLiteBackend.storeError(error, path: path, systemErrno: systemErrno)
+    }
+
+    /// Copies the write-ahead log into the database file and truncates the log, so that the
+    /// log's size afterwards measures exactly what later transactions write.
+    public func checkpoint() throws { try backend.checkpoint() }
+
+    /// The embedded default store: `Default.docstore` in the Documents folder of the app id
+    /// `docfs` (see ``SearchPaths``).
+    public static func defaultStorePath(environment: [String: String] = ProcessInfo.processInfo.environment)
+        -> String
+    {
+        SearchPaths(appID: "docfs", environment: environment).documents.appendingPathComponent(
+            "Default.docstore"
+        ).path
+    }
+
+}
+
+/// SQLite's side of the versioned store: its connections, its dialect and its file.
+final class SQLiteBackend: StoreBackend {
+    let path: String
+    var location: String { path }
+    let chunkSize: Int
+    let pool: DatabasePool
+    /// Whether the writer connection may still be at `synchronous = NORMAL` after a deferred save.
+    private let writerMayBeRelaxed = Atomic(false)
+
+    init(path: String, create: Bool, chunkSize: Int) throws {
+        self.path = path
+        guard chunkSize > 0, chunkSize <= VersionedStore.maximumChunkSize else {
+            throw DocumentStoreError.invalidChange("the chunk size must be between 1 byte and 64 MiB")
+        }
+        let isNew = try Self.prepareFile(path: path, create: create)
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(30)
+        configuration.label = "docfs.store"
+        do {
+            pool = try DatabasePool(path: path, configuration: configuration)
+            // FULL: a committed save survives power loss, which fsync's contract needs. Set here,
+            // not in prepareDatabase: GRDB sets the writer to NORMAL when it turns WAL on, after
+            // prepareDatabase ran. Only the writer commits, so only its setting matters.
+            try pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = FULL") }
+        } catch {
+            throw Self.storeError(error, path: path)
+        }
+        var storedChunkSize = chunkSize
+        do {
+            let migrator = SQLiteSchema.migrator(chunkSize: chunkSize)
+            try pool.write { db in
+                if try migrator.hasBeenSuperseded(db) {
+                    throw DocumentStoreError.newerFormat(
+                        path: path, found: SQLiteSchema.formatVersion + 1,
+                        supported: SQLiteSchema.formatVersion)
+                }
+                if !isNew {
+                    let applicationID = try Int32.fetchOne(db, sql: "PRAGMA application_id") ?? 0
+                    let applied = try migrator.appliedIdentifiers(db)
+                    if applicationID != SQLiteSchema.applicationID || applied.isEmpty {
+                        throw DocumentStoreError.notAStore(path: path, reason: "it has no DocFS schema")
+                    }
+                }
+            }
+            try migrator.migrate(pool)
+            storedChunkSize = try pool.read { db -> Int in
+                guard
+                    let format = try Int.fetchOne(
+                        db, sql: "SELECT value FROM store_meta WHERE key = 'format'"),
+                    let size = try Int.fetchOne(
+                        db, sql: "SELECT value FROM store_meta WHERE key = 'chunk_size'"),
+                    size > 0, size <= VersionedStore.maximumChunkSize
+                else {
+                    throw DocumentStoreError.corrupt(path: path, reason: "the store's metadata is missing")
+                }
+                if format > SQLiteSchema.formatVersion {
+                    throw DocumentStoreError.newerFormat(
+                        path: path, found: format, supported: SQLiteSchema.formatVersion)
+                }
+                return size
+            }
+        } catch {
+            throw Self.storeError(error, path: path)
+        }
+        self.chunkSize = storedChunkSize
+        if isNew {
+            // Incremental vacuum must be chosen before the first table, or made so by a VACUUM;
+            // on a new store that costs nothing. It lets garbage collection give space back.
+            // Then the header (with the application id) goes into the file itself, not just the log.
+            _ = try? pool.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA auto_vacuum = INCREMENTAL")
+                try db.execute(sql: "VACUUM")
+                try db.checkpoint(.truncate)
+            }
+        }
+    }
+
+    /// Creates (0600) or checks the file before SQLite opens it; returns whether it is new.
+    private static func prepareFile(path: String, create: Bool) throws -> Bool {
+        var st = stat()
+        if stat(path, &st) != 0 {
+            guard errno == ENOENT else {
+                throw DocumentStoreError.io(
+                    "cannot open the store \(path): \(String(cString: strerror(errno)))")
+            }
+            guard create else { throw DocumentStoreError.notAStore(path: path, reason: "no such file") }
+            let fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw systemError(errno, path: path, doing: "create") }
+            close(fd)
+            return true
+        }
+        guard (st.st_mode & S_IFMT) == S_IFREG else {
+            throw DocumentStoreError.notAStore(path: path, reason: "it is not a regular file")
+        }
+        if st.st_size == 0 {
+            if create { return true }
+            throw DocumentStoreError.notAStore(path: path, reason: "the file is empty")
+        }
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw DocumentStoreError.io("cannot read the store \(path): permission denied")
+        }
+        defer { try? handle.close() }
+        let header = (try? handle.read(upToCount: 100)) ?? Data()
+        guard header.count >= 16, header.prefix(16) == Data("SQLite format 3\0".utf8) else {
+            throw DocumentStoreError.notAStore(path: path, reason: "it is not an SQLite database")
+        }
+        guard header.count == 100 else {
+            throw DocumentStoreError.corrupt(
+                path: path, reason: "the file is truncated (\(st.st_size) bytes)")
+        }
+        let applicationID = header[68..<72].reduce(0) { $0 << 8 | Int32($1) }
+        if applicationID == SQLiteSchema.applicationID { return false }
+        // 0 in the file's header: another application's database, or a DocFS store whose header
+        // is still only in the write-ahead log. Ask a read-only connection, so that a foreign file
+        // is never switched to WAL or otherwise touched.
+        if applicationID == 0 {
+            var readOnly = Configuration()
+            readOnly.readonly = true
+            let probed = try? DatabaseQueue(path: path, configuration: readOnly).read { db in
+                try Int32.fetchOne(db, sql: "PRAGMA application_id")
+            }
+            if probed == SQLiteSchema.applicationID { return false }
+        }
+        throw DocumentStoreError.notAStore(path: path, reason: "it is another application's SQLite database")
+    }
+
+    /// Turns SQLite's errors into ones that name the problem. `systemErrno` is the connection's
+    /// `sqlite3_system_errno`, which tells a full disk among I/O errors.
+    static func storeError(_ error: any Error, path: String, systemErrno: Int32 = 0) -> any Error {
+        guard let error = error as? DatabaseError else { return error }
+        switch error.resultCode {
+        case .SQLITE_NOTADB:
+            return DocumentStoreError.notAStore(path: path, reason: "it is not an SQLite database")
+        case .SQLITE_CORRUPT:
+            return DocumentStoreError.corrupt(path: path, reason: error.message ?? "malformed database")
+        case .SQLITE_FULL: return DocumentStoreError.noSpace(path)
+        // Growing the -shm file or syncing reports the errno only as SQLITE_IOERR.
+        case .SQLITE_IOERR where systemErrno == ENOSPC || systemErrno == EDQUOT:
+            return DocumentStoreError.noSpace(path)
+        case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN:
+            return DocumentStoreError.io(
+                "cannot open the store \(path): \(error.message ?? "permission denied")")
+        default: return error
+        }
+    }
+
+    /// An error for a system call on the store's files that failed with `code`.
+    static func systemError(_ code: Int32, path: String, doing what: String) -> DocumentStoreError {
+        if code == ENOSPC || code == EDQUOT { return .noSpace(path) }
+        return .io("cannot \(what) the store \(path): \(String(cString: strerror(code)))")
+    }
+
+    // The statements a save or a read runs every time are cached statements: compiling them
+    // again for each save took a fifth of the daemon's CPU when every close saved (issue 7, B5).
+
+    /// Runs `body` in one IMMEDIATE transaction. A durable one commits with `synchronous = FULL`
+    /// (it is on disk when this returns); otherwise with NORMAL, which in WAL mode commits
+    /// atomically and survives the process, but reaches the disk only at the next checkpoint,
+    /// durable commit or ``synchronize()``.
+    func writeDatabase<T>(durable: Bool, _ body: (Database) throws -> T) throws -> T {
+        do {
+            return try pool.writeWithoutTransaction { db in
+                do {
+                    // The pragma fails inside a transaction, hence no `pool.write` here. It takes
+                    // effect when it is compiled, so it is never a cached (reused) statement.
+                    if !durable || writerMayBeRelaxed.load(ordering: .acquiring) {
+                        try db.execute(sql: "PRAGMA synchronous = \(durable ? "FULL" : "NORMAL")")
+                        if durable { writerMayBeRelaxed.store(false, ordering: .releasing) }
+                    }
+                    defer { if !durable { restoreFullSynchronous(db) } }
+                    var result: T?
+                    try db.inTransaction(.immediate) {
+                        result = try body(db)
+                        return .commit
+                    }
+                    guard let result else {
+                        throw DocumentStoreError.io("a transaction on \(path) gave no result")
+                    }
+                    return result
+                } catch {
+                    let systemErrno = db.sqliteConnection.map { sqlite3_system_errno($0) } ?? 0
+                    throw Self.storeError(error, path: path, systemErrno: systemErrno)
+                }
+            }
+        } catch {
+            throw Self.storeError(error, path: path)
+        }
+    }
+
+    /// Puts the writer connection back to `synchronous = FULL` after a deferred transaction,
+    /// whether it committed or not.
+    private func restoreFullSynchronous(_ db: Database) {
+        // A failed COMMIT can leave the transaction open; the pragma would fail inside it, and
+        // GRDB traps on a transaction left open at the end of an access.
+        if db.isInsideTransaction { try? db.rollback() }
+        do { try db.execute(sql: "PRAGMA synchronous = FULL") } catch {
+            // The next write retries before it commits anything.
+            writerMayBeRelaxed.store(true, ordering: .releasing)
+        }
+    }
+
+    // MARK: StoreBackend
+
+    func read<T>(_ body: (any StoreTransaction) throws -> T) throws -> T {
+        do { return try pool.read { db in try body(SQLiteTransaction(db: db)) } } catch {
+            throw Self.storeError(error, path: path)
+        }
+    }
+
+    /// SQLite reads cost no round trip: a snapshot is as cheap as single statements.
+    func access<T>(_ body: (any StoreTransaction) throws -> T) throws -> T { try read(body) }
+
+    func write<T>(durable: Bool, _ body: (any StoreTransaction) throws -> T) throws -> T {
+        try writeDatabase(durable: durable) { db in try body(SQLiteTransaction(db: db)) }
+    }
+
+    func storageProblems() throws -> [String] {
+        let problems: [String]
+        do { problems = try pool.read { db in try String.fetchAll(db, sql: "PRAGMA integrity_check") } } catch
+        {
+            throw Self.storeError(error, path: path)
+        }
+        return problems == ["ok"] ? [] : problems.map { "SQLite: \($0)" }
+    }
+
+    /// Gives freed pages back to the file system: a store made before incremental vacuum is
+    /// rebuilt once by a VACUUM (which needs the file's size again in free disk); later ones
+    /// only truncate their free pages. The write-ahead log is truncated too.
+    func reclaimSpace() throws {
+        do {
+            try pool.writeWithoutTransaction { db in
+                if try Int.fetchOne(db, sql: "PRAGMA auto_vacuum") != 2 {
+                    try db.execute(sql: "PRAGMA auto_vacuum = INCREMENTAL")
+                    try db.execute(sql: "VACUUM")
+                } else {
+                    try db.execute(sql: "PRAGMA incremental_vacuum")
+                }
+                try db.checkpoint(.truncate)
+            }
+        } catch {
+            throw Self.storeError(error, path: path)
+        }
+    }
+
+    func checkpoint() throws {
+        do { _ = try pool.writeWithoutTransaction { try $0.checkpoint(.truncate) } } catch {
+            throw Self.storeError(error, path: path)
+        }
+    }
+
+    /// Makes every save committed before the call durable, deferred ones included.
+    func synchronize() throws {
+        // Why an fsync of the write-ahead log through a descriptor of our own is enough:
+        // - Every commit, deferred or not, has written its frames into the -wal file with
+        //   write(2) before it returned, and fsync flushes the file (the inode), not the
+        //   descriptor: so every committed frame of any connection or process reaches the disk.
+        // - Frames no longer in the log were copied into the database file by a checkpoint, which
+        //   fsyncs the database file before the log may be restarted, truncated or deleted; so a
+        //   missing log means nothing is pending.
+        // - SQLite keeps no POSIX locks on the -wal file (they are on the database and -shm
+        //   files), so closing our descriptor cannot release one of its locks.
+        // - SQLite fsyncs the directory only when it first fsyncs a new log, which deferred
+        //   commits may not have done yet; so the directory is fsynced too, or a new log could
+        //   vanish with its frames.
+        let log = open(path + "-wal", O_RDONLY | O_CLOEXEC)
+        guard log >= 0 else {
+            if errno == ENOENT { return }
+            throw Self.systemError(errno, path: path, doing: "synchronize")
+        }
+        defer { close(log) }
+        try Self.fsyncRetrying(log, path: path)
+        let folder = (path as NSString).deletingLastPathComponent
+        let directory = open(folder.isEmpty ? "." : folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { throw Self.systemError(errno, path: path, doing: "synchronize") }
+        defer { close(directory) }
+        try Self.fsyncRetrying(directory, path: path)
+    }
+
+    private static func fsyncRetrying(_ fd: Int32, path: String) throws {
+        while fsync(fd) != 0 {
+            if errno != EINTR { throw systemError(errno, path: path, doing: "synchronize") }
+        }
+    }
+
+}

@@ -1,0 +1,447 @@
+import DocumentEngine
+import Foundation
+import GRDB
+import VersionedStore
+
+/// Row-level reads and writes in SQLite's dialect, on one GRDB connection inside a transaction.
+///
+/// The statements a save or a read runs every time are cached statements: compiling them again
+/// for each save took a fifth of the daemon's CPU when every close saved (issue 7, B5).
+struct SQLiteTransaction: StoreTransaction {
+    let db: Database
+
+    // MARK: Store metadata
+
+    func reserveNodeIDs(count: Int) throws -> Int64 {
+        guard
+            let next = try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT value FROM store_meta WHERE key = 'next_node'"))
+        else { throw DocumentStoreError.corrupt(path: "", reason: "the node counter is missing") }
+        try db.cachedStatement(sql: "UPDATE store_meta SET value = ? WHERE key = 'next_node'")
+            .execute(arguments: [next + Int64(count)])
+        return next
+    }
+
+    func setting(_ key: String) throws -> String? {
+        try String.fetchOne(db, sql: "SELECT value FROM store_settings WHERE key = ?", arguments: [key])
+    }
+
+    func setSetting(_ key: String, _ value: String) throws {
+        try db.execute(
+            sql: "INSERT OR REPLACE INTO store_settings(key, value) VALUES (?, ?)", arguments: [key, value])
+    }
+
+    // MARK: Documents
+
+    static func document(_ row: Row) throws -> DocumentInfo {
+        DocumentInfo(
+            id: DocumentID(rawValue: try row.stored("id")), name: try row.stored("name"),
+            type: try row.stored("type"),
+            kind: DocumentKind(rawValue: try row.stored("kind")) ?? .package,
+            root: StoreNodeID(rawValue: try row.stored("root")),
+            currentVersion: VersionID(rawValue: try row.stored("current_version")),
+            created: Timestamp(rawValue: try row.stored("created")),
+            modified: Timestamp(rawValue: try row.stored("modified")),
+            deleted: try row.stored("deleted", as: Int64?.self).map(Timestamp.init(rawValue:)))
+    }
+
+    func document(_ id: DocumentID) throws -> DocumentInfo? {
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT * FROM documents WHERE id = ?"), arguments: [id.rawValue]
+        )
+        .map(Self.document)
+    }
+
+    func documents(deleted: Bool) throws -> [DocumentInfo] {
+        try Row.fetchAll(
+            db,
+            sql: deleted
+                ? "SELECT * FROM documents WHERE deleted IS NOT NULL ORDER BY deleted, id"
+                : "SELECT * FROM documents WHERE deleted IS NULL ORDER BY name"
+        ).map(Self.document)
+    }
+
+    func liveDocument(named name: String) throws -> DocumentInfo? {
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT * FROM documents WHERE name = ? AND deleted IS NULL"),
+            arguments: [name]
+        ).map(Self.document)
+    }
+
+    func insertDocument(name: String, type: String, kind: DocumentKind, root: StoreNodeID, created: Timestamp)
+        throws -> DocumentID
+    {
+        try db.execute(
+            sql: """
+                INSERT INTO documents(name, type, kind, root, current_version, created, modified)
+                VALUES (?, ?, ?, ?, 0, ?, ?)
+                """,
+            arguments: [name, type, kind.rawValue, root.rawValue, created.rawValue, created.rawValue])
+        return DocumentID(rawValue: db.lastInsertedRowID)
+    }
+
+    func updateDocument(_ id: DocumentID, _ update: DocumentUpdate) throws {
+        switch update {
+        case .rename(let name, let modified):
+            try db.execute(
+                sql: "UPDATE documents SET name = ?, modified = ? WHERE id = ?",
+                arguments: [name, modified.rawValue, id.rawValue])
+        case .currentVersion(let version, let modified):
+            try db.cachedStatement(sql: "UPDATE documents SET current_version = ?, modified = ? WHERE id = ?")
+                .execute(arguments: [version.rawValue, modified.rawValue, id.rawValue])
+        case .deleted(let time):
+            try db.execute(
+                sql: "UPDATE documents SET deleted = ? WHERE id = ?", arguments: [time.rawValue, id.rawValue])
+        case .undeleted(let name):
+            try db.execute(
+                sql: "UPDATE documents SET deleted = NULL, name = ? WHERE id = ?",
+                arguments: [name, id.rawValue])
+        }
+    }
+
+    func removeDocument(_ id: DocumentID) throws {
+        let d = id.rawValue
+        try db.execute(
+            sql: "DELETE FROM chunk_map WHERE node IN (SELECT DISTINCT node FROM nodes WHERE document = ?)",
+            arguments: [d])
+        try db.execute(sql: "DELETE FROM nodes WHERE document = ?", arguments: [d])
+        try db.execute(sql: "DELETE FROM versions WHERE document = ?", arguments: [d])
+        try db.execute(sql: "DELETE FROM documents WHERE id = ?", arguments: [d])
+    }
+
+    // MARK: Versions
+
+    static func version(_ row: Row) throws -> VersionInfo {
+        VersionInfo(
+            id: VersionID(rawValue: try row.stored("id")),
+            document: DocumentID(rawValue: try row.stored("document")),
+            base: try row.stored("base", as: Int64?.self).map(VersionID.init(rawValue:)),
+            created: Timestamp(rawValue: try row.stored("created")), origin: try row.stored("origin"),
+            isConflict: try row.stored("branch", as: Int64.self) != 0,
+            isResolved: try row.stored("resolved", as: Int64.self) != 0,
+            bytesWritten: try row.stored("bytes_written"))
+    }
+
+    func insertVersion(document: DocumentID, base: VersionID?, origin: String, created: Timestamp) throws
+        -> VersionID
+    {
+        try db.cachedStatement(
+            sql: "INSERT INTO versions(document, base, created, origin) VALUES (?, ?, ?, ?)"
+        )
+        .execute(arguments: [document.rawValue, base?.rawValue, created.rawValue, origin])
+        return VersionID(rawValue: db.lastInsertedRowID)
+    }
+
+    func version(_ id: VersionID) throws -> VersionInfo? {
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT * FROM versions WHERE id = ?"), arguments: [id.rawValue]
+        )
+        .map(Self.version)
+    }
+
+    func versions(of document: DocumentID) throws -> [VersionInfo] {
+        try Row.fetchAll(
+            db, sql: "SELECT * FROM versions WHERE document = ? ORDER BY id", arguments: [document.rawValue]
+        )
+        .map(Self.version)
+    }
+
+    func updateVersion(_ id: VersionID, _ update: VersionUpdate) throws -> VersionInfo {
+        switch update {
+        case .conflict:
+            try db.cachedStatement(sql: "UPDATE versions SET branch = id WHERE id = ?").execute(arguments: [
+                id.rawValue
+            ])
+        case .resolved:
+            try db.execute(sql: "UPDATE versions SET resolved = 1 WHERE id = ?", arguments: [id.rawValue])
+        case .bytesWritten(let bytes):
+            try db.cachedStatement(sql: "UPDATE versions SET bytes_written = ? WHERE id = ?")
+                .execute(arguments: [bytes, id.rawValue])
+        }
+        guard let info = try version(id) else { throw DocumentStoreError.noSuchVersion(id) }
+        return info
+    }
+
+    func unresolvedConflicts() throws -> [VersionInfo] {
+        try Row.fetchAll(
+            db,
+            sql: """
+                SELECT versions.* FROM versions JOIN documents ON documents.id = versions.document
+                WHERE versions.branch != 0 AND versions.resolved = 0 AND documents.deleted IS NULL
+                ORDER BY versions.id
+                """
+        ).map(Self.version)
+    }
+
+    func removeVersions(_ ids: [VersionID]) throws {
+        let statement = try db.cachedStatement(sql: "DELETE FROM versions WHERE id = ?")
+        for id in ids { try statement.execute(arguments: [id.rawValue]) }
+    }
+
+    // MARK: Wrapper rows
+
+    func latestNodes(of document: DocumentID, branch: Int64, upTo limit: Int64) throws -> [StoredNode] {
+        let rows = try Row.fetchCursor(
+            db.cachedStatement(
+                sql: """
+                    SELECT n.* FROM nodes n
+                    JOIN (SELECT node, MAX(version) AS v FROM nodes
+                          WHERE document = ? AND branch = ? AND version <= ? GROUP BY node) latest
+                      ON n.node = latest.node AND n.branch = ? AND n.version = latest.v
+                    """),
+            arguments: [document.rawValue, branch, limit, branch])
+        var result: [StoredNode] = []
+        var columns: NodeColumns?
+        while let row = try rows.next() {
+            let c = try columns ?? NodeColumns(row)
+            columns = c
+            result.append(try Self.storedNode(row, c))
+        }
+        return result
+    }
+
+    func latestNode(_ node: StoreNodeID, branch: Int64, upTo limit: Int64) throws -> StoredNode? {
+        try Row.fetchOne(
+            db.cachedStatement(
+                sql:
+                    "SELECT * FROM nodes WHERE node = ? AND branch = ? AND version <= ? ORDER BY version DESC LIMIT 1"
+            ),
+            arguments: [node.rawValue, branch, limit]
+        ).map { try Self.storedNode($0, NodeColumns($0)) }
+    }
+
+    func nodeChanged(_ node: StoreNodeID, after version: VersionID) throws -> Bool {
+        try Bool.fetchOne(
+            db.cachedStatement(
+                sql: "SELECT 1 FROM nodes WHERE node = ? AND branch = 0 AND version > ? LIMIT 1"),
+            arguments: [node.rawValue, version.rawValue]) == true
+    }
+
+    func nodesEverNamed(_ name: String, in parent: StoreNodeID, except: StoreNodeID) throws -> [StoreNodeID] {
+        try Int64.fetchAll(
+            db.cachedStatement(
+                sql: "SELECT DISTINCT node FROM nodes WHERE parent = ? AND name = ? AND node != ?"),
+            arguments: [parent.rawValue, name, except.rawValue]
+        ).map(StoreNodeID.init(rawValue:))
+    }
+
+    func insertNode(_ row: StoredNode) throws {
+        let r = row.record
+        if row.removed {
+            try db.cachedStatement(
+                sql: """
+                    INSERT OR REPLACE INTO nodes(node, branch, version, document, parent, name, kind, permissions, uid,
+                        gid, mtime, ctime, atime, btime, size, removed)
+                    VALUES (?, ?, ?, ?, ?, ?, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1)
+                    """
+            ).execute(arguments: [
+                r.id.rawValue, row.branch, r.version.rawValue, r.document.rawValue, r.parent?.rawValue,
+                r.name,
+            ])
+            return
+        }
+        try db.cachedStatement(
+            sql: """
+                INSERT OR REPLACE INTO nodes(node, branch, version, document, parent, name, preferred_name, kind,
+                    permissions, uid, gid, mtime, ctime, atime, btime, size, link_target, xattrs, removed)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
+                """
+        ).execute(arguments: [
+            r.id.rawValue, row.branch, r.version.rawValue, r.document.rawValue, r.parent?.rawValue, r.name,
+            r.preferredName, r.kind.storedCode, r.permissions, Int64(r.uid), Int64(r.gid),
+            r.modified.rawValue, r.changed.rawValue, r.accessed.rawValue, r.created.rawValue, r.size,
+            r.linkTarget,
+            r.extendedAttributes.isEmpty ? nil : XattrCoding.encode(r.extendedAttributes),
+        ])
+    }
+
+    func nodeRowKeys(of document: DocumentID) throws -> [(key: NodeRowKey, removed: Bool)] {
+        try Row.fetchAll(
+            db, sql: "SELECT node, branch, version, removed FROM nodes WHERE document = ?",
+            arguments: [document.rawValue]
+        ).map { row in
+            (
+                NodeRowKey(
+                    node: StoreNodeID(rawValue: try row.stored("node")), branch: try row.stored("branch"),
+                    version: VersionID(rawValue: try row.stored("version"))),
+                try row.stored("removed", as: Int64.self) != 0
+            )
+        }
+    }
+
+    func removeNodeRows(_ keys: [NodeRowKey]) throws {
+        let statement = try db.cachedStatement(
+            sql: "DELETE FROM nodes WHERE node = ? AND branch = ? AND version = ?")
+        for key in keys {
+            try statement.execute(arguments: [key.node.rawValue, key.branch, key.version.rawValue])
+        }
+    }
+
+    func removeBranch(_ branch: Int64) throws {
+        try db.execute(sql: "DELETE FROM chunk_map WHERE branch = ?", arguments: [branch])
+        try db.execute(sql: "DELETE FROM nodes WHERE branch = ?", arguments: [branch])
+    }
+
+    static func storedNode(_ row: Row, _ c: NodeColumns) throws -> StoredNode {
+        let removed = try row.stored(c.removed, "removed", as: Int64.self) != 0
+        let record: NodeRecord
+        if removed {
+            record = NodeRecord(
+                id: StoreNodeID(rawValue: try row.stored(c.node, "node")),
+                document: DocumentID(rawValue: try row.stored(c.document, "document")),
+                parent: try row.stored(c.parent, "parent", as: Int64?.self).map(StoreNodeID.init(rawValue:)),
+                name: try row.stored(c.name, "name"), kind: .regularFile, permissions: 0, uid: 0, gid: 0,
+                modified: Timestamp(rawValue: 0),
+                version: VersionID(rawValue: try row.stored(c.version, "version")))
+        } else {
+            record = try c.record(row)
+        }
+        return StoredNode(record: record, branch: try row.stored(c.branch, "branch"), removed: removed)
+    }
+
+    // MARK: Chunk maps
+
+    func chunkMap(_ node: StoreNodeID, branch: Int64, upTo limit: Int64, indices: ClosedRange<Int64>) throws
+        -> [Int64: Int64?]
+    {
+        var map: [Int64: Int64?] = [:]
+        let rows = try Row.fetchCursor(
+            db.cachedStatement(
+                sql: """
+                    SELECT idx, chunk FROM chunk_map
+                    WHERE node = ? AND branch = ? AND idx BETWEEN ? AND ? AND version <= ?
+                    ORDER BY idx, version DESC
+                    """),
+            arguments: [node.rawValue, branch, indices.lowerBound, indices.upperBound, limit])
+        while let row = try rows.next() {
+            let index: Int64 = try row.stored(0, "idx")
+            if map[index] == nil { map[index] = .some(try row.stored(1, "chunk")) }
+        }
+        return map
+    }
+
+    func insertChunkEntry(_ node: StoreNodeID, branch: Int64, index: Int64, version: VersionID, chunk: Int64?)
+        throws
+    {
+        try db.cachedStatement(
+            sql: "INSERT OR REPLACE INTO chunk_map(node, branch, idx, version, chunk) VALUES (?, ?, ?, ?, ?)"
+        ).execute(arguments: [node.rawValue, branch, index, version.rawValue, chunk])
+    }
+
+    func chunkRowKeys(of document: DocumentID) throws -> [(key: ChunkRowKey, hasChunk: Bool)] {
+        var result: [(key: ChunkRowKey, hasChunk: Bool)] = []
+        let rows = try Row.fetchCursor(
+            db,
+            sql: """
+                SELECT node, idx, version, chunk IS NOT NULL FROM chunk_map
+                WHERE branch = 0 AND node IN (SELECT DISTINCT node FROM nodes WHERE document = ?)
+                """,
+            arguments: [document.rawValue])
+        while let row = try rows.next() {
+            result.append(
+                (
+                    ChunkRowKey(
+                        node: StoreNodeID(rawValue: try row.stored(0, "node")), branch: 0,
+                        index: try row.stored(1, "idx"),
+                        version: VersionID(rawValue: try row.stored(2, "version"))),
+                    try row.stored(3, "chunk", as: Int64.self) != 0
+                ))
+        }
+        return result
+    }
+
+    func removeChunkRows(_ keys: [ChunkRowKey]) throws {
+        let statement = try db.cachedStatement(
+            sql: "DELETE FROM chunk_map WHERE node = ? AND branch = ? AND idx = ? AND version = ?")
+        for key in keys {
+            try statement.execute(arguments: [key.node.rawValue, key.branch, key.index, key.version.rawValue])
+        }
+    }
+
+    // MARK: Chunks
+
+    func chunkID(hash: Data) throws -> Int64? {
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT id FROM chunks WHERE hash = ?"), arguments: [hash])
+    }
+
+    func insertChunk(hash: Data, data: Data) throws -> Int64 {
+        // Not a cached statement: one would keep the last chunk's bytes alive with its arguments.
+        try db.execute(
+            sql: "INSERT INTO chunks(hash, size, data) VALUES (?, ?, ?)", arguments: [hash, data.count, data])
+        return db.lastInsertedRowID
+    }
+
+    func chunks(_ ids: [Int64]) throws -> [Int64: Data] {
+        var result: [Int64: Data] = [:]
+        let statement = try db.cachedStatement(sql: "SELECT data FROM chunks WHERE id = ?")
+        for id in ids { result[id] = try Data.fetchOne(statement, arguments: [id]) }
+        return result
+    }
+
+    func chunkLength(_ id: Int64) throws -> Int64? {
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT size FROM chunks WHERE id = ?"), arguments: [id])
+    }
+
+    func removeUnreferencedChunks() throws -> (count: Int, bytes: Int64) {
+        let condition = "NOT EXISTS (SELECT 1 FROM chunk_map WHERE chunk = chunks.id)"
+        let row = try Row.fetchOne(db, sql: "SELECT COUNT(*), TOTAL(size) FROM chunks WHERE \(condition)")
+        try db.execute(sql: "DELETE FROM chunks WHERE \(condition)")
+        return (
+            Int(try row?.stored(0, "count", as: Int64.self) ?? 0),
+            Int64(try row?.stored(1, "size", as: Double.self) ?? 0)
+        )
+    }
+
+    func forEachChunk(_ body: (Result<ChunkRow, any Error>) throws -> Void) throws {
+        let rows = try Row.fetchCursor(db, sql: "SELECT id, hash, size, data FROM chunks ORDER BY id")
+        while let row = try rows.next() {
+            try body(
+                Result {
+                    ChunkRow(
+                        id: try row.stored("id"), hash: try row.stored("hash", as: Data?.self) ?? Data(),
+                        size: try row.stored("size"), data: try row.stored("data", as: Data?.self) ?? Data())
+                })
+        }
+    }
+
+    // MARK: Events
+
+    func insertEvent(
+        _ kind: StoreEvent.Kind, document: DocumentID, version: VersionID?, name: String, origin: String,
+        time: Timestamp
+    ) throws {
+        try db.cachedStatement(
+            sql: "INSERT INTO events(kind, document, version, name, origin, time) VALUES (?, ?, ?, ?, ?, ?)"
+        ).execute(arguments: [
+            kind.rawValue, document.rawValue, version?.rawValue, name, origin, time.rawValue,
+        ])
+    }
+
+    func events(after sequence: Int64) throws -> [StoreEvent] {
+        try Row.fetchAll(
+            db, sql: "SELECT * FROM events WHERE sequence > ? ORDER BY sequence", arguments: [sequence]
+        )
+        .compactMap { row -> StoreEvent? in
+            guard let kind = StoreEvent.Kind(rawValue: try row.stored("kind")) else { return nil }
+            return StoreEvent(
+                sequence: try row.stored("sequence"), kind: kind,
+                document: DocumentID(rawValue: try row.stored("document")),
+                version: try row.stored("version", as: Int64?.self).map(VersionID.init(rawValue:)),
+                name: try row.stored("name"), origin: try row.stored("origin"))
+        }
+    }
+
+    func latestEventSequence() throws -> Int64 {
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT MAX(sequence) FROM events")) ?? 0
+    }
+
+    func removeEvents(before time: Timestamp) throws {
+        try db.execute(sql: "DELETE FROM events WHERE time < ?", arguments: [time.rawValue])
+    }
+
+    // MARK: Integrity
+
+    func danglingReferences(_ kind: DanglingReference) throws -> [Int64] {
+        try Int64.fetchAll(db, sql: PortableSQL.dangling(kind))
+    }
+}

@@ -1,0 +1,276 @@
+import DocumentEngine
+import Foundation
+
+/// Where a ``VersionedStore`` keeps its rows: a database and its dialect.
+///
+/// The versioned-store algorithm (conflicts, rebase, sparse updates, restore, retention, the
+/// integrity walk) lives once, in ``VersionedStore``; a backend only runs transactions of
+/// row-level reads and writes (``StoreTransaction``) and may offer shortcuts that save round
+/// trips. A backend never calls back into the store.
+public protocol StoreBackend: Sendable {
+    /// Where the rows are (a path or URL without password), for messages.
+    var location: String { get }
+    /// Bytes per content chunk, fixed when the store was created.
+    var chunkSize: Int { get }
+
+    /// Runs `body` in one read-only snapshot.
+    func read<T>(_ body: (any StoreTransaction) throws -> T) throws -> T
+    /// Runs `body` without a shared snapshot, each statement on its own: for answers that one
+    /// statement gives, where a transaction would only add round trips.
+    func access<T>(_ body: (any StoreTransaction) throws -> T) throws -> T
+    /// Runs `body` in one write transaction, holding the store's write lock so that writers take
+    /// turns (event sequence numbers then commit in order). A durable one returns once the commit
+    /// is on disk; otherwise it is atomic and seen by everyone, but reaches the disk later.
+    func write<T>(durable: Bool, _ body: (any StoreTransaction) throws -> T) throws -> T
+    /// Makes every write committed before the call durable, deferred ones included.
+    func synchronize() throws
+
+    /// Problems the database itself finds in its files (SQLite's `integrity_check`); empty when
+    /// it has no such check. Run before the store's own walk, which reads the rows.
+    func storageProblems() throws -> [String]
+    /// Gives the space of deleted rows back after garbage collection (to the file system, or to
+    /// the database's free space for reuse).
+    func reclaimSpace() throws
+
+    /// Answers `lookups` in one round trip where the backend can; nil when it has no such
+    /// shortcut (then each lookup is one read).
+    func mainLineLookups(_ lookups: [NodeLookup]) throws -> [Result<MainLineAnswer, any Error>]?
+    /// Bytes `range` of chunk `id` without reading the whole chunk, where the backend can read a
+    /// part of a stored value; nil otherwise.
+    func chunkSlice(_ id: Int64, _ range: Range<Int>) throws -> Data?
+}
+
+extension StoreBackend {
+    public func mainLineLookups(_ lookups: [NodeLookup]) throws -> [Result<MainLineAnswer, any Error>]? {
+        nil
+    }
+    public func chunkSlice(_ id: Int64, _ range: Range<Int>) throws -> Data? { nil }
+    public func storageProblems() throws -> [String] { [] }
+    public func reclaimSpace() throws {}
+}
+
+/// What one round trip learned of a lookup: its record on the main line (nil if it does not
+/// exist at that version), or that its version is on a conflict branch.
+public enum MainLineAnswer: Sendable {
+    case record(NodeRecord?)
+    case onConflictBranch
+}
+
+/// A wrapper row: a record as one version (or conflict branch) left it, or its removal.
+public struct StoredNode: Sendable, Equatable {
+    /// The record; for a removal only its id, document, parent, name and version count.
+    public var record: NodeRecord
+    /// 0 for the main line, else the conflict version whose branch it is on.
+    public var branch: Int64
+    /// A removal (tombstone): the wrapper does not exist from this version on.
+    public var removed: Bool
+
+    public init(record: NodeRecord, branch: Int64, removed: Bool) {
+        self.record = record
+        self.branch = branch
+        self.removed = removed
+    }
+}
+
+/// A change to a document's row.
+public enum DocumentUpdate: Sendable {
+    case rename(String, modified: Timestamp)
+    case currentVersion(VersionID, modified: Timestamp)
+    case deleted(Timestamp)
+    /// Live again, under `name`.
+    case undeleted(name: String)
+}
+
+/// A change to a version's row.
+public enum VersionUpdate: Sendable {
+    /// The version lost a conflict: its rows are a branch of its own.
+    case conflict
+    case resolved
+    case bytesWritten(Int64)
+}
+
+/// The key of a wrapper row, for retention.
+public struct NodeRowKey: Hashable, Sendable {
+    public var node: StoreNodeID
+    public var branch: Int64
+    public var version: VersionID
+    public init(node: StoreNodeID, branch: Int64, version: VersionID) {
+        self.node = node
+        self.branch = branch
+        self.version = version
+    }
+}
+
+/// The key of a chunk-map row, and whether it maps to a chunk, for retention.
+public struct ChunkRowKey: Hashable, Sendable {
+    public var node: StoreNodeID
+    public var branch: Int64
+    public var index: Int64
+    public var version: VersionID
+    public init(node: StoreNodeID, branch: Int64, index: Int64, version: VersionID) {
+        self.node = node
+        self.branch = branch
+        self.index = index
+        self.version = version
+    }
+}
+
+/// A stored chunk, for the integrity walk.
+public struct ChunkRow: Sendable {
+    public var id: Int64
+    public var hash: Data
+    public var size: Int64
+    public var data: Data
+    public init(id: Int64, hash: Data, size: Int64, data: Data) {
+        self.id = id
+        self.hash = hash
+        self.size = size
+        self.data = data
+    }
+}
+
+/// Rows that refer to something missing, by kind, for the integrity walk.
+public enum DanglingReference: Sendable, Hashable, CaseIterable {
+    /// A chunk-map row names a chunk that does not exist (the id is the chunk's).
+    case missingChunk
+    /// Wrapper rows name a document that does not exist (the id is the document's).
+    case nodeWithoutDocument
+    /// Versions name a document that does not exist.
+    case versionWithoutDocument
+    /// A document's current version does not exist (the id is the document's).
+    case missingCurrentVersion
+    /// Chunk-map rows belong to a wrapper that has no rows (the id is the wrapper's).
+    case contentsWithoutNode
+
+    var message: String {
+        switch self {
+        case .missingChunk: return "a file refers to missing chunk"
+        case .nodeWithoutDocument: return "wrappers belong to missing document"
+        case .versionWithoutDocument: return "versions belong to missing document"
+        case .missingCurrentVersion: return "document's current version is missing; document"
+        case .contentsWithoutNode: return "contents belong to missing wrapper"
+        }
+    }
+}
+
+/// Row-level reads and writes inside one backend transaction. Used only on the thread that runs
+/// the transaction's body.
+public protocol StoreTransaction {
+    // MARK: Store metadata
+
+    /// Reserves `count` fresh node ids; returns the first.
+    func reserveNodeIDs(count: Int) throws -> Int64
+    /// A store setting (the retention policy), or nil.
+    func setting(_ key: String) throws -> String?
+    func setSetting(_ key: String, _ value: String) throws
+
+    // MARK: Documents
+
+    /// The document's row, live or deleted.
+    func document(_ id: DocumentID) throws -> DocumentInfo?
+    /// Live documents by name (bytewise), or deleted ones by deletion time.
+    func documents(deleted: Bool) throws -> [DocumentInfo]
+    func liveDocument(named name: String) throws -> DocumentInfo?
+    /// A new document row with current version 0; returns its id.
+    func insertDocument(
+        name: String, type: String, kind: DocumentKind, root: StoreNodeID, created: Timestamp
+    ) throws -> DocumentID
+    func updateDocument(_ id: DocumentID, _ update: DocumentUpdate) throws
+    /// Removes the document and every row of it: versions, wrapper rows, chunk-map rows.
+    func removeDocument(_ id: DocumentID) throws
+
+    // MARK: Versions
+
+    func insertVersion(document: DocumentID, base: VersionID?, origin: String, created: Timestamp) throws
+        -> VersionID
+    func version(_ id: VersionID) throws -> VersionInfo?
+    /// Oldest first.
+    func versions(of document: DocumentID) throws -> [VersionInfo]
+    /// Changes the row and returns it as it is now.
+    @discardableResult func updateVersion(_ id: VersionID, _ update: VersionUpdate) throws -> VersionInfo
+    /// Unresolved conflict versions of live documents, oldest first.
+    func unresolvedConflicts() throws -> [VersionInfo]
+    func removeVersions(_ ids: [VersionID]) throws
+
+    // MARK: Wrapper rows
+
+    /// The newest row of each wrapper of `document` in `branch` with a version ≤ `limit`,
+    /// removals included.
+    func latestNodes(of document: DocumentID, branch: Int64, upTo limit: Int64) throws -> [StoredNode]
+    /// The newest row of `node` in `branch` with a version ≤ `limit`.
+    func latestNode(_ node: StoreNodeID, branch: Int64, upTo limit: Int64) throws -> StoredNode?
+    /// Whether the main line has a row of `node` newer than `version`.
+    func nodeChanged(_ node: StoreNodeID, after version: VersionID) throws -> Bool
+    /// Wrappers other than `except` that have a row named `name` in `parent` (in any version).
+    func nodesEverNamed(_ name: String, in parent: StoreNodeID, except: StoreNodeID) throws -> [StoreNodeID]
+    /// Writes a row (replacing one with the same node, branch and version).
+    func insertNode(_ row: StoredNode) throws
+    /// Every wrapper row of `document`, for retention.
+    func nodeRowKeys(of document: DocumentID) throws -> [(key: NodeRowKey, removed: Bool)]
+    func removeNodeRows(_ keys: [NodeRowKey]) throws
+    /// Removes every row, wrapper and chunk-map, of a conflict branch.
+    func removeBranch(_ branch: Int64) throws
+
+    // MARK: Chunk maps
+
+    /// The newest chunk-map entry of each index in `indices` of `node` in `branch` with a
+    /// version ≤ `limit`: the chunk id, or nil for a hole.
+    func chunkMap(_ node: StoreNodeID, branch: Int64, upTo limit: Int64, indices: ClosedRange<Int64>)
+        throws -> [Int64: Int64?]
+    /// Writes an entry (replacing one with the same node, branch, index and version).
+    func insertChunkEntry(
+        _ node: StoreNodeID, branch: Int64, index: Int64, version: VersionID, chunk: Int64?) throws
+    /// Every chunk-map row of `document`'s wrappers on the main line, and whether it maps to a
+    /// chunk (false for a hole), for retention.
+    func chunkRowKeys(of document: DocumentID) throws -> [(key: ChunkRowKey, hasChunk: Bool)]
+    func removeChunkRows(_ keys: [ChunkRowKey]) throws
+
+    // MARK: Chunks
+
+    func chunkID(hash: Data) throws -> Int64?
+    func insertChunk(hash: Data, data: Data) throws -> Int64
+    /// The chunks' bytes by id; a missing id is missing from the answer.
+    func chunks(_ ids: [Int64]) throws -> [Int64: Data]
+    func chunkLength(_ id: Int64) throws -> Int64?
+    /// Deletes chunks no chunk-map row refers to; returns how many and their bytes.
+    func removeUnreferencedChunks() throws -> (count: Int, bytes: Int64)
+    /// Every chunk, in id order, a few at a time; a row that cannot be decoded comes as its error.
+    func forEachChunk(_ body: (Result<ChunkRow, any Error>) throws -> Void) throws
+
+    // MARK: Events
+
+    /// Records an event (and tells listeners at commit, where the backend can).
+    func insertEvent(
+        _ kind: StoreEvent.Kind, document: DocumentID, version: VersionID?, name: String, origin: String,
+        time: Timestamp) throws
+    func events(after sequence: Int64) throws -> [StoreEvent]
+    func latestEventSequence() throws -> Int64
+    func removeEvents(before time: Timestamp) throws
+
+    // MARK: Integrity
+
+    /// Ids of rows that refer to something missing.
+    func danglingReferences(_ kind: DanglingReference) throws -> [Int64]
+}
+
+extension FileWrapper.Kind {
+    /// The kind's code in stored rows.
+    public var storedCode: Int64 {
+        switch self {
+        case .regularFile: return 0
+        case .directory: return 1
+        case .symbolicLink: return 2
+        }
+    }
+
+    /// The kind a stored row's code names; an unknown code is a damaged store.
+    public init(storedCode code: Int64, node: Int64) throws {
+        switch code {
+        case 0: self = .regularFile
+        case 1: self = .directory
+        case 2: self = .symbolicLink
+        default:
+            throw DocumentStoreError.corrupt(path: "", reason: "wrapper \(node) has unknown kind \(code)")
+        }
+    }
+}

@@ -1,0 +1,146 @@
+import DocumentEngine
+import Foundation
+
+/// The store's `user.` extended attributes as one blob: u32 count, then per attribute a u16 name
+/// length, the name, a u32 value length and the value (little-endian). Decoding checks every
+/// length, so a damaged row gives an error, not a crash.
+public enum XattrCoding {
+    public static func encode(_ xattrs: [String: Data]) -> Data {
+        var out = Data()
+        func append<T: FixedWidthInteger>(_ v: T) {
+            withUnsafeBytes(of: v.littleEndian) { out.append(contentsOf: $0) }
+        }
+        append(UInt32(xattrs.count))
+        for (name, value) in xattrs.sorted(by: { $0.key < $1.key }) {
+            let bytes = Data(name.utf8)
+            append(UInt16(truncatingIfNeeded: bytes.count))
+            out.append(bytes)
+            append(UInt32(truncatingIfNeeded: value.count))
+            out.append(value)
+        }
+        return out
+    }
+
+    public static func decode(_ data: Data) throws -> [String: Data] {
+        if data.isEmpty { return [:] }
+        let bytes = [UInt8](data)
+        var offset = 0
+        func take(_ n: Int) throws -> ArraySlice<UInt8> {
+            guard n >= 0, n <= bytes.count - offset else {
+                throw DocumentStoreError.corrupt(
+                    path: "", reason: "extended attributes are truncated at byte \(offset)")
+            }
+            defer { offset += n }
+            return bytes[offset..<offset + n]
+        }
+        func integer<T: FixedWidthInteger>(_: T.Type) throws -> T {
+            try take(MemoryLayout<T>.size).reversed().reduce(T(0)) { $0 << 8 | T($1) }
+        }
+        let count = try integer(UInt32.self)
+        guard Int(count) <= bytes.count / 6 else {
+            throw DocumentStoreError.corrupt(
+                path: "", reason: "extended attribute count \(count) is too large")
+        }
+        var result: [String: Data] = [:]
+        for _ in 0..<count {
+            let nameLength = Int(try integer(UInt16.self))
+            guard let name = String(validating: try take(nameLength), as: UTF8.self) else {
+                throw DocumentStoreError.corrupt(path: "", reason: "an extended attribute name is not UTF-8")
+            }
+            let valueLength = Int(try integer(UInt32.self))
+            result[name] = Data(try take(valueLength))
+        }
+        guard offset == bytes.count else {
+            throw DocumentStoreError.corrupt(path: "", reason: "extended attributes have trailing bytes")
+        }
+        return result
+    }
+}
+
+/// A least-recently-used cache of chunk bytes by chunk id (ids are never reused).
+package struct ChunkCache {
+    /// What a store keeps. The kernel's page cache already keeps what a mount read (keep_cache);
+    /// this cache serves the rest of a chunk to the next read request and a few hot chunks, so it
+    /// stays small: with 64 MiB, streaming one large file took a daemon past 100 MiB (bench B7).
+    package static let storeCapacity = 32 << 20
+
+    let capacity: Int
+    private var entries: [Int64: (data: Data, tick: UInt64)] = [:]
+    private var bytes = 0
+    private var tick: UInt64 = 0
+
+    package init(capacity: Int) { self.capacity = capacity }
+
+    package mutating func get(_ id: Int64) -> Data? {
+        guard let entry = entries[id] else { return nil }
+        tick += 1
+        entries[id] = (entry.data, tick)
+        return entry.data
+    }
+
+    package mutating func put(_ id: Int64, _ data: Data) {
+        guard data.count <= capacity / 4 else { return }
+        tick += 1
+        if let old = entries.updateValue((data, tick), forKey: id) { bytes -= old.data.count }
+        bytes += data.count
+        if bytes > capacity {
+            // Evict the oldest quarter at once so eviction is amortised.
+            let victims = entries.sorted { $0.value.tick < $1.value.tick }.prefix(max(1, entries.count / 4))
+            for (key, value) in victims {
+                entries[key] = nil
+                bytes -= value.data.count
+            }
+        }
+    }
+
+    package mutating func removeAll() {
+        entries = [:]
+        bytes = 0
+    }
+}
+
+/// A file at a saved version.
+struct PinnedKey: Hashable {
+    var node: StoreNodeID
+    var version: VersionID
+}
+
+/// What reads at a saved version learned of a file: its size, and chunk ids (nil for a hole) of
+/// the indices read.
+struct PinnedFile {
+    var size: Int64
+    var map: [Int64: Int64?]
+    /// Where the last read of it ended (a read starting there is sequential).
+    var lastEnd: Int64 = -1
+}
+
+/// The files reads at saved versions learned, bounded: about 8 MB of chunk-map entries (enough
+/// for some 60 GiB of 256 KiB chunks), then it starts over.
+struct PinnedFiles {
+    static let maxFiles = 50_000
+    static let maxEntries = 250_000
+
+    private(set) var files: [PinnedKey: PinnedFile] = [:]
+    private var entries = 0
+
+    mutating func learn(_ key: PinnedKey, size: Int64, map: [Int64: Int64?]) {
+        if files.count >= Self.maxFiles || entries + map.count > Self.maxEntries { removeAll() }
+        var file = files[key] ?? PinnedFile(size: size, map: [:])
+        let before = file.map.count
+        file.map.merge(map) { _, new in new }
+        entries += file.map.count - before
+        files[key] = file
+    }
+
+    /// The file as it was before this read, which ends at `end`.
+    mutating func reading(_ key: PinnedKey, until end: Int64) -> PinnedFile? {
+        guard let file = files[key] else { return nil }
+        files[key]?.lastEnd = end
+        return file
+    }
+
+    mutating func removeAll() {
+        files.removeAll()
+        entries = 0
+    }
+}

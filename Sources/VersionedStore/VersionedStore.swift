@@ -1,0 +1,673 @@
+import Crypto
+import DocumentEngine
+import Foundation
+import Synchronization
+
+/// The versioned-store algorithm, once, over any ``StoreBackend``.
+///
+/// History is kept without copying: a wrapper is a series of immutable rows, one per version that
+/// changed it, and a file's contents are chunk-map rows, one per version that changed a chunk
+/// index. The state at version V is, per wrapper (and per chunk index), the row with the highest
+/// version ≤ V. So a save writes only the rows it changes, and reading an old version needs no
+/// copy. Branch 0 is the main line; a conflict version's rows carry its own id as branch and apply
+/// on top of the main line as of the version it was based on.
+///
+/// Contents are fixed-size chunks stored once per SHA-256, shared between wrappers, documents and
+/// versions; all-zero chunks are holes. A save's contents come in as data or as a source that
+/// never calls the store: bytes the store already holds (a copy, a file derived from another)
+/// are named by node and version and resolved inside the transaction.
+public final class VersionedStore: Sendable {
+    /// The default chunk size: small enough that a small edit costs little, large enough that a
+    /// sequential read is a few thousand lookups per GiB.
+    public static let defaultChunkSize = 256 * 1024
+    /// The largest chunk size a store may be created with.
+    public static let maximumChunkSize = 64 << 20
+
+    public let backend: any StoreBackend
+    public var location: String { backend.location }
+    public var chunkSize: Int { backend.chunkSize }
+    private let counters = Mutex(StoreStatistics())
+    private let cache = Mutex(ChunkCache(capacity: ChunkCache.storeCapacity))
+    /// What reads at saved versions learned: a file's size and chunk ids by index (immutable).
+    private let pinned = Mutex(PinnedFiles())
+
+    public init(backend: any StoreBackend) {
+        self.backend = backend
+    }
+
+    public var statistics: StoreStatistics { counters.withLock { $0 } }
+
+    // MARK: Documents
+
+    public func documents() throws -> [DocumentInfo] {
+        try backend.access { try $0.documents(deleted: false) }
+    }
+
+    public func deletedDocuments() throws -> [DocumentInfo] {
+        try backend.access { try $0.documents(deleted: true) }
+    }
+
+    public func document(_ id: DocumentID) throws -> DocumentInfo {
+        try backend.access { try Self.fetchDocument($0, id) }
+    }
+
+    public func document(named name: String) throws -> DocumentInfo? {
+        try backend.access { try $0.liveDocument(named: name) }
+    }
+
+    static func fetchDocument(_ tx: any StoreTransaction, _ id: DocumentID) throws -> DocumentInfo {
+        guard let document = try tx.document(id) else {
+            throw DocumentStoreError.noSuchDocument(id.description)
+        }
+        return document
+    }
+
+    public func createDocument(
+        named name: String, kind: DocumentKind, type: String?, permissions: Int?, origin: String
+    ) throws -> DocumentInfo {
+        try Self.validateDocumentName(name)
+        return try backend.write(durable: true) { tx in
+            try Self.requireFreeName(tx, name)
+            let now = Timestamp.now
+            let root = StoreNodeID(rawValue: try tx.reserveNodeIDs(count: 1))
+            let document = try tx.insertDocument(
+                name: name, type: type ?? DocumentInfo.typeIdentifier(forName: name), kind: kind, root: root,
+                created: now)
+            let version = try tx.insertVersion(document: document, base: nil, origin: origin, created: now)
+            let record = NodeRecord(
+                id: root, document: document, parent: nil, name: name,
+                kind: kind == .package ? .directory : .regularFile,
+                permissions: permissions ?? (kind == .package ? 0o755 : 0o644), modified: now)
+            try tx.insertNode(StoredNode(record: record.at(version), branch: 0, removed: false))
+            try tx.updateDocument(document, .currentVersion(version, modified: now))
+            try tx.insertEvent(
+                .created, document: document, version: version, name: name, origin: origin, time: now)
+            counters.withLock { $0.nodesWritten += 1 }
+            return try Self.fetchDocument(tx, document)
+        }
+    }
+
+    public func renameDocument(_ id: DocumentID, to name: String) throws -> DocumentInfo {
+        try Self.validateDocumentName(name)
+        return try backend.write(durable: true) { tx in
+            let current = try Self.fetchDocument(tx, id)
+            if current.name == name { return current }
+            try Self.requireFreeName(tx, name, except: id)
+            let now = Timestamp.now
+            try tx.updateDocument(id, .rename(name, modified: now))
+            try tx.insertEvent(
+                .renamed, document: id, version: current.currentVersion, name: name, origin: "", time: now)
+            return try Self.fetchDocument(tx, id)
+        }
+    }
+
+    public func deleteDocument(_ id: DocumentID, origin: String) throws {
+        try backend.write(durable: true) { tx in
+            let current = try Self.fetchDocument(tx, id)
+            let now = Timestamp.now
+            if current.deleted == nil { try tx.updateDocument(id, .deleted(now)) }
+            try tx.insertEvent(
+                .deleted, document: id, version: current.currentVersion, name: current.name, origin: origin,
+                time: now)
+        }
+    }
+
+    public func undeleteDocument(_ id: DocumentID, as name: String?) throws -> DocumentInfo {
+        try backend.write(durable: true) { tx in
+            let current = try Self.fetchDocument(tx, id)
+            let newName = name ?? current.name
+            try Self.validateDocumentName(newName)
+            try Self.requireFreeName(tx, newName, except: id)
+            try tx.updateDocument(id, .undeleted(name: newName))
+            try tx.insertEvent(
+                .restored, document: id, version: current.currentVersion, name: newName, origin: "",
+                time: .now)
+            return try Self.fetchDocument(tx, id)
+        }
+    }
+
+    /// Throws unless no live document other than `except` is named `name`.
+    static func requireFreeName(_ tx: any StoreTransaction, _ name: String, except id: DocumentID? = nil)
+        throws
+    {
+        if let other = try tx.liveDocument(named: name), other.id != id {
+            throw DocumentStoreError.documentExists(name)
+        }
+    }
+
+    static func validateDocumentName(_ name: String) throws {
+        if let reason = FileName.problem(with: name) {
+            throw DocumentStoreError.invalidName(name, reason: reason)
+        }
+    }
+
+    // MARK: Reading wrappers
+
+    public func nodes(of document: DocumentID, at version: VersionID?) throws -> [NodeRecord] {
+        try backend.read { tx in
+            _ = try Self.fetchDocument(tx, document)
+            return try Self.nodes(tx, document: document, lineage: Lineage.of(tx, version)).values
+                .sorted { $0.id < $1.id }
+        }
+    }
+
+    /// The live records of a document as of `lineage`.
+    static func nodes(_ tx: any StoreTransaction, document: DocumentID, lineage: Lineage) throws
+        -> [StoreNodeID: NodeRecord]
+    {
+        var result: [StoreNodeID: NodeRecord] = [:]
+        for row in try tx.latestNodes(of: document, branch: 0, upTo: lineage.limit) where !row.removed {
+            result[row.record.id] = row.record
+        }
+        if lineage.branch != 0 {
+            for row in try tx.latestNodes(of: document, branch: lineage.branch, upTo: .max) {
+                result[row.record.id] = row.removed ? nil : row.record
+            }
+        }
+        return result
+    }
+
+    public func node(_ id: StoreNodeID, at version: VersionID?) throws -> NodeRecord? {
+        if let version, let answer = try backend.mainLineLookups([NodeLookup(id, at: version)])?.first,
+            case .record(let record) = try answer.get()
+        {
+            return record
+        }
+        return try backend.read { tx in try Self.node(tx, id, lineage: Lineage.of(tx, version)) }
+    }
+
+    public func nodes(_ lookups: [NodeLookup]) throws -> [Result<NodeRecord?, any Error>] {
+        var results: [Result<NodeRecord?, any Error>] = []
+        results.reserveCapacity(lookups.count)
+        var start = lookups.startIndex
+        while start < lookups.endIndex {
+            let end = min(start + 2_000, lookups.endIndex)
+            let batch = Array(lookups[start..<end])
+            if let answers = try backend.mainLineLookups(batch) {
+                for (lookup, answer) in zip(batch, answers) {
+                    results.append(
+                        Result {
+                            switch try answer.get() {
+                            case .record(let record): return record
+                            case .onConflictBranch: return try node(lookup.node, at: lookup.version)
+                            }
+                        })
+                }
+            } else {
+                results += batch.map { lookup in Result { try node(lookup.node, at: lookup.version) } }
+            }
+            start = end
+        }
+        return results
+    }
+
+    static func node(_ tx: any StoreTransaction, _ id: StoreNodeID, lineage: Lineage) throws -> NodeRecord? {
+        if lineage.branch != 0, let row = try tx.latestNode(id, branch: lineage.branch, upTo: .max) {
+            return row.removed ? nil : row.record
+        }
+        guard let row = try tx.latestNode(id, branch: 0, upTo: lineage.limit) else { return nil }
+        return row.removed ? nil : row.record
+    }
+
+    // MARK: Reading contents
+
+    public func readContents(of node: StoreNodeID, at version: VersionID?, offset: Int64, count: Int) throws
+        -> Data
+    {
+        guard offset >= 0, count >= 0 else {
+            throw DocumentStoreError.invalidChange("negative offset or count")
+        }
+        // A saved version never changes: what a read at one learned serves the next without the
+        // database (and a mount keeps reading what it read while a server is away).
+        if let version, let data = try pinnedRead(node, version, offset: offset, count: count) { return data }
+        let mainLine = try version.flatMap { version in
+            try backend.mainLineLookups([NodeLookup(node, at: version)])?.first.map { try $0.get() }
+        }
+        return try backend.read { tx in
+            let lineage: Lineage
+            let found: NodeRecord?
+            if let version, case .record(let record) = mainLine {
+                (lineage, found) = (Lineage(limit: version.rawValue, branch: 0), record)
+            } else {
+                lineage = try Lineage.of(tx, version)
+                found = try Self.node(tx, node, lineage: lineage)
+            }
+            guard let record = found else { throw DocumentStoreError.noSuchNode(node) }
+            guard record.kind == .regularFile else { throw DocumentStoreError.notARegularFile(node) }
+            let end = min(record.size, offset + Int64(count))
+            guard offset < end else { return Data() }
+            let size = Int64(chunkSize)
+            let first = offset / size
+            let last = (end - 1) / size
+            // At a saved version the map is learned a window at a time, so that the next reads
+            // nearby (random ones too) need only their chunks.
+            let through =
+                version == nil ? last : max(last, min((record.size - 1) / size, first + Self.mapWindow - 1))
+            var map = try Self.chunkMap(tx, node: node, lineage: lineage, from: first, through: through)
+            for index in first...through where map[index] == nil { map[index] = .some(nil) }
+            let chunks = try self.chunks(tx, Set((first...last).compactMap { map[$0] ?? nil }))
+            if let version {
+                pinned.withLock {
+                    $0.learn(PinnedKey(node: node, version: version), size: record.size, map: map)
+                }
+            }
+            return try assemble(offset: offset, end: end, map: map, chunks: chunks)
+        }
+    }
+
+    /// Chunk-map indices a first read at a saved version learns (256 MiB of 256 KiB chunks).
+    static let mapWindow: Int64 = 1_024
+
+    /// A read at `version` from what earlier reads at it learned: from the chunk cache (without
+    /// the database), else with one read of the missing chunks; nil if the map is not known.
+    private func pinnedRead(_ node: StoreNodeID, _ version: VersionID, offset: Int64, count: Int) throws
+        -> Data?
+    {
+        let key = PinnedKey(node: node, version: version)
+        guard let entry = pinned.withLock({ $0.reading(key, until: offset + Int64(count)) }) else {
+            return nil
+        }
+        let end = min(entry.size, offset + Int64(count))
+        guard offset < end else { return Data() }
+        let size = Int64(chunkSize)
+        var map: [Int64: Int64?] = [:]
+        for index in (offset / size)...((end - 1) / size) {
+            guard let chunk = entry.map[index] else { return nil }
+            map[index] = chunk
+        }
+        var chunks: [Int64: Data] = [:]
+        var missing: Set<Int64> = []
+        cache.withLock { cache in
+            for case .some(let id) in map.values {
+                if let data = cache.get(id) { chunks[id] = data } else { missing.insert(id) }
+            }
+        }
+        if missing.count == 1, let id = missing.first, map.count == 1, end - offset <= size / 8,
+            offset != entry.lastEnd
+        {
+            // A small read away from the last one (a random read) fetches just its bytes where the
+            // backend can; sequential readers read and cache whole chunks.
+            let within = Int(offset - (offset / size) * size)
+            if let part = try backend.chunkSlice(id, within..<within + Int(end - offset)),
+                part.count == Int(end - offset)
+            {
+                counters.withLock {
+                    $0.chunksRead += 1
+                    $0.bytesRead += Int64(part.count)
+                }
+                return part
+            }
+        }
+        if !missing.isEmpty {
+            // Chunks never change, so they need no snapshot; one the retention policy collected
+            // since is missing, and the full read says what became of the version.
+            let fetched = try backend.access { tx in try self.chunks(tx, missing) }
+            guard missing.allSatisfy({ fetched[$0] != nil }) else { return nil }
+            chunks.merge(fetched) { old, _ in old }
+        }
+        return try? assemble(offset: offset, end: end, map: map, chunks: chunks)
+    }
+
+    /// The bytes `offset..<end` of a file from its chunk map and chunks.
+    private func assemble(offset: Int64, end: Int64, map: [Int64: Int64?], chunks: [Int64: Data]) throws
+        -> Data
+    {
+        var result = Data(count: Int(end - offset))
+        let size = Int64(chunkSize)
+        for index in (offset / size)...((end - 1) / size) {
+            guard let chunkID = map[index] ?? nil else { continue }  // a hole reads as zeros
+            guard let chunk = chunks[chunkID] else {
+                throw DocumentStoreError.corrupt(path: location, reason: "chunk \(chunkID) is missing")
+            }
+            let chunkStart = index * size
+            let from = max(offset, chunkStart)
+            let to = min(end, chunkStart + Int64(chunk.count))
+            guard from < to else { continue }
+            result.replaceSubrange(
+                Int(from - offset)..<Int(to - offset),
+                with: chunk[
+                    chunk.startIndex + Int(from - chunkStart)..<chunk.startIndex + Int(to - chunkStart)])
+        }
+        return result
+    }
+
+    /// Chunk ids by index (nil for a hole) for indices `first...last` as of `lineage`.
+    static func chunkMap(
+        _ tx: any StoreTransaction, node: StoreNodeID, lineage: Lineage, from first: Int64,
+        through last: Int64
+    ) throws -> [Int64: Int64?] {
+        guard first <= last else { return [:] }
+        var map = try tx.chunkMap(node, branch: 0, upTo: lineage.limit, indices: first...last)
+        if lineage.branch != 0 {
+            map.merge(try tx.chunkMap(node, branch: lineage.branch, upTo: .max, indices: first...last)) {
+                _, new in
+                new
+            }
+        }
+        return map
+    }
+
+    /// The chunk at `index` as of `lineage`; nil for a hole, and where no row says anything (both
+    /// read as zeros).
+    static func chunkAt(_ tx: any StoreTransaction, node: StoreNodeID, lineage: Lineage, index: Int64) throws
+        -> Int64?
+    {
+        try chunkMap(tx, node: node, lineage: lineage, from: index, through: index)[index] ?? nil
+    }
+
+    /// Chunks' bytes by id, from the cache or the database (counted).
+    func chunks(_ tx: any StoreTransaction, _ ids: Set<Int64>) throws -> [Int64: Data] {
+        var result: [Int64: Data] = [:]
+        var missing: [Int64] = []
+        cache.withLock { cache in
+            for id in ids {
+                if let data = cache.get(id) { result[id] = data } else { missing.append(id) }
+            }
+        }
+        guard !missing.isEmpty else { return result }
+        let fetched = try tx.chunks(missing.sorted())
+        var read = (chunks: 0, bytes: Int64(0))
+        for (id, data) in fetched {
+            result[id] = data
+            read.chunks += 1
+            read.bytes += Int64(data.count)
+        }
+        cache.withLock { cache in for (id, data) in fetched { cache.put(id, data) } }
+        counters.withLock {
+            $0.chunksRead += read.chunks
+            $0.bytesRead += read.bytes
+        }
+        return result
+    }
+
+    func chunk(_ tx: any StoreTransaction, _ id: Int64) throws -> Data {
+        guard let data = try chunks(tx, [id])[id] else {
+            throw DocumentStoreError.corrupt(path: location, reason: "chunk \(id) is missing")
+        }
+        return data
+    }
+
+    public func synchronize() throws { try backend.synchronize() }
+
+    /// Drops cached chunks and learned chunk maps (for tests and benchmarks of cold reads).
+    public func purgeCache() {
+        cache.withLock { $0.removeAll() }
+        pinned.withLock { $0.removeAll() }
+    }
+
+    // MARK: Saving
+
+    public func makeNodeIDs(count: Int) throws -> [StoreNodeID] {
+        guard count > 0 else { return [] }
+        let first = try backend.write(durable: true) { tx in try tx.reserveNodeIDs(count: count) }
+        return (0..<Int64(count)).map { StoreNodeID(rawValue: first + $0) }
+    }
+
+    public func save(_ changes: DocumentChanges) throws -> SaveResult {
+        try backend.write(durable: changes.durable) { tx in try self.save(tx, changes, event: nil) }
+    }
+
+    /// One save inside a write transaction; `event` overrides the recorded event's kind.
+    func save(_ tx: any StoreTransaction, _ changes: DocumentChanges, event: StoreEvent.Kind?) throws
+        -> SaveResult
+    {
+        let document = try Self.fetchDocument(tx, changes.document)
+        var conflict = false
+        if changes.base != document.currentVersion {
+            switch changes.conflictPolicy {
+            case .fail:
+                throw DocumentStoreError.conflict(
+                    document: document.id, base: changes.base, current: document.currentVersion)
+            case .keepBoth:
+                conflict = true
+            case .rebaseIfDisjoint:
+                let touched = Set(
+                    changes.nodes.map(\.id) + changes.removedNodes + Array(changes.contents.keys))
+                conflict = try touched.contains { try tx.nodeChanged($0, after: changes.base) }
+            }
+        }
+        let now = Timestamp.now
+        let version = try tx.insertVersion(
+            document: document.id, base: changes.base, origin: changes.origin, created: now)
+        let branch: Int64 = conflict ? version.rawValue : 0
+        if conflict { try tx.updateVersion(version, .conflict) }
+        // The state the changes apply to: the base for a conflict, else the current version.
+        let before = conflict ? Lineage(limit: changes.base.rawValue, branch: 0) : Lineage.current
+        var written = (chunks: 0, bytes: Int64(0), nodes: 0)
+
+        var records: [StoreNodeID: NodeRecord] = [:]
+        for record in changes.nodes {
+            guard record.document == document.id else {
+                throw DocumentStoreError.invalidChange("\(record.id) belongs to another document")
+            }
+            records[record.id] = record
+        }
+        for (id, update) in changes.contents.sorted(by: { $0.key < $1.key }) {
+            let previous = try Self.node(tx, id, lineage: before)
+            guard var record = records[id] ?? previous else { throw DocumentStoreError.noSuchNode(id) }
+            guard record.kind == .regularFile else { throw DocumentStoreError.notARegularFile(id) }
+            let writer = ContentWriter(
+                store: self, tx: tx, node: id,
+                previousSize: previous?.kind == .regularFile ? previous?.size : nil,
+                lineage: before, branch: branch, version: version)
+            let result = try writer.write(update)
+            record.size = result.size
+            written.chunks += result.chunks
+            written.bytes += result.bytes
+            records[id] = record
+        }
+        // What this save removes: the listed wrappers and their subtrees as they were before,
+        // except wrappers the save keeps (moved out of a removed folder in the same save).
+        var removed: [StoreNodeID: NodeRecord] = [:]
+        if !changes.removedNodes.isEmpty {
+            if let kept = changes.removedNodes.first(where: { records[$0] != nil }) {
+                throw DocumentStoreError.invalidChange("\(kept) is both changed and removed")
+            }
+            let all = try Self.nodes(tx, document: document.id, lineage: before)
+            var children: [StoreNodeID: [StoreNodeID]] = [:]
+            for record in all.values {
+                if let parent = record.parent { children[parent, default: []].append(record.id) }
+            }
+            var frontier = changes.removedNodes
+            var seen: Set<StoreNodeID> = []
+            while let next = frontier.popLast() {
+                guard seen.insert(next).inserted, records[next] == nil else { continue }
+                if next == document.root {
+                    throw DocumentStoreError.invalidChange("the document's root cannot be removed")
+                }
+                if let record = all[next] { removed[next] = record }
+                frontier += children[next] ?? []
+            }
+        }
+        try validate(tx, records: records, removed: Set(removed.keys), document: document, lineage: before)
+        for record in records.values.sorted(by: { $0.id < $1.id }) {
+            try tx.insertNode(StoredNode(record: record.at(version), branch: branch, removed: false))
+            written.nodes += 1
+        }
+        for record in removed.values.sorted(by: { $0.id < $1.id }) {
+            try tx.insertNode(StoredNode(record: record.at(version), branch: branch, removed: true))
+            written.nodes += 1
+        }
+        let info = try tx.updateVersion(version, .bytesWritten(written.bytes))
+        if !conflict { try tx.updateDocument(document.id, .currentVersion(version, modified: now)) }
+        try tx.insertEvent(
+            event ?? (conflict ? .conflict : .saved), document: document.id, version: version,
+            name: document.name,
+            origin: changes.origin, time: now)
+        counters.withLock {
+            $0.chunksWritten += written.chunks
+            $0.bytesWritten += written.bytes
+            $0.nodesWritten += written.nodes
+        }
+        return SaveResult(
+            version: info, chunksWritten: written.chunks, bytesWritten: written.bytes,
+            nodesWritten: written.nodes)
+    }
+
+    /// Checks that changed records form a valid tree: parents exist and are directories, names are
+    /// valid and unique among siblings.
+    private func validate(
+        _ tx: any StoreTransaction, records: [StoreNodeID: NodeRecord], removed: Set<StoreNodeID>,
+        document: DocumentInfo, lineage: Lineage
+    ) throws {
+        var names: [StoreNodeID: [String: StoreNodeID]] = [:]
+        for record in records.values.sorted(by: { $0.id < $1.id }) {
+            if record.id == document.root {
+                guard record.parent == nil else {
+                    throw DocumentStoreError.invalidChange("the root cannot move")
+                }
+                continue
+            }
+            if let reason = FileName.problem(with: record.name) {
+                throw DocumentStoreError.invalidName(record.name, reason: reason)
+            }
+            guard let parentID = record.parent else {
+                throw DocumentStoreError.invalidChange("\(record.id) has no parent")
+            }
+            guard !removed.contains(parentID),
+                let parent = try records[parentID] ?? Self.node(tx, parentID, lineage: lineage),
+                parent.document == document.id, parent.kind == .directory
+            else {
+                throw DocumentStoreError.invalidChange(
+                    "the parent of \(record.name.debugDescription) is not a directory")
+            }
+            if record.kind == .symbolicLink && record.linkTarget == nil {
+                throw DocumentStoreError.invalidChange(
+                    "link \(record.name.debugDescription) has no destination")
+            }
+            // Another live wrapper with this name in this parent?
+            for candidate in try tx.nodesEverNamed(record.name, in: parentID, except: record.id)
+            where !removed.contains(candidate) {
+                let current = try records[candidate] ?? Self.node(tx, candidate, lineage: lineage)
+                if let current, current.parent == parentID, current.name == record.name {
+                    throw DocumentStoreError.invalidChange(
+                        "\(record.name.debugDescription) already exists in its directory")
+                }
+            }
+            if names[parentID, default: [:]].updateValue(record.id, forKey: record.name) != nil {
+                throw DocumentStoreError.invalidChange(
+                    "two wrappers named \(record.name.debugDescription) in one directory")
+            }
+        }
+    }
+
+    // MARK: Versions
+
+    public func versions(of document: DocumentID) throws -> [VersionInfo] {
+        try backend.read { tx in
+            _ = try Self.fetchDocument(tx, document)
+            return try tx.versions(of: document)
+        }
+    }
+
+    public func restore(_ version: VersionID, of document: DocumentID, origin: String) throws -> SaveResult {
+        try backend.write(durable: true) { tx in
+            guard let info = try tx.version(version), info.document == document else {
+                throw DocumentStoreError.noSuchVersion(version)
+            }
+            let doc = try Self.fetchDocument(tx, document)
+            let targetLineage = try Lineage.of(tx, version)
+            let target = try Self.nodes(tx, document: document, lineage: targetLineage)
+            let current = try Self.nodes(tx, document: document, lineage: .current)
+            var changes = DocumentChanges(document: document, base: doc.currentVersion)
+            changes.origin = origin
+            changes.conflictPolicy = .fail
+            for (id, record) in target {
+                var unchanged = record
+                unchanged.version = current[id]?.version ?? unchanged.version
+                if current[id] != unchanged { changes.nodes.append(record) }
+                guard record.kind == .regularFile else { continue }
+                // Only files whose chunk maps differ change: a restore costs the change.
+                if let now = current[id], now.kind == .regularFile, now.size == record.size {
+                    let last = max(0, (record.size - 1) / Int64(chunkSize))
+                    let then = try Self.chunkMap(tx, node: id, lineage: targetLineage, from: 0, through: last)
+                    let present = try Self.chunkMap(tx, node: id, lineage: .current, from: 0, through: last)
+                    if then.compactMapValues({ $0 }) == present.compactMapValues({ $0 }) { continue }
+                }
+                changes.contents[id] = .copy(of: NodeLookup(id, at: version))
+            }
+            changes.removedNodes = current.keys.filter { target[$0] == nil }.sorted()
+            return try self.save(tx, changes, event: .restored)
+        }
+    }
+
+    public func resolveConflict(_ version: VersionID) throws {
+        try backend.write(durable: true) { tx in
+            guard let info = try tx.version(version) else { throw DocumentStoreError.noSuchVersion(version) }
+            guard info.isConflict, !info.isResolved else { return }  // FV-2: not a conflict, or resolved
+            try tx.updateVersion(version, .resolved)
+            let document = try Self.fetchDocument(tx, info.document)
+            try tx.insertEvent(
+                .resolved, document: info.document, version: version, name: document.name, origin: "resolve",
+                time: .now)
+        }
+    }
+
+    public func unresolvedConflicts() throws -> [VersionInfo] {
+        try backend.access { try $0.unresolvedConflicts() }
+    }
+
+    // MARK: Events
+
+    public func events(after sequence: Int64) throws -> [StoreEvent] {
+        try backend.access { try $0.events(after: sequence) }
+    }
+
+    public func latestEventSequence() throws -> Int64 {
+        try backend.access { try $0.latestEventSequence() }
+    }
+
+    // MARK: Helpers shared with the retention and integrity code
+
+    /// Versions that garbage collection just dropped must not be read from memory afterwards.
+    func forgetPinnedReads() { pinned.withLock { $0.removeAll() } }
+
+    func count(_ update: (inout StoreStatistics) -> Void) { counters.withLock { update(&$0) } }
+
+    package static func hash(_ data: Data) -> Data { Data(SHA256.hash(data: data)) }
+
+    /// Whether every byte is zero: such a chunk is stored as a hole.
+    package static func isZero(_ data: Data) -> Bool {
+        data.withUnsafeBytes { raw in
+            var words = raw.count / 8
+            var index = 0
+            while words > 0 {
+                if raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) != 0 { return false }
+                index += 8
+                words -= 1
+            }
+            while index < raw.count {
+                if raw[index] != 0 { return false }
+                index += 1
+            }
+            return true
+        }
+    }
+}
+
+/// Which rows make up a version: the main line up to `limit`, plus a conflict branch on top.
+struct Lineage: Sendable {
+    var limit: Int64
+    var branch: Int64
+
+    static let current = Lineage(limit: .max, branch: 0)
+
+    static func of(_ tx: any StoreTransaction, _ version: VersionID?) throws -> Lineage {
+        guard let version else { return .current }
+        guard let info = try tx.version(version) else { throw DocumentStoreError.noSuchVersion(version) }
+        if !info.isConflict { return Lineage(limit: version.rawValue, branch: 0) }
+        return Lineage(limit: info.base?.rawValue ?? 0, branch: version.rawValue)
+    }
+}
+
+extension NodeRecord {
+    /// The record as the row of `version` stores it.
+    func at(_ version: VersionID) -> NodeRecord {
+        var record = self
+        record.version = version
+        if record.kind != .regularFile { record.size = 0 }
+        if record.preferredName == record.name { record.preferredName = nil }
+        record.permissions &= 0o7777
+        return record
+    }
+}
