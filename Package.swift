@@ -132,7 +132,8 @@ let package = Package(
         .testTarget(
             name: "DocfsTests",
             dependencies: [
-                "TestSupport", "StoreTestSupport", "SQLiteStore", "PostgresStore", "DocumentEngine", "SampleDocuments",
+                "docfs", "TestSupport", "StoreTestSupport", "SQLiteStore", "PostgresStore", "DocumentEngine",
+                "SampleDocuments",
             ]),
         // Micro-benchmark of the FUSE layer (scripts/fuse-bench.sh).
         .executableTarget(

@@ -1,6 +1,6 @@
 import ArgumentParser
-import CFuse3
 import DocumentEngine
+import FUSE
 import Foundation
 
 #if canImport(Glibc)
@@ -398,38 +398,9 @@ enum MountHelper {
 extension FuseOptions {
     /// The pass-through options libfuse does not know, in the order given.
     ///
-    /// libfuse itself decides: each option goes alone to a session that is created (which
-    /// parses every option, mount options included) and destroyed without mounting. Asking
-    /// before the real session is created gives a message that names the option, and keeps
-    /// today's FUSE layer off its session-creation error path, which crashes.
+    /// Asking before the real session is created gives a message that names the option, and
+    /// keeps today's FUSE layer off its session-creation error path, which crashes.
     func refusedByLibfuse() -> [String] {
-        passThrough.filter { !libfuseAccepts($0) }
+        passThrough.filter { !MountOptions.libfuseAccepts(option: $0) }
     }
-}
-
-/// Whether libfuse accepts `-o option`. libfuse explains a refusal on standard error; that
-/// line is silenced here, since the caller reports the option in its own words.
-private func libfuseAccepts(_ option: String) -> Bool {
-    let arguments = ["docfs", "-o", option]
-    var cArguments: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-    defer { for pointer in cArguments { free(pointer) } }
-    var operations = fuse_lowlevel_ops()
-    let savedError = dup(STDERR_FILENO)
-    let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
-    if savedError >= 0, null >= 0 { dup2(null, STDERR_FILENO) }
-    defer {
-        if savedError >= 0 {
-            dup2(savedError, STDERR_FILENO)
-            close(savedError)
-        }
-        if null >= 0 { close(null) }
-    }
-    let session = cArguments.withUnsafeMutableBufferPointer { argv in
-        var args = fuse_args(argc: Int32(arguments.count), argv: argv.baseAddress, allocated: 0)
-        defer { fuse_opt_free_args(&args) }
-        return fuse_session_new(&args, &operations, MemoryLayout<fuse_lowlevel_ops>.size, nil)
-    }
-    guard let session else { return false }
-    fuse_session_destroy(session)
-    return true
 }
