@@ -8,7 +8,7 @@
 /// its own id as branch and apply on top of the main line as of the version it was based on.
 enum PostgresSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion: Int64 = 2
+    static let formatVersion: Int64 = 3
     /// Recorded in `store_meta` as `application`, so other databases are recognised as foreign.
     static let applicationID: Int64 = 0x446F_6346
     /// The key of the transaction-level advisory lock every write holds: writers take turns, as
@@ -76,15 +76,16 @@ enum PostgresSchema {
             data BYTEA NOT NULL
         );
         ALTER TABLE chunks ALTER COLUMN data SET STORAGE EXTERNAL;
-        CREATE TABLE chunk_map (
+        CREATE TABLE extents (
             node BIGINT NOT NULL,
             branch BIGINT NOT NULL,
-            idx BIGINT NOT NULL,
+            start BIGINT NOT NULL,
             version BIGINT NOT NULL,
             chunk BIGINT,
-            PRIMARY KEY (node, branch, idx, version)
+            length BIGINT NOT NULL,
+            PRIMARY KEY (node, branch, start, version)
         );
-        CREATE INDEX chunk_map_by_chunk ON chunk_map(chunk);
+        CREATE INDEX extents_by_chunk ON extents(chunk);
         CREATE TABLE store_settings (
             key TEXT PRIMARY KEY,
             value TEXT NOT NULL
@@ -99,4 +100,36 @@ enum PostgresSchema {
             time BIGINT NOT NULL
         );
         """
+}
+
+extension PostgresSchema {
+    /// Brings a store of an older format to this one, inside the opening transaction (which holds
+    /// the write lock).
+    static func migrate(_ db: SQLConnection, from format: Int64) throws {
+        if format < 2 {
+            // Format 2 added the store's settings (its retention policy).
+            try db.query(
+                "CREATE TABLE IF NOT EXISTS store_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        }
+        if format < 3 {
+            // Format 3 keeps contents as extents (a chunk at a byte offset): a fixed-size chunk is
+            // the extent at index × chunk size, as long as its bytes.
+            try db.query(
+                """
+                CREATE TABLE extents (node BIGINT NOT NULL, branch BIGINT NOT NULL, start BIGINT NOT NULL,
+                    version BIGINT NOT NULL, chunk BIGINT, length BIGINT NOT NULL,
+                    PRIMARY KEY (node, branch, start, version))
+                """)
+            try db.query(
+                """
+                INSERT INTO extents(node, branch, start, version, chunk, length)
+                SELECT m.node, m.branch, m.idx * (SELECT value FROM store_meta WHERE key = 'chunk_size'),
+                    m.version, m.chunk, COALESCE(c.size, 0)
+                FROM chunk_map m LEFT JOIN chunks c ON c.id = m.chunk
+                """)
+            try db.query("DROP TABLE chunk_map")
+            try db.query("CREATE INDEX extents_by_chunk ON extents(chunk)")
+        }
+        try db.query("UPDATE store_meta SET value = $1 WHERE key = 'format'", [.int(formatVersion)])
+    }
 }

@@ -97,12 +97,7 @@ public final class PostgresStore: VersionedDocumentStore, StoreChangeNotifying, 
                 throw DocumentStoreError.newerFormat(
                     path: location, found: Int(format), supported: Int(PostgresSchema.formatVersion))
             }
-            if format < 2 {
-                // Format 2 added the store's settings (its retention policy).
-                try db.query(
-                    "CREATE TABLE IF NOT EXISTS store_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-                try db.query("UPDATE store_meta SET value = 2 WHERE key = 'format'")
-            }
+            if format < PostgresSchema.formatVersion { try PostgresSchema.migrate(db, from: format) }
             return size
         }
         self.database = database
@@ -170,7 +165,7 @@ final class PostgresBackend: StoreBackend {
     /// Marks the deleted rows' space reusable (VACUUM cannot run inside a transaction).
     func reclaimSpace() throws {
         try database.withConnection { db in
-            try db.query("VACUUM (ANALYZE) chunks, chunk_map, nodes, versions, events")
+            try db.query("VACUUM (ANALYZE) chunks, extents, nodes, versions, events")
         }
     }
 

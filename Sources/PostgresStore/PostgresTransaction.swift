@@ -99,7 +99,7 @@ struct PostgresTransaction: StoreTransaction {
     func removeDocument(_ id: DocumentID) throws {
         let d = SQLValue.int(id.rawValue)
         try db.query(
-            "DELETE FROM chunk_map WHERE node IN (SELECT DISTINCT node FROM nodes WHERE document = $1)", [d])
+            "DELETE FROM extents WHERE node IN (SELECT DISTINCT node FROM nodes WHERE document = $1)", [d])
         try db.query("DELETE FROM nodes WHERE document = $1", [d])
         try db.query("DELETE FROM versions WHERE document = $1", [d])
         try db.query("DELETE FROM documents WHERE id = $1", [d])
@@ -266,7 +266,7 @@ struct PostgresTransaction: StoreTransaction {
     }
 
     func removeBranch(_ branch: Int64) throws {
-        try db.query("DELETE FROM chunk_map WHERE branch = $1", [.int(branch)])
+        try db.query("DELETE FROM extents WHERE branch = $1", [.int(branch)])
         try db.query("DELETE FROM nodes WHERE branch = $1", [.int(branch)])
     }
 
@@ -304,67 +304,72 @@ struct PostgresTransaction: StoreTransaction {
             version: VersionID(rawValue: try row.int("version")))
     }
 
-    // MARK: Chunk maps
+    // MARK: Extents
 
-    func chunkMap(_ node: StoreNodeID, branch: Int64, upTo limit: Int64, indices: ClosedRange<Int64>) throws
-        -> [Int64: Int64?]
+    func extents(_ node: StoreNodeID, branch: Int64, upTo limit: Int64, starts: ClosedRange<Int64>) throws
+        -> [Int64: Extent?]
     {
-        var map: [Int64: Int64?] = [:]
+        var map: [Int64: Extent?] = [:]
         for row in try db.query(
             """
-            SELECT DISTINCT ON (idx) idx, chunk FROM chunk_map
-            WHERE node = $1 AND branch = $2 AND idx BETWEEN $3 AND $4 AND version <= $5
-            ORDER BY idx, version DESC
+            SELECT DISTINCT ON (start) start, chunk, length FROM extents
+            WHERE node = $1 AND branch = $2 AND start BETWEEN $3 AND $4 AND version <= $5
+            ORDER BY start, version DESC
             """,
             [
-                .int(node.rawValue), .int(branch), .int(indices.lowerBound), .int(indices.upperBound),
+                .int(node.rawValue), .int(branch), .int(starts.lowerBound), .int(starts.upperBound),
                 .int(limit),
             ])
         {
-            map[try row.int("idx")] = .some(try row.optionalInt("chunk"))
+            map[try row.int("start")] = .some(
+                try row.optionalInt("chunk").map { Extent(chunk: $0, length: try row.int("length")) })
         }
         return map
     }
 
-    func insertChunkEntry(_ node: StoreNodeID, branch: Int64, index: Int64, version: VersionID, chunk: Int64?)
+    func insertExtent(_ node: StoreNodeID, branch: Int64, start: Int64, version: VersionID, extent: Extent?)
         throws
     {
         try db.query(
             """
-            INSERT INTO chunk_map(node, branch, idx, version, chunk) VALUES ($1, $2, $3, $4, $5)
-            ON CONFLICT (node, branch, idx, version) DO UPDATE SET chunk = EXCLUDED.chunk
+            INSERT INTO extents(node, branch, start, version, chunk, length) VALUES ($1, $2, $3, $4, $5, $6)
+            ON CONFLICT (node, branch, start, version) DO UPDATE SET chunk = EXCLUDED.chunk, length = EXCLUDED.length
             """,
-            [.int(node.rawValue), .int(branch), .int(index), .int(version.rawValue), SQLValue(chunk)])
+            [
+                .int(node.rawValue), .int(branch), .int(start), .int(version.rawValue),
+                SQLValue(extent?.chunk),
+                .int(extent?.length ?? 0),
+            ])
     }
 
-    func chunkRowKeys(of document: DocumentID) throws -> [(key: ChunkRowKey, hasChunk: Bool)] {
+    func extentRowKeys(of document: DocumentID) throws -> [(key: ExtentRowKey, hasChunk: Bool)] {
         try db.query(
             """
-            SELECT node, idx, version, (chunk IS NOT NULL)::int::bigint AS has_chunk FROM chunk_map
+            SELECT node, start, version, (chunk IS NOT NULL)::int::bigint AS has_chunk FROM extents
             WHERE branch = 0 AND node IN (SELECT DISTINCT node FROM nodes WHERE document = $1)
             """,
             [.int(document.rawValue)]
         ).map { row in
             (
-                ChunkRowKey(
-                    node: StoreNodeID(rawValue: try row.int("node")), branch: 0, index: try row.int("idx"),
+                ExtentRowKey(
+                    node: StoreNodeID(rawValue: try row.int("node")), branch: 0, start: try row.int("start"),
                     version: VersionID(rawValue: try row.int("version"))),
                 try row.int("has_chunk") != 0
             )
         }
     }
 
-    func removeChunkRows(_ keys: [ChunkRowKey]) throws {
+    func removeExtentRows(_ keys: [ExtentRowKey]) throws {
         for batch in Self.batches(keys) {
             try db.query(
                 """
-                DELETE FROM chunk_map
-                USING unnest($1::text::bigint[], $2::text::bigint[], $3::text::bigint[], $4::text::bigint[]) AS k(n, b, i, v)
-                WHERE chunk_map.node = k.n AND chunk_map.branch = k.b AND chunk_map.idx = k.i AND chunk_map.version = k.v
+                DELETE FROM extents
+                USING unnest($1::text::bigint[], $2::text::bigint[], $3::text::bigint[], $4::text::bigint[]) AS k(n, b, s, v)
+                WHERE extents.node = k.n AND extents.branch = k.b AND extents.start = k.s AND extents.version = k.v
                 """,
                 [
                     Self.array(batch.map(\.node.rawValue)), Self.array(batch.map(\.branch)),
-                    Self.array(batch.map(\.index)), Self.array(batch.map(\.version.rawValue)),
+                    Self.array(batch.map(\.start)), Self.array(batch.map(\.version.rawValue)),
                 ])
         }
     }
@@ -400,7 +405,7 @@ struct PostgresTransaction: StoreTransaction {
 
     func removeUnreferencedChunks() throws -> (count: Int, bytes: Int64) {
         let rows = try db.query(
-            "DELETE FROM chunks WHERE NOT EXISTS (SELECT 1 FROM chunk_map WHERE chunk = chunks.id) RETURNING size"
+            "DELETE FROM chunks WHERE NOT EXISTS (SELECT 1 FROM extents WHERE chunk = chunks.id) RETURNING size"
         )
         return (rows.count, try rows.reduce(0) { $0 + (try $1.int("size")) })
     }

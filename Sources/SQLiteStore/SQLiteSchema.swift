@@ -3,14 +3,14 @@ import GRDB
 /// The SQLite store's schema and its migrations.
 ///
 /// History is kept without copying: a wrapper is a series of immutable rows in `nodes`, one per
-/// version that changed it, and a file's contents are rows in `chunk_map`, one per version that
-/// changed a chunk index. The state at version V is, per wrapper (and per chunk index), the row
+/// version that changed it, and a file's contents are rows in `extents` (a chunk at a byte offset),
+/// one per version that changed what begins at that offset. The state at version V is, per wrapper (and per chunk index), the row
 /// with the highest version ≤ V. So a save writes only the rows it changes, and reading an old
 /// version needs no copy. `branch` is 0 for the main line; a conflict version's rows carry its own
 /// id as branch and apply on top of the main line as of the version it was based on.
 enum SQLiteSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion = 2
+    static let formatVersion = 3
     /// `PRAGMA application_id`: "DocF", so other SQLite files are recognised as foreign.
     static let applicationID: Int32 = 0x446F_6346
 
@@ -108,6 +108,30 @@ enum SQLiteSchema {
         migrator.registerMigration("v2") { db in
             try db.execute(sql: "CREATE TABLE store_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             try db.execute(sql: "UPDATE store_meta SET value = 2 WHERE key = 'format'")
+        }
+        // v3: contents are extents (a chunk at a byte offset) instead of chunks at fixed indices,
+        // so chunk boundaries can follow the content. A fixed-size chunk is the extent at
+        // index × chunk size, as long as its bytes: old stores keep reading the same.
+        migrator.registerMigration("v3") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE extents (
+                        node INTEGER NOT NULL,
+                        branch INTEGER NOT NULL,
+                        start INTEGER NOT NULL,
+                        version INTEGER NOT NULL,
+                        chunk INTEGER,
+                        length INTEGER NOT NULL,
+                        PRIMARY KEY (node, branch, start, version)
+                    ) WITHOUT ROWID;
+                    INSERT INTO extents(node, branch, start, version, chunk, length)
+                        SELECT m.node, m.branch, m.idx * (SELECT value FROM store_meta WHERE key = 'chunk_size'),
+                            m.version, m.chunk, COALESCE(c.size, 0)
+                        FROM chunk_map m LEFT JOIN chunks c ON c.id = m.chunk;
+                    DROP TABLE chunk_map;
+                    CREATE INDEX extents_by_chunk ON extents(chunk);
+                    UPDATE store_meta SET value = 3 WHERE key = 'format';
+                    """)
         }
         return migrator
     }

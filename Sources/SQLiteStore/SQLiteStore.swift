@@ -90,7 +90,12 @@ final class SQLiteBackend: StoreBackend {
             // FULL: a committed save survives power loss, which fsync's contract needs. Set here,
             // not in prepareDatabase: GRDB sets the writer to NORMAL when it turns WAL on, after
             // prepareDatabase ran. Only the writer commits, so only its setting matters.
-            try pool.writeWithoutTransaction { try $0.execute(sql: "PRAGMA synchronous = FULL") }
+            try pool.writeWithoutTransaction { db in
+                try db.execute(sql: "PRAGMA synchronous = FULL")
+                // A save of up to 16 MiB keeps its pages in memory until it commits: with the
+                // default 2 MiB a save of a few chunks spilled, and wrote pages to the log twice.
+                try db.execute(sql: "PRAGMA cache_size = -16384")
+            }
         } catch {
             throw Self.storeError(error, path: path)
         }

@@ -102,7 +102,7 @@ struct SQLiteTransaction: StoreTransaction {
     func removeDocument(_ id: DocumentID) throws {
         let d = id.rawValue
         try db.execute(
-            sql: "DELETE FROM chunk_map WHERE node IN (SELECT DISTINCT node FROM nodes WHERE document = ?)",
+            sql: "DELETE FROM extents WHERE node IN (SELECT DISTINCT node FROM nodes WHERE document = ?)",
             arguments: [d])
         try db.execute(sql: "DELETE FROM nodes WHERE document = ?", arguments: [d])
         try db.execute(sql: "DELETE FROM versions WHERE document = ?", arguments: [d])
@@ -278,7 +278,7 @@ struct SQLiteTransaction: StoreTransaction {
     }
 
     func removeBranch(_ branch: Int64) throws {
-        try db.execute(sql: "DELETE FROM chunk_map WHERE branch = ?", arguments: [branch])
+        try db.execute(sql: "DELETE FROM extents WHERE branch = ?", arguments: [branch])
         try db.execute(sql: "DELETE FROM nodes WHERE branch = ?", arguments: [branch])
     }
 
@@ -299,50 +299,55 @@ struct SQLiteTransaction: StoreTransaction {
         return StoredNode(record: record, branch: try row.stored(c.branch, "branch"), removed: removed)
     }
 
-    // MARK: Chunk maps
+    // MARK: Extents
 
-    func chunkMap(_ node: StoreNodeID, branch: Int64, upTo limit: Int64, indices: ClosedRange<Int64>) throws
-        -> [Int64: Int64?]
+    func extents(_ node: StoreNodeID, branch: Int64, upTo limit: Int64, starts: ClosedRange<Int64>) throws
+        -> [Int64: Extent?]
     {
-        var map: [Int64: Int64?] = [:]
+        var map: [Int64: Extent?] = [:]
         let rows = try Row.fetchCursor(
             db.cachedStatement(
                 sql: """
-                    SELECT idx, chunk FROM chunk_map
-                    WHERE node = ? AND branch = ? AND idx BETWEEN ? AND ? AND version <= ?
-                    ORDER BY idx, version DESC
+                    SELECT start, chunk, length FROM extents
+                    WHERE node = ? AND branch = ? AND start BETWEEN ? AND ? AND version <= ?
+                    ORDER BY start, version DESC
                     """),
-            arguments: [node.rawValue, branch, indices.lowerBound, indices.upperBound, limit])
+            arguments: [node.rawValue, branch, starts.lowerBound, starts.upperBound, limit])
         while let row = try rows.next() {
-            let index: Int64 = try row.stored(0, "idx")
-            if map[index] == nil { map[index] = .some(try row.stored(1, "chunk")) }
+            let start: Int64 = try row.stored(0, "start")
+            guard map[start] == nil else { continue }
+            let chunk = try row.stored(1, "chunk", as: Int64?.self)
+            map[start] = .some(try chunk.map { Extent(chunk: $0, length: try row.stored(2, "length")) })
         }
         return map
     }
 
-    func insertChunkEntry(_ node: StoreNodeID, branch: Int64, index: Int64, version: VersionID, chunk: Int64?)
+    func insertExtent(_ node: StoreNodeID, branch: Int64, start: Int64, version: VersionID, extent: Extent?)
         throws
     {
         try db.cachedStatement(
-            sql: "INSERT OR REPLACE INTO chunk_map(node, branch, idx, version, chunk) VALUES (?, ?, ?, ?, ?)"
-        ).execute(arguments: [node.rawValue, branch, index, version.rawValue, chunk])
+            sql:
+                "INSERT OR REPLACE INTO extents(node, branch, start, version, chunk, length) VALUES (?, ?, ?, ?, ?, ?)"
+        ).execute(arguments: [
+            node.rawValue, branch, start, version.rawValue, extent?.chunk, extent?.length ?? 0,
+        ])
     }
 
-    func chunkRowKeys(of document: DocumentID) throws -> [(key: ChunkRowKey, hasChunk: Bool)] {
-        var result: [(key: ChunkRowKey, hasChunk: Bool)] = []
+    func extentRowKeys(of document: DocumentID) throws -> [(key: ExtentRowKey, hasChunk: Bool)] {
+        var result: [(key: ExtentRowKey, hasChunk: Bool)] = []
         let rows = try Row.fetchCursor(
             db,
             sql: """
-                SELECT node, idx, version, chunk IS NOT NULL FROM chunk_map
+                SELECT node, start, version, chunk IS NOT NULL FROM extents
                 WHERE branch = 0 AND node IN (SELECT DISTINCT node FROM nodes WHERE document = ?)
                 """,
             arguments: [document.rawValue])
         while let row = try rows.next() {
             result.append(
                 (
-                    ChunkRowKey(
+                    ExtentRowKey(
                         node: StoreNodeID(rawValue: try row.stored(0, "node")), branch: 0,
-                        index: try row.stored(1, "idx"),
+                        start: try row.stored(1, "start"),
                         version: VersionID(rawValue: try row.stored(2, "version"))),
                     try row.stored(3, "chunk", as: Int64.self) != 0
                 ))
@@ -350,11 +355,11 @@ struct SQLiteTransaction: StoreTransaction {
         return result
     }
 
-    func removeChunkRows(_ keys: [ChunkRowKey]) throws {
+    func removeExtentRows(_ keys: [ExtentRowKey]) throws {
         let statement = try db.cachedStatement(
-            sql: "DELETE FROM chunk_map WHERE node = ? AND branch = ? AND idx = ? AND version = ?")
+            sql: "DELETE FROM extents WHERE node = ? AND branch = ? AND start = ? AND version = ?")
         for key in keys {
-            try statement.execute(arguments: [key.node.rawValue, key.branch, key.index, key.version.rawValue])
+            try statement.execute(arguments: [key.node.rawValue, key.branch, key.start, key.version.rawValue])
         }
     }
 
@@ -383,7 +388,7 @@ struct SQLiteTransaction: StoreTransaction {
     }
 
     func removeUnreferencedChunks() throws -> (count: Int, bytes: Int64) {
-        let condition = "NOT EXISTS (SELECT 1 FROM chunk_map WHERE chunk = chunks.id)"
+        let condition = "NOT EXISTS (SELECT 1 FROM extents WHERE chunk = chunks.id)"
         let row = try Row.fetchOne(db, sql: "SELECT COUNT(*), TOTAL(size) FROM chunks WHERE \(condition)")
         try db.execute(sql: "DELETE FROM chunks WHERE \(condition)")
         return (

@@ -1,9 +1,16 @@
 import DocumentEngine
 import Foundation
 
-/// Writes one file's content update inside a save: only chunks whose bytes differ get a new
-/// chunk-map row, and only bytes the store does not hold yet become new chunks. Chunks are read
-/// and written one at a time, so an update of any size holds about one chunk in memory.
+/// Writes one file's content update inside a save.
+///
+/// A file's contents are extents: chunks at byte offsets, cut where the content says
+/// (``ContentDefinedChunker``), so an edit anywhere changes only the chunks around it, even when
+/// an editor writes the whole file anew. An update is applied as windows: each starts at an
+/// extent boundary before a changed range, is cut into chunks again, and ends at the first cut
+/// past the change that is also a boundary of the extents before (or at the end of the file).
+/// Extents outside the windows stay as they are. Only chunks whose bytes are new are stored, and
+/// only extents that differ get a row. Chunks are read and written one at a time, so an update of
+/// any size holds a few chunks in memory.
 struct ContentWriter {
     let store: VersionedStore
     let tx: any StoreTransaction
@@ -15,30 +22,31 @@ struct ContentWriter {
     let branch: Int64
     let version: VersionID
 
-    var chunkSize: Int64 { Int64(store.chunkSize) }
-
     /// What a read sees so far, including this save's own rows (a conflict's are in its branch).
     var view: Lineage { branch == 0 ? lineage : Lineage(limit: lineage.limit, branch: branch) }
 
-    /// Where a chunk's new contents come from.
-    private enum ChunkSource {
-        /// These bytes (at most one chunk, none past the end).
-        case bytes(Data)
-        /// A chunk the store holds already, or a hole (nil).
-        case stored(Int64?)
+    /// Where the new contents start from before the changed ranges apply.
+    private enum Base {
+        /// The file's own contents before the save.
+        case own
+        /// Another file's contents (a copy, or a file that was another one before).
+        case other(NodeLookup)
+        /// Nothing: every byte is given.
+        case none
     }
 
-    /// Rounds up without computing `bytes + size - 1`, which overflows near Int64.max.
-    private func chunkCount(_ bytes: Int64) -> Int64 { bytes / chunkSize + (bytes % chunkSize == 0 ? 0 : 1) }
-
     func write(_ update: ContentUpdate) throws -> (size: Int64, chunks: Int, bytes: Int64) {
-        let size = chunkSize
-        let newSize: Int64
-        let indices: [Int64]?  // ascending and below the new end; nil for every chunk below it
-        let sourceOf: (Int64) throws -> ChunkSource  // the new contents of chunk `index`
+        let page = Int64(store.chunkSize)
+        func pages(_ listed: [Int], below size: Int64) throws -> [Range<Int64>] {
+            if let index = listed.first(where: { $0 < 0 }) {
+                throw DocumentStoreError.invalidChange("negative chunk index \(index)")
+            }
+            return Set(listed).map(Int64.init).filter { $0 * page < size }.sorted()
+                .map { $0 * page..<min(size, ($0 + 1) * page) }
+        }
         switch update {
-        case .chunks(let s, let given):
-            guard s >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
+        case .chunks(let size, let given):
+            guard size >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
             for (index, data) in given {
                 guard index >= 0 else {
                     throw DocumentStoreError.invalidChange("negative chunk index \(index)")
@@ -47,119 +55,130 @@ struct ContentWriter {
                     throw DocumentStoreError.invalidChange("chunk \(index) is larger than the chunk size")
                 }
             }
-            newSize = s
-            let count = chunkCount(s)
-            indices = given.keys.map(Int64.init).filter { $0 < count }.sorted()
-            sourceOf = { index in
-                let data = given[Int(index)] ?? Data()
-                // Bytes past the end of the file are not kept, so growing it later reads zeros.
-                let keep = Int(min(Int64(data.count), s - index * size))
-                return .bytes(keep < data.count ? data.prefix(keep) : data)
-            }
-        case .sparse(let s, let listed, let source):
-            guard s >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
-            try Self.checkIndices(listed)
-            newSize = s
-            let count = chunkCount(s)
-            indices = Set(listed.lazy.map(Int64.init).filter { $0 < count }).sorted()
-            sourceOf = { index in
-                .bytes(try Self.read(source, chunk: index, of: s, chunkSize: size, exact: false))
-            }
+            let source = GivenChunks(chunks: given, page: page, size: size)
+            return try apply(
+                base: .own, size: size, changed: try pages(Array(given.keys), below: size), source: source)
+        case .sparse(let size, let listed, let source):
+            guard size >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
+            return try apply(base: .own, size: size, changed: try pages(listed, below: size), source: source)
         case .replace(let source):
             guard source.count >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
-            newSize = source.count
-            indices = nil
-            sourceOf = { index in
-                .bytes(try Self.read(source, chunk: index, of: newSize, chunkSize: size, exact: true))
-            }
+            let size = source.count
+            return try apply(
+                base: .none, size: size, changed: size > 0 ? [0..<size] : [],
+                source: ExactSource(source: source))
         case .copy(let lookup):
             let base = try resolve(lookup)
-            return try write(.derived(from: lookup, size: base.size, chunks: [], source: EmptySource()))
-        case .derived(let lookup, let s, let listed, let source):
-            guard s >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
-            try Self.checkIndices(listed)
-            let base = try resolve(lookup)
-            newSize = s
-            indices = nil
-            let dirty = Set(listed.lazy.map(Int64.init))
-            let baseCount = chunkCount(base.size)
-            let baseMap = try VersionedStore.chunkMap(
-                tx, node: lookup.node, lineage: base.lineage, from: 0,
-                through: min(baseCount, chunkCount(s)) - 1)
-            sourceOf = { index in
-                if dirty.contains(index) {
-                    return .bytes(try Self.read(source, chunk: index, of: s, chunkSize: size, exact: false))
-                }
-                guard index < baseCount, let chunk = baseMap[index] ?? nil else { return .stored(nil) }
-                // The base's last chunk may reach past the new end: cut it there.
-                let end = min(s, base.size) - index * size
-                if let length = try tx.chunkLength(chunk), length > end {
-                    return .bytes(try store.chunk(tx, chunk).prefix(Int(max(0, end))))
-                }
-                return .stored(chunk)
-            }
+            return try apply(
+                base: .other(lookup), size: base.size, changed: [], source: ExactSource(source: nil))
+        case .derived(let lookup, let size, let listed, let source):
+            guard size >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
+            return try apply(
+                base: .other(lookup), size: size, changed: try pages(listed, below: size), source: source)
         }
-        return try apply(newSize: newSize, indices: indices, sourceOf: sourceOf)
     }
 
-    private func apply(newSize: Int64, indices: [Int64]?, sourceOf: (Int64) throws -> ChunkSource) throws
-        -> (size: Int64, chunks: Int, bytes: Int64)
+    /// Makes the file `size` bytes long: `base` with the `changed` ranges (ascending, disjoint)
+    /// read from `source`; bytes past the base's end that no range covers are zeros.
+    private func apply(base baseKind: Base, size: Int64, changed: [Range<Int64>], source: any ContentsSource)
+        throws -> (size: Int64, chunks: Int, bytes: Int64)
     {
-        let size = chunkSize
-        let newCount = chunkCount(newSize)
-        var chunks = 0
-        var bytes: Int64 = 0
+        let own: Bool
+        let base: Layout
+        switch baseKind {
+        case .own where previousSize != nil:
+            own = true
+            base = Layout(store: store, tx: tx, node: node, lineage: view, size: previousSize ?? 0)
+        case .own, .none:
+            own = false
+            base = Layout(store: store, tx: tx, node: node, lineage: view, size: 0, empty: true)
+        case .other(let lookup):
+            own = false
+            let resolved = try resolve(lookup)
+            base = Layout(
+                store: store, tx: tx, node: lookup.node, lineage: resolved.lineage, size: resolved.size)
+        }
+        // What must be cut again: the changed ranges, growth past the base's end (its last chunk
+        // was cut by the end of the file, not by its content), and a shrink's new end.
+        var edits = changed
+        if size > base.size { edits.append(base.size..<size) }
+        if size < base.size { edits.append(size..<size) }
+        edits = Self.merged(edits)
+        let content = NewContent(
+            base: base, size: size, changed: changed, source: source, page: Int64(store.chunkSize))
 
-        /// Makes chunk `index` hold `source`; an all-zero chunk is a hole. Bytes equal to what is
-        /// there already (same hash, so the same chunk) write nothing.
-        func put(_ index: Int64, _ source: ChunkSource) throws {
-            let chunkID: Int64?
-            switch source {
-            case .stored(let id): chunkID = id
-            case .bytes(let data):
-                if VersionedStore.isZero(data) {
-                    chunkID = nil
-                } else {
-                    let hash = VersionedStore.hash(data)
-                    if let id = try tx.chunkID(hash: hash) {
-                        chunkID = id
-                    } else {
-                        chunkID = try tx.insertChunk(hash: hash, data: data)
-                        chunks += 1
-                        bytes += Int64(data.count)
-                    }
+        var written = (chunks: 0, bytes: Int64(0))
+        // The new extents of every window, and where the windows are.
+        var replaced: [(window: Range<Int64>, extents: [Int64: Extent])] = []
+        var done: Int64 = 0
+        var next = 0
+        while next < edits.count {
+            let current = next
+            let start = max(done, try base.boundary(before: edits[current].lowerBound))
+            var stream = Chunking(store.chunking, startingAt: start)
+            var cursor = start
+            var extents: [Int64: Extent] = [:]
+            var end = Int64.max
+            while let data = try stream.next(read: { count in
+                let bytes = try content.bytes(at: cursor, count: Int(min(Int64(count), size - cursor)))
+                cursor += Int64(bytes.count)
+                return bytes
+            }) {
+                let cut = stream.offset
+                if let extent = try storeChunk(data, written: &written) {
+                    extents[cut - Int64(data.count)] = extent
+                }
+                if cut >= size { break }
+                while next < edits.count, edits[next].upperBound <= cut { next += 1 }
+                // Past this window's edits, before the next one, and not inside an old extent: the
+                // old extents from here on are still right.
+                if next > current, next == edits.count || edits[next].lowerBound >= cut,
+                    try !base.isInsideExtent(cut)
+                {
+                    end = cut
+                    break
                 }
             }
-            if try VersionedStore.chunkAt(tx, node: node, lineage: view, index: index) == chunkID { return }
-            try tx.insertChunkEntry(node, branch: branch, index: index, version: version, chunk: chunkID)
+            if end == .max { next = edits.count }
+            replaced.append((start..<end, extents))
+            done = end
         }
 
-        // Chunks past the new end become holes, so that growing the file later reads zeros. A node
-        // that was no file before (a removed file restored) may still have rows from its old life:
-        // they all go, so that unlisted chunks read as zeros rather than as bytes from back then.
-        let keptBelow = previousSize == nil ? 0 : newCount
-        let stale = try VersionedStore.chunkMap(tx, node: node, lineage: view, from: keptBelow, through: .max)
-        for (index, chunk) in stale.sorted(by: { $0.key < $1.key }) where chunk != nil {
-            try tx.insertChunkEntry(node, branch: branch, index: index, version: version, chunk: nil)
-        }
-        if let indices {
-            for index in indices { try put(index, sourceOf(index)) }
-        } else {
-            var index: Int64 = 0
-            while index < newCount {
-                try put(index, sourceOf(index))
-                index += 1
+        // Rows: where the target differs from what the file has now.
+        var target: [Int64: Extent] = [:]
+        var current: [Int64: Extent] = [:]
+        if own {
+            for (window, extents) in replaced {
+                let old = try base.extents(startingIn: window)
+                for (start, extent) in old { current[start] = extent }
+                target.merge(extents) { _, new in new }
             }
+        } else {
+            current = try VersionedStore.extents(tx, node: node, lineage: view, starts: 0...Int64.max)
+            for (start, extent) in try base.extents(startingIn: 0..<Int64.max)
+            where !replaced.contains(where: { $0.window.contains(start) }) && start < size {
+                target[start] = extent
+            }
+            for (_, extents) in replaced { target.merge(extents) { _, new in new } }
         }
-        // A shrink that ends inside an unlisted chunk cuts that chunk at the new end.
-        let last = newCount - 1
-        if newSize < previousSize ?? 0, newSize % size != 0, let indices, indices.last != last,
-            let old = try VersionedStore.chunkAt(tx, node: node, lineage: view, index: last),
-            let stored = try tx.chunkLength(old), stored > newSize - last * size
-        {
-            try put(last, .bytes(try store.chunk(tx, old).prefix(Int(newSize - last * size))))
+        for (start, extent) in target.sorted(by: { $0.key < $1.key }) where current[start] != extent {
+            try tx.insertExtent(node, branch: branch, start: start, version: version, extent: extent)
         }
-        return (newSize, chunks, bytes)
+        for start in current.keys.sorted() where target[start] == nil {
+            try tx.insertExtent(node, branch: branch, start: start, version: version, extent: nil)
+        }
+        return (size, written.chunks, written.bytes)
+    }
+
+    /// Stores one chunk's bytes unless the store has them; nil for zeros (a hole).
+    private func storeChunk(_ data: Data, written: inout (chunks: Int, bytes: Int64)) throws -> Extent? {
+        if VersionedStore.isZero(data) { return nil }
+        let hash = VersionedStore.hash(data)
+        if let id = try tx.chunkID(hash: hash) { return Extent(chunk: id, length: Int64(data.count)) }
+        let id = try tx.insertChunk(hash: hash, data: data)
+        written.chunks += 1
+        written.bytes += Int64(data.count)
+        return Extent(chunk: id, length: Int64(data.count))
     }
 
     /// The file a copy or derived update starts from, as of this save's state when its version is
@@ -173,32 +192,290 @@ struct ContentWriter {
         return (record.size, baseLineage)
     }
 
-    private static func checkIndices(_ listed: [Int]) throws {
-        if let index = listed.first(where: { $0 < 0 }) {
-            throw DocumentStoreError.invalidChange("negative chunk index \(index)")
+    /// Ranges in order, overlapping and touching ones joined; empty ones (a shrink's end) kept
+    /// unless another range covers them.
+    static func merged(_ ranges: [Range<Int64>]) -> [Range<Int64>] {
+        var result: [Range<Int64>] = []
+        for range in ranges.sorted(by: { ($0.lowerBound, $0.upperBound) < ($1.lowerBound, $1.upperBound) }) {
+            if let last = result.last, range.lowerBound <= last.upperBound,
+                !(range.isEmpty && range.lowerBound == last.upperBound && !last.isEmpty)
+            {
+                result[result.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+            } else {
+                result.append(range)
+            }
+        }
+        return result
+    }
+}
+
+/// The extents of one file as of one lineage, read from the store as a window needs them.
+final class Layout {
+    let store: VersionedStore
+    let tx: any StoreTransaction
+    let node: StoreNodeID
+    let lineage: Lineage
+    let size: Int64
+    /// Extent starts read so far, and the extents that begin there.
+    private var known: Range<Int64> = 0..<0
+    private var extents: [(start: Int64, extent: Extent)] = []
+    private let empty: Bool
+
+    init(
+        store: VersionedStore, tx: any StoreTransaction, node: StoreNodeID, lineage: Lineage, size: Int64,
+        empty: Bool = false
+    ) {
+        self.store = store
+        self.tx = tx
+        self.node = node
+        self.lineage = lineage
+        self.size = size
+        self.empty = empty
+    }
+
+    private var longest: Int64 { store.longestExtent }
+
+    /// Reads the extents beginning in `range` unless they are known.
+    private func need(_ range: Range<Int64>) throws {
+        guard !empty, !range.isEmpty else { return }
+        if known.lowerBound <= range.lowerBound && known.upperBound >= range.upperBound { return }
+        // A few megabytes at a time, ahead of what is asked: windows move forward.
+        let upper = max(range.upperBound, min(Int64.max - longest * 64, range.lowerBound) + longest * 16)
+        if !known.isEmpty, range.lowerBound >= known.lowerBound, range.lowerBound <= known.upperBound {
+            let found = try VersionedStore.extents(
+                tx, node: node, lineage: lineage, starts: known.upperBound...(upper - 1))
+            extents += found.sorted { $0.key < $1.key }.map { (start: $0.key, extent: $0.value) }
+            known = known.lowerBound..<upper
+        } else {
+            let found = try VersionedStore.extents(
+                tx, node: node, lineage: lineage, starts: range.lowerBound...(upper - 1))
+            extents = found.sorted { $0.key < $1.key }.map { (start: $0.key, extent: $0.value) }
+            known = range.lowerBound..<upper
         }
     }
 
-    /// Chunk `index` of a file of `fileSize` bytes from `source`; `exact` when the source must
-    /// hold every byte (a shorter read leaves zeros otherwise).
-    private static func read(
-        _ source: any ContentsSource, chunk index: Int64, of fileSize: Int64, chunkSize: Int64, exact: Bool
-    ) throws -> Data {
-        let wanted = Int(min(chunkSize, fileSize - index * chunkSize))
-        let data = try source.read(offset: index * chunkSize, count: wanted)
-        if exact, data.count != wanted {
-            throw DocumentStoreError.invalidChange("the contents source ended early")
+    /// The extents beginning in `range`, by start.
+    func extents(startingIn range: Range<Int64>) throws -> [Int64: Extent] {
+        if empty || range.isEmpty { return [:] }
+        if range.upperBound == .max {
+            let found = try VersionedStore.extents(
+                tx, node: node, lineage: lineage, starts: range.lowerBound...Int64.max)
+            return found
         }
-        guard data.count <= wanted else {
-            throw DocumentStoreError.invalidChange(
-                "the contents source gave \(data.count) bytes for chunk \(index), more than \(wanted)")
+        try need(range)
+        var result: [Int64: Extent] = [:]
+        for item in extents where range.contains(item.start) { result[item.start] = item.extent }
+        return result
+    }
+
+    /// The extent covering `position`, if any.
+    func extent(covering position: Int64) throws -> (start: Int64, extent: Extent)? {
+        guard !empty, position >= 0 else { return nil }
+        try need(max(0, position - longest + 1)..<position + 1)
+        return extents.last { $0.start <= position && position < $0.start + $0.extent.length }
+    }
+
+    /// Whether `position` lies strictly inside an extent (a cut there would split it).
+    func isInsideExtent(_ position: Int64) throws -> Bool {
+        guard let covering = try extent(covering: position) else { return false }
+        return covering.start < position
+    }
+
+    /// Where a window that changes bytes from `position` on may start: the start of the extent
+    /// holding the byte before (its end was decided by the bytes up to `position`), or, in a hole,
+    /// the end of the extent before it, or a multiple of the longest extent in a long hole.
+    func boundary(before position: Int64) throws -> Int64 {
+        guard position > 0 else { return 0 }
+        if let covering = try extent(covering: position - 1) { return covering.start }
+        let lower = max(0, position - 2 * longest)
+        try need(lower..<position)
+        let previousEnd = extents.filter { $0.start < position }.map { $0.start + $0.extent.length }
+            .filter { $0 <= position - 1 }.max()
+        return previousEnd ?? max(lower, (position - 1) / longest * longest)
+    }
+
+    /// The file's bytes `range` (zeros in holes and past the end).
+    func bytes(_ range: Range<Int64>) throws -> Data {
+        var result = Data(count: Int(range.count))
+        guard !empty, !range.isEmpty, range.lowerBound < size else { return result }
+        try need(max(0, range.lowerBound - longest + 1)..<range.upperBound)
+        for item in extents
+        where item.start < range.upperBound && item.start + item.extent.length > range.lowerBound {
+            let chunk = try store.chunk(tx, item.extent.chunk)
+            let from = max(range.lowerBound, item.start)
+            let to = min(range.upperBound, item.start + min(item.extent.length, Int64(chunk.count)), size)
+            guard from < to else { continue }
+            result.replaceSubrange(
+                Int(from - range.lowerBound)..<Int(to - range.lowerBound),
+                with: chunk[
+                    chunk.startIndex + Int(from - item.start)..<chunk.startIndex + Int(to - item.start)])
         }
+        return result
+    }
+}
+
+/// The bytes of the file being written: changed ranges from the update's source, the rest from
+/// the base (zeros past its end). The source is read a page (a chunk size) at a time, at page
+/// offsets, as a file system's written pages are kept; one page is held at a time.
+private final class NewContent {
+    let base: Layout
+    let size: Int64
+    let changed: [Range<Int64>]
+    let source: any ContentsSource
+    let page: Int64
+    private var held: (index: Int64, data: Data)?
+
+    init(base: Layout, size: Int64, changed: [Range<Int64>], source: any ContentsSource, page: Int64) {
+        self.base = base
+        self.size = size
+        self.changed = changed
+        self.source = source
+        self.page = page
+    }
+
+    /// The source's bytes `range` (inside one page and one changed range); zeros past what it holds.
+    private func sourceBytes(_ range: Range<Int64>) throws -> Data {
+        let index = range.lowerBound / page
+        if held?.index != index {
+            held = nil  // let the last page go before the next is read
+            let start = index * page
+            let wanted = Int(min(page, size - start))
+            let data = try source.read(offset: start, count: wanted)
+            if data.count > wanted {
+                throw DocumentStoreError.invalidChange(
+                    "the contents source gave \(data.count) bytes at \(start), more than \(wanted)")
+            }
+            held = (index, data)
+        }
+        guard let data = held?.data else { return Data(count: range.count) }
+        let from = Int(range.lowerBound - index * page)
+        let to = Int(range.upperBound - index * page)
+        var result = Data(count: range.count)
+        if from < data.count {
+            let upto = min(to, data.count)
+            result.replaceSubrange(
+                0..<upto - from, with: data[data.startIndex + from..<data.startIndex + upto])
+        }
+        return result
+    }
+
+    func bytes(at offset: Int64, count: Int) throws -> Data {
+        var result = Data()
+        result.reserveCapacity(count)
+        var at = offset
+        let end = min(size, offset + Int64(count))
+        while at < end {
+            // The first changed range that ends past `at`.
+            var low = 0
+            var high = changed.count
+            while low < high {
+                let middle = (low + high) / 2
+                if changed[middle].upperBound <= at { low = middle + 1 } else { high = middle }
+            }
+            if low < changed.count, changed[low].lowerBound <= at {
+                let to = min(end, changed[low].upperBound, (at / page + 1) * page)
+                result.append(try sourceBytes(at..<to))
+                at = to
+            } else {
+                let to = min(end, low < changed.count ? changed[low].lowerBound : end)
+                result.append(try base.bytes(at..<to))
+                at = to
+            }
+        }
+        return result
+    }
+}
+
+/// A source that must hold every byte asked for (a whole new file); none when there is nothing
+/// to read.
+private struct ExactSource: ContentsSource {
+    let source: (any ContentsSource)?
+    var count: Int64 { source?.count ?? 0 }
+    func read(offset: Int64, count: Int) throws -> Data {
+        guard let source else { return Data() }
+        let data = try source.read(offset: offset, count: count)
+        if data.count != count { throw DocumentStoreError.invalidChange("the contents source ended early") }
         return data
     }
 }
 
-/// A source with no bytes, for updates that list no chunks.
-private struct EmptySource: ContentsSource {
-    var count: Int64 { 0 }
-    func read(offset: Int64, count: Int) throws -> Data { Data() }
+/// `ContentUpdate.chunks`: each listed fixed-size chunk's bytes, zeros past them.
+private struct GivenChunks: ContentsSource {
+    let chunks: [Int: Data]
+    let page: Int64
+    let size: Int64
+    var count: Int64 { size }
+    func read(offset: Int64, count: Int) throws -> Data {
+        var result = Data(count: count)
+        var at = offset
+        while at < offset + Int64(count) {
+            let index = at / page
+            let to = min(offset + Int64(count), (index + 1) * page)
+            if let data = chunks[Int(index)] {
+                let from = Int(at - index * page)
+                let upto = min(data.count, Int(to - index * page))
+                if from < upto {
+                    result.replaceSubrange(
+                        Int(at - offset)..<Int(at - offset) + (upto - from),
+                        with: data[data.startIndex + from..<data.startIndex + upto])
+                }
+            }
+            at = to
+        }
+        return result
+    }
+}
+
+/// The store's way of cutting contents: content-defined, or fixed-size where the chunk size is
+/// too small for content-defined chunks.
+struct Chunking: Sendable {
+    enum Method: Sendable {
+        case contentDefined(ContentDefinedChunker)
+        case fixed(Int)
+    }
+    let method: Method
+    private var stream: ContentDefinedChunker.Stream?
+    private(set) var offset: Int64
+    private var pending = Data()
+
+    init(_ method: Method, startingAt offset: Int64) {
+        self.method = method
+        self.offset = offset
+        if case .contentDefined(let chunker) = method {
+            stream = ContentDefinedChunker.Stream(chunker, startingAt: Int(offset))
+        }
+    }
+
+    /// The chunking for a store whose chunks are at most `chunkSize` bytes: content-defined with
+    /// a normal size of half that and a minimum of an eighth (32, 128 and 256 KiB by default),
+    /// fixed-size below 128 bytes. Half, not a quarter: every chunk costs a row, an index entry
+    /// and a part-filled page, and an edit still costs about one chunk.
+    static func method(chunkSize: Int) -> Method {
+        let maximum = min(chunkSize, ContentDefinedChunker.largestMaximumSize)
+        var average = 1
+        while average * 2 <= maximum / 2 { average *= 2 }
+        if let chunker = try? ContentDefinedChunker(
+            minimumSize: max(1, average / 4), averageSize: average, maximumSize: maximum)
+        {
+            return .contentDefined(chunker)
+        }
+        return .fixed(chunkSize)
+    }
+
+    /// The next chunk's bytes, reading through `read` (up to the count asked, empty at the end).
+    mutating func next(read: (Int) throws -> Data) throws -> Data? {
+        switch method {
+        case .contentDefined:
+            guard var stream else { return nil }
+            defer { self.stream = stream }
+            let chunk = try stream.next(read: read)
+            offset = Int64(stream.offset)
+            return chunk
+        case .fixed(let size):
+            let data = try read(size)
+            if data.isEmpty { return nil }
+            offset += Int64(data.count)
+            return data
+        }
+    }
 }

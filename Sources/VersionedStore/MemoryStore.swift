@@ -16,10 +16,10 @@ public final class MemoryStore: VersionedDocumentStore, Sendable {
 /// The tables of a ``MemoryStore``. Values all the way down, so a read takes a copy as its
 /// snapshot and a write publishes its copy only when it succeeds (atomic, rolled back on error).
 struct MemoryTables: Sendable {
-    struct ChunkEntry: Sendable {
+    struct ExtentEntry: Sendable {
         var branch: Int64
         var version: Int64
-        var chunk: Int64?
+        var extent: Extent?
     }
     struct StoredEvent: Sendable {
         var event: StoreEvent
@@ -35,8 +35,8 @@ struct MemoryTables: Sendable {
     /// Every row of each wrapper.
     var nodes: [StoreNodeID: [StoredNode]] = [:]
     var nodesOfDocument: [DocumentID: Set<StoreNodeID>] = [:]
-    /// Every chunk-map row, by wrapper and index.
-    var chunkMaps: [StoreNodeID: [Int64: [ChunkEntry]]] = [:]
+    /// Every extent row, by wrapper and start.
+    var extents: [StoreNodeID: [Int64: [ExtentEntry]]] = [:]
     var chunks: [Int64: (hash: Data, data: Data)] = [:]
     var chunksByHash: [Data: Int64] = [:]
     var nextChunk: Int64 = 1
@@ -141,7 +141,7 @@ final class MemoryTransaction: StoreTransaction {
     func removeDocument(_ id: DocumentID) throws {
         for node in tables.nodesOfDocument[id] ?? [] {
             tables.nodes[node] = nil
-            tables.chunkMaps[node] = nil
+            tables.extents[node] = nil
         }
         tables.nodesOfDocument[id] = nil
         tables.versions = tables.versions.filter { $0.value.document != id }
@@ -244,55 +244,55 @@ final class MemoryTransaction: StoreTransaction {
 
     func removeBranch(_ branch: Int64) throws {
         for node in tables.nodes.keys { tables.nodes[node]?.removeAll { $0.branch == branch } }
-        for node in tables.chunkMaps.keys {
-            for index in tables.chunkMaps[node]?.keys.map({ $0 }) ?? [] {
-                tables.chunkMaps[node]?[index]?.removeAll { $0.branch == branch }
+        for node in tables.extents.keys {
+            for index in tables.extents[node]?.keys.map({ $0 }) ?? [] {
+                tables.extents[node]?[index]?.removeAll { $0.branch == branch }
             }
         }
     }
 
-    // MARK: Chunk maps
+    // MARK: Extents
 
-    func chunkMap(_ node: StoreNodeID, branch: Int64, upTo limit: Int64, indices: ClosedRange<Int64>) throws
-        -> [Int64: Int64?]
+    func extents(_ node: StoreNodeID, branch: Int64, upTo limit: Int64, starts: ClosedRange<Int64>) throws
+        -> [Int64: Extent?]
     {
-        var map: [Int64: Int64?] = [:]
-        for (index, entries) in tables.chunkMaps[node] ?? [:] where indices.contains(index) {
+        var map: [Int64: Extent?] = [:]
+        for (start, entries) in tables.extents[node] ?? [:] where starts.contains(start) {
             if let newest = entries.filter({ $0.branch == branch && $0.version <= limit }).max(by: {
                 $0.version < $1.version
             }) {
-                map[index] = .some(newest.chunk)
+                map[start] = .some(newest.extent)
             }
         }
         return map
     }
 
-    func insertChunkEntry(_ node: StoreNodeID, branch: Int64, index: Int64, version: VersionID, chunk: Int64?)
+    func insertExtent(_ node: StoreNodeID, branch: Int64, start: Int64, version: VersionID, extent: Extent?)
         throws
     {
-        var entries = tables.chunkMaps[node]?[index] ?? []
+        var entries = tables.extents[node]?[start] ?? []
         entries.removeAll { $0.branch == branch && $0.version == version.rawValue }
-        entries.append(MemoryTables.ChunkEntry(branch: branch, version: version.rawValue, chunk: chunk))
-        tables.chunkMaps[node, default: [:]][index] = entries
+        entries.append(MemoryTables.ExtentEntry(branch: branch, version: version.rawValue, extent: extent))
+        tables.extents[node, default: [:]][start] = entries
     }
 
-    func chunkRowKeys(of document: DocumentID) throws -> [(key: ChunkRowKey, hasChunk: Bool)] {
+    func extentRowKeys(of document: DocumentID) throws -> [(key: ExtentRowKey, hasChunk: Bool)] {
         (tables.nodesOfDocument[document] ?? []).flatMap { node in
-            (tables.chunkMaps[node] ?? [:]).flatMap { index, entries in
+            (tables.extents[node] ?? [:]).flatMap { start, entries in
                 entries.filter { $0.branch == 0 }.map {
                     (
-                        ChunkRowKey(
-                            node: node, branch: 0, index: index, version: VersionID(rawValue: $0.version)),
-                        $0.chunk != nil
+                        ExtentRowKey(
+                            node: node, branch: 0, start: start, version: VersionID(rawValue: $0.version)),
+                        $0.extent != nil
                     )
                 }
             }
         }
     }
 
-    func removeChunkRows(_ keys: [ChunkRowKey]) throws {
+    func removeExtentRows(_ keys: [ExtentRowKey]) throws {
         for key in keys {
-            tables.chunkMaps[key.node]?[key.index]?.removeAll {
+            tables.extents[key.node]?[key.start]?.removeAll {
                 $0.branch == key.branch && $0.version == key.version.rawValue
             }
         }
@@ -320,9 +320,9 @@ final class MemoryTransaction: StoreTransaction {
 
     func removeUnreferencedChunks() throws -> (count: Int, bytes: Int64) {
         var referenced: Set<Int64> = []
-        for map in tables.chunkMaps.values {
+        for map in tables.extents.values {
             for entries in map.values {
-                for entry in entries { if let chunk = entry.chunk { referenced.insert(chunk) } }
+                for entry in entries { if let chunk = entry.extent?.chunk { referenced.insert(chunk) } }
             }
         }
         var freed = (count: 0, bytes: Int64(0))
@@ -369,10 +369,12 @@ final class MemoryTransaction: StoreTransaction {
         switch kind {
         case .missingChunk:
             var missing: Set<Int64> = []
-            for map in tables.chunkMaps.values {
+            for map in tables.extents.values {
                 for entries in map.values {
                     for entry in entries {
-                        if let chunk = entry.chunk, tables.chunks[chunk] == nil { missing.insert(chunk) }
+                        if let chunk = entry.extent?.chunk, tables.chunks[chunk] == nil {
+                            missing.insert(chunk)
+                        }
                     }
                 }
             }
@@ -393,7 +395,7 @@ final class MemoryTransaction: StoreTransaction {
             )
             .sorted()
         case .contentsWithoutNode:
-            return tables.chunkMaps.filter { node, map in
+            return tables.extents.filter { node, map in
                 !map.values.allSatisfy(\.isEmpty) && (tables.nodes[node] ?? []).isEmpty
             }
             .keys.map(\.rawValue).sorted()

@@ -5,7 +5,7 @@ package enum PortableSQL {
         switch kind {
         case .missingChunk:
             return
-                "SELECT DISTINCT chunk FROM chunk_map WHERE chunk IS NOT NULL AND chunk NOT IN (SELECT id FROM chunks)"
+                "SELECT DISTINCT chunk FROM extents WHERE chunk IS NOT NULL AND chunk NOT IN (SELECT id FROM chunks)"
         case .nodeWithoutDocument:
             return "SELECT DISTINCT document FROM nodes WHERE document NOT IN (SELECT id FROM documents)"
         case .versionWithoutDocument:
@@ -13,7 +13,7 @@ package enum PortableSQL {
         case .missingCurrentVersion:
             return "SELECT id FROM documents WHERE current_version NOT IN (SELECT id FROM versions)"
         case .contentsWithoutNode:
-            return "SELECT DISTINCT node FROM chunk_map WHERE node NOT IN (SELECT node FROM nodes)"
+            return "SELECT DISTINCT node FROM extents WHERE node NOT IN (SELECT node FROM nodes)"
         }
     }
 }

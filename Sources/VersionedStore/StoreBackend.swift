@@ -101,17 +101,27 @@ public struct NodeRowKey: Hashable, Sendable {
     }
 }
 
-/// The key of a chunk-map row, and whether it maps to a chunk, for retention.
-public struct ChunkRowKey: Hashable, Sendable {
+/// The key of an extent row, for retention.
+public struct ExtentRowKey: Hashable, Sendable {
     public var node: StoreNodeID
     public var branch: Int64
-    public var index: Int64
+    public var start: Int64
     public var version: VersionID
-    public init(node: StoreNodeID, branch: Int64, index: Int64, version: VersionID) {
+    public init(node: StoreNodeID, branch: Int64, start: Int64, version: VersionID) {
         self.node = node
         self.branch = branch
-        self.index = index
+        self.start = start
         self.version = version
+    }
+}
+
+/// A run of a file's bytes that one chunk holds: `length` bytes from the extent's start.
+public struct Extent: Hashable, Sendable {
+    public var chunk: Int64
+    public var length: Int64
+    public init(chunk: Int64, length: Int64) {
+        self.chunk = chunk
+        self.length = length
     }
 }
 
@@ -131,7 +141,7 @@ public struct ChunkRow: Sendable {
 
 /// Rows that refer to something missing, by kind, for the integrity walk.
 public enum DanglingReference: Sendable, Hashable, CaseIterable {
-    /// A chunk-map row names a chunk that does not exist (the id is the chunk's).
+    /// An extent row names a chunk that does not exist (the id is the chunk's).
     case missingChunk
     /// Wrapper rows name a document that does not exist (the id is the document's).
     case nodeWithoutDocument
@@ -139,7 +149,7 @@ public enum DanglingReference: Sendable, Hashable, CaseIterable {
     case versionWithoutDocument
     /// A document's current version does not exist (the id is the document's).
     case missingCurrentVersion
-    /// Chunk-map rows belong to a wrapper that has no rows (the id is the wrapper's).
+    /// Extent rows belong to a wrapper that has no rows (the id is the wrapper's).
     case contentsWithoutNode
 
     var message: String {
@@ -211,19 +221,20 @@ public protocol StoreTransaction {
     /// Removes every row, wrapper and chunk-map, of a conflict branch.
     func removeBranch(_ branch: Int64) throws
 
-    // MARK: Chunk maps
+    // MARK: Extents
 
-    /// The newest chunk-map entry of each index in `indices` of `node` in `branch` with a
-    /// version ≤ `limit`: the chunk id, or nil for a hole.
-    func chunkMap(_ node: StoreNodeID, branch: Int64, upTo limit: Int64, indices: ClosedRange<Int64>)
-        throws -> [Int64: Int64?]
-    /// Writes an entry (replacing one with the same node, branch, index and version).
-    func insertChunkEntry(
-        _ node: StoreNodeID, branch: Int64, index: Int64, version: VersionID, chunk: Int64?) throws
-    /// Every chunk-map row of `document`'s wrappers on the main line, and whether it maps to a
-    /// chunk (false for a hole), for retention.
-    func chunkRowKeys(of document: DocumentID) throws -> [(key: ChunkRowKey, hasChunk: Bool)]
-    func removeChunkRows(_ keys: [ChunkRowKey]) throws
+    /// The newest row of each start offset in `starts` of `node` in `branch` with a version ≤
+    /// `limit`: the extent that begins there, or nil where one was removed.
+    func extents(_ node: StoreNodeID, branch: Int64, upTo limit: Int64, starts: ClosedRange<Int64>) throws
+        -> [Int64: Extent?]
+    /// Writes a row (replacing one with the same node, branch, start and version); nil removes
+    /// the extent that began at `start`.
+    func insertExtent(_ node: StoreNodeID, branch: Int64, start: Int64, version: VersionID, extent: Extent?)
+        throws
+    /// Every extent row of `document`'s wrappers on the main line, and whether it holds a chunk
+    /// (false for a removal), for retention.
+    func extentRowKeys(of document: DocumentID) throws -> [(key: ExtentRowKey, hasChunk: Bool)]
+    func removeExtentRows(_ keys: [ExtentRowKey]) throws
 
     // MARK: Chunks
 
@@ -232,7 +243,7 @@ public protocol StoreTransaction {
     /// The chunks' bytes by id; a missing id is missing from the answer.
     func chunks(_ ids: [Int64]) throws -> [Int64: Data]
     func chunkLength(_ id: Int64) throws -> Int64?
-    /// Deletes chunks no chunk-map row refers to; returns how many and their bytes.
+    /// Deletes chunks no extent row refers to; returns how many and their bytes.
     func removeUnreferencedChunks() throws -> (count: Int, bytes: Int64)
     /// Every chunk, in id order, a few at a time; a row that cannot be decoded comes as its error.
     func forEachChunk(_ body: (Result<ChunkRow, any Error>) throws -> Void) throws

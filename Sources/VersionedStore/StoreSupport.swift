@@ -105,17 +105,43 @@ struct PinnedKey: Hashable {
     var version: VersionID
 }
 
-/// What reads at a saved version learned of a file: its size, and chunk ids (nil for a hole) of
-/// the indices read.
+/// What reads at a saved version learned of a file: its size, and its extents beginning in
+/// `covered` (by start, ascending).
 struct PinnedFile {
     var size: Int64
-    var map: [Int64: Int64?]
+    var covered: Range<Int64>
+    var extents: [(start: Int64, extent: Extent)]
     /// Where the last read of it ended (a read starting there is sequential).
     var lastEnd: Int64 = -1
+
+    /// The extents overlapping `offset..<end`, or nil when one could begin outside `covered`.
+    func extents(overlapping offset: Int64, _ end: Int64, longest: Int64) -> [(start: Int64, extent: Extent)]?
+    {
+        guard covered.lowerBound <= max(0, offset - longest + 1), covered.upperBound >= end else {
+            return nil
+        }
+        var low = 0
+        var high = extents.count
+        while low < high {
+            let middle = (low + high) / 2
+            if extents[middle].start + extents[middle].extent.length <= offset {
+                low = middle + 1
+            } else {
+                high = middle
+            }
+        }
+        var result: [(start: Int64, extent: Extent)] = []
+        var index = low
+        while index < extents.count, extents[index].start < end {
+            if extents[index].start + extents[index].extent.length > offset { result.append(extents[index]) }
+            index += 1
+        }
+        return result
+    }
 }
 
-/// The files reads at saved versions learned, bounded: about 8 MB of chunk-map entries (enough
-/// for some 60 GiB of 256 KiB chunks), then it starts over.
+/// The files reads at saved versions learned, bounded: about 250,000 extents (some 60 GiB of
+/// 256 KiB chunks), then it starts over.
 struct PinnedFiles {
     static let maxFiles = 50_000
     static let maxEntries = 250_000
@@ -123,12 +149,9 @@ struct PinnedFiles {
     private(set) var files: [PinnedKey: PinnedFile] = [:]
     private var entries = 0
 
-    mutating func learn(_ key: PinnedKey, size: Int64, map: [Int64: Int64?]) {
-        if files.count >= Self.maxFiles || entries + map.count > Self.maxEntries { removeAll() }
-        var file = files[key] ?? PinnedFile(size: size, map: [:])
-        let before = file.map.count
-        file.map.merge(map) { _, new in new }
-        entries += file.map.count - before
+    mutating func learn(_ key: PinnedKey, _ file: PinnedFile) {
+        if files.count >= Self.maxFiles || entries + file.extents.count > Self.maxEntries { removeAll() }
+        entries += file.extents.count - (files[key]?.extents.count ?? 0)
         files[key] = file
     }
 

@@ -90,20 +90,27 @@ extension VersionedStore {
                     "\(document.name): wrapper \(record.id.rawValue) has an invalid name: \(reason)")
             }
         }
-        let size = Int64(chunkSize)
         for record in nodes.values.sorted(by: { $0.id < $1.id }) where record.kind == .regularFile {
-            let count = record.size / size + (record.size % size == 0 ? 0 : 1)
-            // Every index that has a row at all, past the end included.
-            let map = try Self.chunkMap(tx, node: record.id, lineage: .current, from: 0, through: .max)
-            for (index, chunk) in map.sorted(by: { $0.key < $1.key }) {
-                guard let chunk, let bytes = try tx.chunkLength(chunk) else { continue }
-                if index >= count {
+            // Every extent, past the end included; each must lie inside the file and after the last.
+            let extents = try Self.extents(tx, node: record.id, lineage: .current, starts: 0...Int64.max)
+            var end: Int64 = 0
+            for (start, extent) in extents.sorted(by: { $0.key < $1.key }) {
+                guard let bytes = try tx.chunkLength(extent.chunk) else { continue }
+                if start >= record.size {
                     report.problems.append(
                         "\(document.name)/\(record.name): a chunk lies past the end of the file")
-                } else if index * size + bytes > record.size {
+                } else if start + extent.length > record.size {
                     report.problems.append(
                         "\(document.name)/\(record.name): the last chunk is longer than the file")
+                } else if start < end {
+                    report.problems.append(
+                        "\(document.name)/\(record.name): two chunks overlap at byte \(start)")
+                } else if bytes != extent.length {
+                    report.problems.append(
+                        "\(document.name)/\(record.name): the chunk at byte \(start) holds \(bytes) bytes, not \(extent.length)"
+                    )
                 }
+                end = max(end, start + extent.length)
             }
         }
     }

@@ -122,17 +122,17 @@ extension VersionedStore {
             }
             livePoints[node] = live
         }
-        var chunkRows: [ChunkRowKey: [(key: ChunkRowKey, version: Int64, holds: Bool)]] = [:]
-        for (key, hasChunk) in try tx.chunkRowKeys(of: document.id) where key.branch == 0 {
+        var extentRows: [ExtentRowKey: [(key: ExtentRowKey, version: Int64, holds: Bool)]] = [:]
+        for (key, hasChunk) in try tx.extentRowKeys(of: document.id) where key.branch == 0 {
             var slot = key
             slot.version = VersionID(rawValue: 0)
-            chunkRows[slot, default: []].append((key, key.version.rawValue, hasChunk))
+            extentRows[slot, default: []].append((key, key.version.rawValue, hasChunk))
         }
-        var goneChunks: [ChunkRowKey] = []
-        for (slot, rows) in chunkRows {
-            goneChunks += unneeded(rows.sorted { $0.version < $1.version }, livePoints[slot.node] ?? [])
+        var goneExtents: [ExtentRowKey] = []
+        for (slot, rows) in extentRows {
+            goneExtents += unneeded(rows.sorted { $0.version < $1.version }, livePoints[slot.node] ?? [])
         }
-        try tx.removeChunkRows(goneChunks)
+        try tx.removeExtentRows(goneExtents)
         try tx.removeNodeRows(goneNodes)
         try tx.removeVersions(dropped)
         return dropped.count

@@ -31,8 +31,12 @@ public final class VersionedStore: Sendable {
     /// What reads at saved versions learned: a file's size and chunk ids by index (immutable).
     private let pinned = Mutex(PinnedFiles())
 
+    /// How contents are cut into chunks (content-defined, at most a chunk size long).
+    let chunking: Chunking.Method
+
     public init(backend: any StoreBackend) {
         self.backend = backend
+        chunking = Chunking.method(chunkSize: backend.chunkSize)
     }
 
     public var statistics: StoreStatistics { counters.withLock { $0 } }
@@ -236,30 +240,33 @@ public final class VersionedStore: Sendable {
             guard record.kind == .regularFile else { throw DocumentStoreError.notARegularFile(node) }
             let end = min(record.size, offset + Int64(count))
             guard offset < end else { return Data() }
-            let size = Int64(chunkSize)
-            let first = offset / size
-            let last = (end - 1) / size
-            // At a saved version the map is learned a window at a time, so that the next reads
+            // An extent that covers `offset` begins at most one extent length before it. At a
+            // saved version the extents are learned a window at a time, so that the next reads
             // nearby (random ones too) need only their chunks.
-            let through =
-                version == nil ? last : max(last, min((record.size - 1) / size, first + Self.mapWindow - 1))
-            var map = try Self.chunkMap(tx, node: node, lineage: lineage, from: first, through: through)
-            for index in first...through where map[index] == nil { map[index] = .some(nil) }
-            let chunks = try self.chunks(tx, Set((first...last).compactMap { map[$0] ?? nil }))
-            if let version {
-                pinned.withLock {
-                    $0.learn(PinnedKey(node: node, version: version), size: record.size, map: map)
-                }
+            let first = max(0, offset - longestExtent + 1)
+            let through = version == nil ? end : min(record.size, max(end, offset + Self.learnedWindow))
+            let all = try Self.extents(tx, node: node, lineage: lineage, starts: first...(through - 1))
+            let sorted = all.sorted { $0.key < $1.key }.map { (start: $0.key, extent: $0.value) }
+            let learned = PinnedFile(size: record.size, covered: first..<through, extents: sorted)
+            guard let overlapping = learned.extents(overlapping: offset, end, longest: longestExtent) else {
+                throw DocumentStoreError.corrupt(
+                    path: location, reason: "the extents of \(node) cannot be read")
             }
-            return try assemble(offset: offset, end: end, map: map, chunks: chunks)
+            let chunks = try self.chunks(tx, Set(overlapping.map(\.extent.chunk)))
+            if let version { pinned.withLock { $0.learn(PinnedKey(node: node, version: version), learned) } }
+            return try assemble(offset: offset, end: end, extents: overlapping, chunks: chunks)
         }
     }
 
-    /// Chunk-map indices a first read at a saved version learns (256 MiB of 256 KiB chunks).
-    static let mapWindow: Int64 = 1_024
+    /// Bytes of extent starts a first read at a saved version learns (256 MiB).
+    static let learnedWindow: Int64 = 256 << 20
+
+    /// No extent is longer than the store's chunk size: fixed chunks were that long, and
+    /// content-defined ones are at most that long.
+    var longestExtent: Int64 { Int64(chunkSize) }
 
     /// A read at `version` from what earlier reads at it learned: from the chunk cache (without
-    /// the database), else with one read of the missing chunks; nil if the map is not known.
+    /// the database), else with one read of the missing chunks; nil if the extents are not known.
     private func pinnedRead(_ node: StoreNodeID, _ version: VersionID, offset: Int64, count: Int) throws
         -> Data?
     {
@@ -269,34 +276,25 @@ public final class VersionedStore: Sendable {
         }
         let end = min(entry.size, offset + Int64(count))
         guard offset < end else { return Data() }
-        let size = Int64(chunkSize)
-        var map: [Int64: Int64?] = [:]
-        for index in (offset / size)...((end - 1) / size) {
-            guard let chunk = entry.map[index] else { return nil }
-            map[index] = chunk
+        guard let overlapping = entry.extents(overlapping: offset, end, longest: longestExtent) else {
+            return nil
         }
         var chunks: [Int64: Data] = [:]
         var missing: Set<Int64> = []
         cache.withLock { cache in
-            for case .some(let id) in map.values {
-                if let data = cache.get(id) { chunks[id] = data } else { missing.insert(id) }
+            for item in overlapping {
+                if let data = cache.get(item.extent.chunk) {
+                    chunks[item.extent.chunk] = data
+                } else {
+                    missing.insert(item.extent.chunk)
+                }
             }
         }
-        if missing.count == 1, let id = missing.first, map.count == 1, end - offset <= size / 8,
-            offset != entry.lastEnd
+        if !missing.isEmpty, end - offset <= Int64(chunkSize) / 8, offset != entry.lastEnd,
+            let sliced = try slices(
+                of: overlapping, missing: missing, offset: offset, end: end, cached: chunks)
         {
-            // A small read away from the last one (a random read) fetches just its bytes where the
-            // backend can; sequential readers read and cache whole chunks.
-            let within = Int(offset - (offset / size) * size)
-            if let part = try backend.chunkSlice(id, within..<within + Int(end - offset)),
-                part.count == Int(end - offset)
-            {
-                counters.withLock {
-                    $0.chunksRead += 1
-                    $0.bytesRead += Int64(part.count)
-                }
-                return part
-            }
+            return sliced
         }
         if !missing.isEmpty {
             // Chunks never change, so they need no snapshot; one the retention policy collected
@@ -305,54 +303,75 @@ public final class VersionedStore: Sendable {
             guard missing.allSatisfy({ fetched[$0] != nil }) else { return nil }
             chunks.merge(fetched) { old, _ in old }
         }
-        return try? assemble(offset: offset, end: end, map: map, chunks: chunks)
+        return try? assemble(offset: offset, end: end, extents: overlapping, chunks: chunks)
     }
 
-    /// The bytes `offset..<end` of a file from its chunk map and chunks.
-    private func assemble(offset: Int64, end: Int64, map: [Int64: Int64?], chunks: [Int64: Data]) throws
-        -> Data
-    {
+    /// A small read away from the last one (a random read): the bytes of the chunks it lacks are
+    /// fetched as slices where the backend can, not whole; sequential readers read and cache
+    /// whole chunks. Nil where the backend cannot.
+    private func slices(
+        of overlapping: [(start: Int64, extent: Extent)], missing: Set<Int64>, offset: Int64, end: Int64,
+        cached: [Int64: Data]
+    ) throws -> Data? {
         var result = Data(count: Int(end - offset))
-        let size = Int64(chunkSize)
-        for index in (offset / size)...((end - 1) / size) {
-            guard let chunkID = map[index] ?? nil else { continue }  // a hole reads as zeros
-            guard let chunk = chunks[chunkID] else {
-                throw DocumentStoreError.corrupt(path: location, reason: "chunk \(chunkID) is missing")
-            }
-            let chunkStart = index * size
-            let from = max(offset, chunkStart)
-            let to = min(end, chunkStart + Int64(chunk.count))
+        for (start, extent) in overlapping {
+            let from = max(offset, start)
+            let to = min(end, start + extent.length)
             guard from < to else { continue }
-            result.replaceSubrange(
-                Int(from - offset)..<Int(to - offset),
-                with: chunk[
-                    chunk.startIndex + Int(from - chunkStart)..<chunk.startIndex + Int(to - chunkStart)])
+            let part: Data
+            if missing.contains(extent.chunk) {
+                let within = Int(from - start)
+                guard let slice = try backend.chunkSlice(extent.chunk, within..<within + Int(to - from)),
+                    slice.count == Int(to - from)
+                else { return nil }
+                counters.withLock {
+                    $0.chunksRead += 1
+                    $0.bytesRead += Int64(slice.count)
+                }
+                part = slice
+            } else if let chunk = cached[extent.chunk], Int(to - start) <= chunk.count {
+                part = chunk.subdata(
+                    in: chunk.startIndex + Int(from - start)..<chunk.startIndex + Int(to - start))
+            } else {
+                return nil
+            }
+            result.replaceSubrange(Int(from - offset)..<Int(to - offset), with: part)
         }
         return result
     }
 
-    /// Chunk ids by index (nil for a hole) for indices `first...last` as of `lineage`.
-    static func chunkMap(
-        _ tx: any StoreTransaction, node: StoreNodeID, lineage: Lineage, from first: Int64,
-        through last: Int64
-    ) throws -> [Int64: Int64?] {
-        guard first <= last else { return [:] }
-        var map = try tx.chunkMap(node, branch: 0, upTo: lineage.limit, indices: first...last)
+    /// The bytes `offset..<end` of a file from the extents that overlap them; zeros elsewhere.
+    private func assemble(
+        offset: Int64, end: Int64, extents: [(start: Int64, extent: Extent)], chunks: [Int64: Data]
+    ) throws -> Data {
+        var result = Data(count: Int(end - offset))
+        for (start, extent) in extents {
+            guard let chunk = chunks[extent.chunk] else {
+                throw DocumentStoreError.corrupt(path: location, reason: "chunk \(extent.chunk) is missing")
+            }
+            let from = max(offset, start)
+            let to = min(end, start + min(extent.length, Int64(chunk.count)))
+            guard from < to else { continue }
+            result.replaceSubrange(
+                Int(from - offset)..<Int(to - offset),
+                with: chunk[chunk.startIndex + Int(from - start)..<chunk.startIndex + Int(to - start)])
+        }
+        return result
+    }
+
+    /// The extents of `node` as of `lineage` that begin in `starts`; removals are left out.
+    static func extents(
+        _ tx: any StoreTransaction, node: StoreNodeID, lineage: Lineage, starts: ClosedRange<Int64>
+    )
+        throws -> [Int64: Extent]
+    {
+        var map = try tx.extents(node, branch: 0, upTo: lineage.limit, starts: starts)
         if lineage.branch != 0 {
-            map.merge(try tx.chunkMap(node, branch: lineage.branch, upTo: .max, indices: first...last)) {
-                _, new in
+            map.merge(try tx.extents(node, branch: lineage.branch, upTo: .max, starts: starts)) { _, new in
                 new
             }
         }
-        return map
-    }
-
-    /// The chunk at `index` as of `lineage`; nil for a hole, and where no row says anything (both
-    /// read as zeros).
-    static func chunkAt(_ tx: any StoreTransaction, node: StoreNodeID, lineage: Lineage, index: Int64) throws
-        -> Int64?
-    {
-        try chunkMap(tx, node: node, lineage: lineage, from: index, through: index)[index] ?? nil
+        return map.compactMapValues { $0 }
     }
 
     /// Chunks' bytes by id, from the cache or the database (counted).
@@ -577,12 +596,11 @@ public final class VersionedStore: Sendable {
                 unchanged.version = current[id]?.version ?? unchanged.version
                 if current[id] != unchanged { changes.nodes.append(record) }
                 guard record.kind == .regularFile else { continue }
-                // Only files whose chunk maps differ change: a restore costs the change.
+                // Only files whose extents differ change: a restore costs the change.
                 if let now = current[id], now.kind == .regularFile, now.size == record.size {
-                    let last = max(0, (record.size - 1) / Int64(chunkSize))
-                    let then = try Self.chunkMap(tx, node: id, lineage: targetLineage, from: 0, through: last)
-                    let present = try Self.chunkMap(tx, node: id, lineage: .current, from: 0, through: last)
-                    if then.compactMapValues({ $0 }) == present.compactMapValues({ $0 }) { continue }
+                    let all = 0...Int64.max
+                    let then = try Self.extents(tx, node: id, lineage: targetLineage, starts: all)
+                    if then == (try Self.extents(tx, node: id, lineage: .current, starts: all)) { continue }
                 }
                 changes.contents[id] = .copy(of: NodeLookup(id, at: version))
             }

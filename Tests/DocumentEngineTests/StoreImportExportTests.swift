@@ -65,7 +65,8 @@ import SQLiteStore
             "replace 1 of 100 images: bytesWritten \(result.bytesWritten), chunks \(result.chunksWritten), nodes \(result.nodesWritten), WAL \(walAfter) bytes, db+WAL growth \(growth) bytes"
         )
         #expect(result.bytesWritten <= 1_000_000)
-        #expect(result.chunksWritten <= (1_000_000 + store.chunkSize - 1) / store.chunkSize)
+        // Content-defined chunks average half the chunk size; none is longer than it.
+        #expect(result.chunksWritten <= 4 * ((1_000_000 + store.chunkSize - 1) / store.chunkSize))
         #expect(result.nodesWritten <= 2, "the image's record and its folder's modification date")
         // Every page the save wrote is in the WAL: one image plus a little metadata, not 100 MB.
         #expect(walAfter < 1_000_000 + 256 * 1024)
@@ -78,7 +79,7 @@ import SQLiteStore
         let image = try #require(current.fileWrappers?["image007.png"])
         #expect(try image.contents() == sampleBytes(1_000_000, seed: 7))
         #expect(fresh.statistics.bytesRead == 1_000_000, "reading one file reads only its chunks")
-        #expect(fresh.statistics.chunksRead == (1_000_000 + fresh.chunkSize - 1) / fresh.chunkSize)
+        #expect(fresh.statistics.chunksRead <= 4 * ((1_000_000 + fresh.chunkSize - 1) / fresh.chunkSize))
         #expect(try current.fileWrappers?["image042.png"]?.contents() == replacement)
         let before = try fresh.fileWrapper(for: info.id, at: info.currentVersion)
         #expect(try before.fileWrappers?["image042.png"]?.contents() == sampleBytes(1_000_000, seed: 42))
@@ -225,8 +226,8 @@ import SQLiteStore
         edited[599_999] ^= 0xFF
         let second = try store.save(
             FileWrapper(regularFileWithContents: edited), to: info.id, base: first.version.id, origin: "test")
-        #expect(second.chunksWritten == 1)
-        #expect(second.bytesWritten == 600_000 - 2 * Int64(store.chunkSize))
+        #expect(second.chunksWritten <= 2)
+        #expect(second.bytesWritten <= Int64(store.chunkSize), "\(second.bytesWritten) bytes for one changed byte")
         #expect(try store.fileWrapper(for: info.id).contents() == edited)
 
         #expect(throws: DocumentStoreError.self) {

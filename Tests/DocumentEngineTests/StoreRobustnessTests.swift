@@ -7,6 +7,7 @@ import TestSupport
 
 @testable import DocumentEngine
 @testable import SQLiteStore
+@testable import VersionedStore
 
 #if canImport(Glibc)
     import Glibc
@@ -250,14 +251,19 @@ import TestSupport
     // MARK: Retention
 
     /// The chunks (non-zero, distinct) that `files` need at `chunkSize`.
+    /// The chunks a store cuts these files into (content-defined, as a whole-file save does),
+    /// holes left out.
     func chunks(of files: [String: Data], chunkSize: Int) -> Set<Data> {
         var result: Set<Data> = []
         for data in files.values {
+            var chunking = Chunking(Chunking.method(chunkSize: chunkSize), startingAt: 0)
             var offset = 0
-            while offset < data.count {
-                let chunk = data.subdata(in: offset..<min(data.count, offset + chunkSize))
+            while let chunk = try? chunking.next(read: { count in
+                let piece = data.subdata(in: offset..<min(data.count, offset + count))
+                offset += piece.count
+                return piece
+            }) {
                 if chunk.contains(where: { $0 != 0 }) { result.insert(chunk) }
-                offset += chunkSize
             }
         }
         return result
@@ -362,7 +368,7 @@ import TestSupport
 
         let report = try store.collectGarbage(RetentionPolicy(keepLast: 3, keepFor: .seconds(1)))
         #expect(report.documentsRemoved == 1)
-        #expect(report.chunksRemoved == 1, "the old document's one chunk of content")
+        #expect(report.chunksRemoved >= 1 && report.bytesFreed == 100_000, "the old document's content")
         #expect(try store.deletedDocuments().map(\.id) == [ids[1]])
         #expect(throws: DocumentStoreError.self) { try store.document(ids[0]) }
         let restored = try store.undeleteDocument(ids[1], as: nil)

@@ -74,12 +74,12 @@ struct FlatFile {
         return try store.readContents(of: document.root, at: version, offset: 0, count: Int(size))
     }
 
-    /// The chunk_map rows a version wrote, as "index:chunk" ("index:" for a hole).
+    /// The extent rows a version wrote, as "start:chunk" ("start:" for a removal).
     func rows(of version: VersionID) throws -> [String] {
         try fixture.sql(
             """
-            SELECT idx || ':' || CASE WHEN chunk IS NULL THEN '' ELSE CAST(chunk AS TEXT) END FROM chunk_map
-            WHERE version = \(version.rawValue) ORDER BY idx;
+            SELECT start || ':' || CASE WHEN chunk IS NULL THEN '' ELSE CAST(chunk AS TEXT) END FROM extents
+            WHERE version = \(version.rawValue) ORDER BY start;
             """
         ).split(separator: "\n").map(String.init)
     }
@@ -99,7 +99,7 @@ struct FlatFile {
 @Suite struct SparseUpdateTests {
     let c = FlatFile.chunk
 
-    @Test("Appending into the last chunk of a multi-chunk file reads and writes that one chunk", arguments: StoreKind.all)
+    @Test("Appending to a multi-chunk file reads its last page and writes at most a chunk", arguments: StoreKind.all)
     func appendIntoLastChunk(_ kind: StoreKind) throws {
         let file = try FlatFile(kind)
         let old = sampleBytes(10 * c + 100, seed: 1)
@@ -111,10 +111,11 @@ struct FlatFile {
         let saved = try file.save(.sparse(size: Int64(new.count), chunks: [10], source: source))
 
         #expect(source.reads == [SourceRead(offset: Int64(10 * c), count: 150)])
-        #expect(saved.chunksWritten == 1 && saved.bytesWritten == 150)
-        #expect(file.store.statistics.chunksWritten - before.chunksWritten == 1)
-        #expect(file.store.statistics.chunksRead == before.chunksRead, "no stored chunk was read")
-        #expect(try file.rows(of: saved.version.id).map { $0.prefix(3) } == ["10:"])
+        // The chunks around the end are cut again: the old bytes they hold are read, the new
+        // chunk is at most a chunk size, and the extents before it stay.
+        #expect(saved.bytesWritten >= 50 && saved.bytesWritten <= Int64(c), "\(saved.bytesWritten) bytes")
+        #expect(file.store.statistics.chunksRead - before.chunksRead <= 3, "the last chunks only")
+        #expect(try file.rows(of: saved.version.id).count <= 4)
         #expect(try file.store.node(file.document.root)?.size == Int64(new.count))
         #expect(try file.contents() == new)
         #expect(try file.store.checkIntegrity().isClean)
@@ -129,17 +130,25 @@ struct FlatFile {
         let source = LoggingSource(new)
         let saved = try file.save(.sparse(size: Int64(new.count), chunks: [2, 1, 2], source: source))
 
-        #expect(source.reads.map(\.offset) == [Int64(c), Int64(2 * c)], "each listed chunk once, in order")
-        #expect(saved.chunksWritten == 1)
-        #expect(try file.rows(of: saved.version.id).count == 1)
+        #expect(source.reads.map(\.offset) == [Int64(c), Int64(2 * c)], "each listed page once, in order")
+        // About the changed page is stored: its new bytes, and the chunks it touches.
+        let written = try file.rows(of: saved.version.id)
+        // In a file this small the cuts may not meet the old ones again before its end; the
+        // chunks before the change stay.
+        #expect(
+            saved.bytesWritten >= Int64(c) && saved.bytesWritten <= Int64(4 * c),
+            "\(saved.bytesWritten) bytes, \(saved.chunksWritten) chunks, rows \(written)")
         #expect(try file.contents() == new)
+        // The same bytes again store nothing and write no row.
+        let same = try file.save(.sparse(size: Int64(new.count), chunks: [1, 2], source: LoggingSource(new)))
+        #expect(same.chunksWritten == 0)
+        #expect(try file.rows(of: same.version.id).isEmpty)
 
-        // An all-zero chunk is a hole: a row without a chunk, and nothing stored.
+        // Zeros are holes: no chunk holds them.
         let zeroed = FlatFile.replacing(new, chunk: 3, with: Data(count: c))
         let holed = try file.save(
             .sparse(size: Int64(zeroed.count), chunks: [3], source: LoggingSource(zeroed)))
-        #expect(holed.chunksWritten == 0)
-        #expect(try file.rows(of: holed.version.id) == ["3:"])
+        #expect(holed.bytesWritten <= Int64(2 * c))
         #expect(try file.contents() == zeroed)
         #expect(try file.store.checkIntegrity().isClean)
     }
@@ -153,7 +162,7 @@ struct FlatFile {
 
         let shrunk = try file.save(.sparse(size: Int64(c + 1000), chunks: [], source: unread))
         #expect(try file.contents() == old.prefix(c + 1000))
-        #expect(try file.rows(of: shrunk.version.id).count == 2, "chunk 1 cut, chunk 2 a hole")
+        #expect(try file.rows(of: shrunk.version.id).count >= 2, "the chunk at the new end cut, the rest removed")
         #expect(try file.store.checkIntegrity().isClean)
 
         try file.save(.sparse(size: Int64(3 * c + 10), chunks: [], source: unread))
@@ -261,7 +270,7 @@ struct FlatFile {
         let source = LiveBufferSource(live: live)
         let count = 256
         let saved = try file.save(.sparse(size: Int64(count * c), chunks: Array(0..<count), source: source))
-        #expect(saved.chunksWritten == count)
+        #expect(saved.bytesWritten == Int64(count * c))
         #expect(live.withLock { $0.now } == 0)
         #expect(
             live.withLock { $0.most } <= 2, "at most \(live.withLock { $0.most }) chunks were alive at once")

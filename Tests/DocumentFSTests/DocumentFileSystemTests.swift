@@ -164,8 +164,9 @@ struct DocumentFileSystemTests {
                 "dd if=Project.pkg/big.bin bs=4096 skip=256 count=1 2>/dev/null", in: mount.path)
             let after = store.statistics
             #expect(block == expected.subdata(in: 1_048_576..<1_048_576 + 4096))
-            #expect(after.chunksRead - before.chunksRead == 1)
-            #expect(after.bytesRead - before.bytesRead == Int64(Fixture.chunkSize))
+            // The one or two chunks (content-defined, at most a chunk size each) that cover it.
+            #expect(after.chunksRead - before.chunksRead <= 2)
+            #expect(after.bytesRead - before.bytesRead <= 2 * Int64(Fixture.chunkSize))
 
             let whole = try await shBytes("cat Project.pkg/big.bin", in: mount.path)
             #expect(whole == expected)

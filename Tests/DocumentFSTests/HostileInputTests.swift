@@ -165,7 +165,7 @@ struct HostileInputTests {
             _ = try await offThread {
                 try fixture.stores.sql(
                     badRow
-                        + " DELETE FROM chunks WHERE id IN (SELECT chunk FROM chunk_map WHERE node ="
+                        + " DELETE FROM chunks WHERE id IN (SELECT chunk FROM extents WHERE node ="
                         + " (SELECT node FROM nodes WHERE name = 'inner.txt'));")
             }
             let other = try await sh("ls Other.pkg", in: mount.path)

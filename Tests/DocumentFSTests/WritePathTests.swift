@@ -226,16 +226,15 @@ struct FullDiskTests {
                 guard fd >= 0 else { return (errno, 0) }
                 var bytes = [UInt8](repeating: 0, count: 1 << 20)
                 var x: UInt32 = 7
-                for i in bytes.indices {
-                    x ^= x << 13
-                    x ^= x >> 17
-                    x ^= x << 5
-                    bytes[i] = UInt8(truncatingIfNeeded: x)
-                }
                 var writeError: Int32 = 0
                 for i in 0..<12 {
-                    // Every chunk different, so nothing deduplicates.
-                    for chunk in stride(from: 0, to: bytes.count, by: 64 * 1024) { bytes[chunk] = UInt8(i) }
+                    // Random bytes throughout, so nothing deduplicates.
+                    for j in bytes.indices {
+                        x ^= x << 13
+                        x ^= x >> 17
+                        x ^= x << 5
+                        bytes[j] = UInt8(truncatingIfNeeded: x)
+                    }
                     if pwrite(fd, bytes, bytes.count, off_t(i << 20)) < 0 {
                         writeError = errno
                         break

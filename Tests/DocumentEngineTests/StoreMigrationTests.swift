@@ -1,0 +1,79 @@
+import Foundation
+import GRDB
+import StoreTestSupport
+import TestSupport
+import Testing
+
+@testable import DocumentEngine
+@testable import SQLiteStore
+@testable import VersionedStore
+
+/// Stores written before content-defined chunks (format 1: fixed-size chunks by index) open,
+/// read the same, and take edits.
+@Suite struct StoreMigrationTests {
+    @Test("A format-1 store of fixed-size chunks is migrated to extents and reads the same")
+    func formatOneStoreMigrates() throws {
+        let tmp = try TemporaryDirectory()
+        let path = tmp.path("Old.docstore")
+        let chunk = 4096
+        let bytes = sampleBytes(3 * chunk + 100, seed: 31)
+        var document: DocumentInfo
+        var version: VersionID
+        do {
+            let store = try SQLiteStore(path: path, options: .create, chunkSize: chunk)
+            document = try store.createDocument(
+                named: "old.bin", kind: .flat, type: nil, permissions: nil, origin: "")
+            var changes = DocumentChanges(document: document.id, base: document.currentVersion)
+            var record = try #require(try store.node(document.root))
+            record.size = Int64(bytes.count)
+            changes.nodes = [record]
+            let saved = try store.save(changes)
+            version = saved.version.id
+        }
+        // What format 1 wrote: chunk i of the file at index i of chunk_map, one row per chunk,
+        // the last one shorter; no settings, no extents.
+        let queue = try DatabaseQueue(path: path)
+        try queue.write { db in
+            try db.execute(sql: "DROP TABLE extents; DROP TABLE store_settings")
+            try db.execute(
+                sql: """
+                    CREATE TABLE chunk_map (node INTEGER NOT NULL, branch INTEGER NOT NULL, idx INTEGER NOT NULL,
+                        version INTEGER NOT NULL, chunk INTEGER, PRIMARY KEY (node, branch, idx, version)) WITHOUT ROWID;
+                    CREATE INDEX chunk_map_by_chunk ON chunk_map(chunk);
+                    DELETE FROM grdb_migrations WHERE identifier IN ('v2', 'v3');
+                    UPDATE store_meta SET value = 1 WHERE key = 'format';
+                    """)
+            for index in 0..<4 {
+                let piece = bytes.subdata(in: index * chunk..<min(bytes.count, (index + 1) * chunk))
+                try db.execute(
+                    sql: "INSERT INTO chunks(hash, size, data) VALUES (?, ?, ?)",
+                    arguments: [VersionedStore.hash(piece), piece.count, piece])
+                try db.execute(
+                    sql: "INSERT INTO chunk_map(node, branch, idx, version, chunk) VALUES (?, 0, ?, ?, ?)",
+                    arguments: [document.root.rawValue, index, version.rawValue, db.lastInsertedRowID])
+            }
+        }
+        try queue.close()
+
+        let store = try SQLiteStore(path: path)
+        #expect(try store.readContents(of: document.root, at: nil, offset: 0, count: bytes.count) == bytes)
+        #expect(
+            try store.readContents(of: document.root, at: version, offset: Int64(chunk - 10), count: 20)
+                == bytes.subdata(in: chunk - 10..<chunk + 10))
+        #expect(try store.checkIntegrity().isClean)
+        #expect(try store.retentionPolicy() == .standard)
+
+        // An edit in the middle: the fixed chunks around it are cut again, the old version stays.
+        var edited = bytes
+        edited.replaceSubrange(5000..<5010, with: Data(repeating: 0x41, count: 10))
+        var changes = DocumentChanges(document: document.id, base: version)
+        changes.contents[document.root] = .sparse(
+            size: Int64(edited.count), chunks: [1], source: DataContentsSource(edited))
+        let saved = try store.save(changes)
+        #expect(try store.readContents(of: document.root, at: nil, offset: 0, count: edited.count) == edited)
+        #expect(
+            try store.readContents(of: document.root, at: version, offset: 0, count: bytes.count) == bytes)
+        #expect(saved.bytesWritten <= Int64(bytes.count))
+        #expect(try store.checkIntegrity().isClean)
+    }
+}

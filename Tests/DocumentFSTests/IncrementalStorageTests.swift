@@ -1,0 +1,143 @@
+import DocumentEngine
+import DocumentFS
+import Foundation
+import StoreTestSupport
+import TestSupport
+import Testing
+
+/// Whole-file saves store about the size of the change (issue 15, point 5): chunk boundaries
+/// follow the content, so an editor that writes a new file shifts no chunk but the ones it
+/// changed.
+@Suite struct IncrementalStorageTests {
+    /// Lines of prose-like text, `count` bytes, the same for the same seed.
+    static func text(_ count: Int, seed: UInt64) -> Data {
+        let words = [
+            "document", "wrapper", "store", "version", "chunk", "the", "a", "of", "keeps", "saves", "file",
+        ]
+        var state = seed &* 6_364_136_223_846_793_005 &+ 1
+        var line = 0
+        var out = Data()
+        out.reserveCapacity(count + 200)
+        while out.count < count {
+            line += 1
+            var sentence = "\(line):"
+            for _ in 0..<(8 + Int(state >> 60)) {
+                state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                sentence += " " + words[Int(state >> 33) % words.count]
+            }
+            out.append(contentsOf: Array((sentence + ".\n").utf8))
+        }
+        return out.prefix(count)
+    }
+
+    static func save(_ store: any DocumentStore, _ document: DocumentInfo, _ bytes: Data) throws -> SaveResult
+    {
+        var changes = DocumentChanges(
+            document: document.id, base: try store.document(document.id).currentVersion)
+        changes.contents[document.root] = .replace(DataContentsSource(bytes))
+        return try store.save(changes)
+    }
+
+    @Test(
+        "A whole new file with a line inserted, appended or changed stores about that change",
+        arguments: StoreKind.everyBackend)
+    func wholeFileSaves(_ kind: StoreKind) throws {
+        let fixture = try StoreFixture(kind)
+        let store = fixture.store
+        let chunk = Int64(store.chunkSize)
+        let document = try store.createDocument(
+            named: "big.txt", kind: .flat, type: nil, permissions: nil, origin: "")
+        let original = Self.text(16 << 20, seed: 1)
+        let first = try Self.save(store, document, original)
+        #expect(first.bytesWritten == Int64(original.count))
+
+        let inserted = Data("a new first line\n".utf8) + original
+        let atStart = try Self.save(store, document, inserted)
+        #expect(
+            atStart.bytesWritten <= 2 * chunk,
+            "inserting a line at the start stored \(atStart.bytesWritten) bytes")
+
+        var middle = inserted
+        middle.replaceSubrange(8_000_000..<8_000_010, with: Data("CHANGED!!!".utf8))
+        let inTheMiddle = try Self.save(store, document, middle)
+        #expect(
+            inTheMiddle.bytesWritten <= 2 * chunk,
+            "a change in the middle stored \(inTheMiddle.bytesWritten) bytes")
+
+        let appended = middle + Data("one more line\n".utf8)
+        let atEnd = try Self.save(store, document, appended)
+        #expect(atEnd.bytesWritten <= chunk, "appending a line stored \(atEnd.bytesWritten) bytes")
+
+        // Every version reads back whole.
+        let versions = try store.versions(of: document.id).map(\.id)
+        for (version, bytes) in zip(versions.suffix(4), [original, inserted, middle, appended]) {
+            #expect(
+                try store.readContents(of: document.root, at: version, offset: 0, count: bytes.count) == bytes
+            )
+        }
+        #expect(try store.checkIntegrity().isClean)
+    }
+
+    @Test(
+        "A small write in a large file, saved as its changed page, stores at most about two chunks",
+        arguments: StoreKind.everyBackend)
+    func smallWriteInALargeFile(_ kind: StoreKind) throws {
+        let fixture = try StoreFixture(kind)
+        let store = fixture.store
+        let chunk = store.chunkSize
+        let document = try store.createDocument(
+            named: "big.bin", kind: .flat, type: nil, permissions: nil, origin: "")
+        let original = sampleBytes(8 << 20, seed: 2)
+        _ = try Self.save(store, document, original)
+        var edited = original
+        let at = 5 * chunk + 1234
+        edited.replaceSubrange(at..<at + 4096, with: sampleBytes(4096, seed: 3))
+        var changes = DocumentChanges(
+            document: document.id, base: try store.document(document.id).currentVersion)
+        changes.contents[document.root] = .sparse(
+            size: Int64(edited.count), chunks: [at / chunk, (at + 4095) / chunk],
+            source: DataContentsSource(edited))
+        let saved = try store.save(changes)
+        #expect(saved.bytesWritten <= 2 * Int64(chunk), "a 4 KiB write stored \(saved.bytesWritten) bytes")
+        #expect(try store.readContents(of: document.root, at: nil, offset: 0, count: edited.count) == edited)
+        #expect(try store.checkIntegrity().isClean)
+    }
+
+    @Test(
+        "sed -i '1i' on a large text wrapper through the mount stores about one chunk",
+        arguments: StoreKind.all)
+    func sedInsertThroughTheMount(_ kind: StoreKind) async throws {
+        let fixture = try StoreFixture(kind, chunkSize: 256 * 1024, name: "Sed")
+        let store = fixture.store
+        let package = try store.createDocument(
+            named: "Text.pkg", kind: .package, type: nil, permissions: 0o755, origin: "")
+        let id = try store.makeNodeIDs(count: 1)[0]
+        let original = Self.text(8 << 20, seed: 4)
+        var changes = DocumentChanges(document: package.id, base: package.currentVersion)
+        changes.nodes = [
+            NodeRecord(
+                id: id, document: package.id, parent: package.root, name: "long.txt", kind: .regularFile,
+                permissions: 0o644)
+        ]
+        changes.contents[id] = .replace(DataContentsSource(original))
+        _ = try store.save(changes)
+        let versionsBefore = try store.versions(of: package.id).count
+        try await withMount(store) { mount in
+            let before = store.statistics
+            let result = try await sh(
+                "sed -i '1i a new first line' long.txt && sync", in: mount.url("Text.pkg"))
+            #expect(result.status == 0, "\(result.error)")
+            try await expectEventually("the save") {
+                try store.versions(of: package.id).count > versionsBefore
+            }
+            let written = store.statistics.bytesWritten - before.bytesWritten
+            #expect(
+                written <= 2 * 256 * 1024,
+                "sed -i '1i' stored \(written) bytes of a \(original.count)-byte file")
+        }
+        let now = try #require(try store.nodes(of: package.id).first { $0.name == "long.txt" })
+        let expected = Data("a new first line\n".utf8) + original
+        #expect(try store.readContents(of: now.id, at: nil, offset: 0, count: expected.count + 1) == expected)
+        #expect(try store.nodes(of: package.id).map(\.name).sorted() == ["Text.pkg", "long.txt"])
+    }
+}
