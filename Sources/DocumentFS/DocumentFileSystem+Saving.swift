@@ -199,7 +199,7 @@ extension DocumentFileSystem {
     func startCollector() {
         guard let interval = configuration.collectionInterval, !configuration.readOnly else { return }
         let thread = Thread { [weak self] in
-            var next = ContinuousClock.now + .seconds(60)
+            var next = ContinuousClock.now + min(interval, .seconds(60))
             while true {
                 guard let self, !self.state.withLock({ $0.stopping }) else { return }
                 if ContinuousClock.now >= next {

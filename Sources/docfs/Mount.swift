@@ -36,7 +36,9 @@ struct Mount: DocfsCommand {
             quiet_interval=SECONDS (save a changed document this long after its last change even \
             while its files stay open; default 1), attr_timeout=SECONDS and \
             entry_timeout=SECONDS (how long the kernel caches attributes and names; default 1; \
-            other processes' and mounts' saves invalidate them regardless). mount(8)'s \
+            other processes' and mounts' saves invalidate them regardless), \
+            collect_interval=SECONDS (how often the store's retention policy is applied in the \
+            background, see `docfs retention`; default 3600, 0 never). mount(8)'s \
             dev, suid, exec, auto, user, _netdev, defaults and the like are ignored (a docfs \
             mount is always nosuid,nodev); anything else goes to libfuse as written.
 
@@ -125,6 +127,7 @@ struct Mount: DocfsCommand {
         if let quiet = plan.options.quietInterval { options.fileSystem.quietInterval = quiet }
         if let timeout = plan.options.attributeTimeout { options.fileSystem.attributeTimeout = timeout }
         if let timeout = plan.options.entryTimeout { options.fileSystem.entryTimeout = timeout }
+        if let interval = plan.options.collectInterval { options.fileSystem.collectionInterval = interval }
         options.extraOptions = plan.options.passThrough
         options.handleSignals = true
         let mount: DocumentFSMount

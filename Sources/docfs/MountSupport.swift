@@ -155,6 +155,9 @@ struct FuseOptions: Equatable {
     /// round trips; 0 asks the daemon every time.
     var attributeTimeout: Duration?
     var entryTimeout: Duration?
+    /// `collect_interval=SECONDS`: how often the store's retention policy is applied in the
+    /// background (default 3600; 0 never).
+    var collectInterval: Duration??
     /// Everything else, as written, for libfuse (which refuses what it does not know).
     var passThrough: [String] = []
 
@@ -193,6 +196,11 @@ struct FuseOptions: Equatable {
                 throw Failure("-o quiet_interval= needs a number of seconds above 0 and at most 86400")
             }
             quietInterval = .milliseconds(Int64((seconds * 1000).rounded(.up)))
+        case "collect_interval":
+            guard let value, let seconds = Double(value), seconds.isFinite, seconds >= 0, seconds <= 31_536_000 else {
+                throw Failure("-o collect_interval= needs a number of seconds from 0 (never) to 31536000")
+            }
+            collectInterval = .some(seconds == 0 ? nil : .milliseconds(Int64((seconds * 1000).rounded(.up))))
         case "attr_timeout", "entry_timeout":
             // The names (and meaning) of libfuse's high-level and sshfs's options of the same names.
             guard let value, let seconds = Double(value), seconds.isFinite, seconds >= 0, seconds <= 86400 else {

@@ -141,3 +141,30 @@ import Testing
         #expect(try store.nodes(of: package.id).map(\.name).sorted() == ["Text.pkg", "long.txt"])
     }
 }
+
+/// The mount applies the store's retention policy in the background, without being asked.
+@Suite struct BackgroundRetentionTests {
+    @Test("a mount thins history by the store's policy, sparing the versions it reads from", arguments: StoreKind.all)
+    func mountCollects(_ kind: StoreKind) async throws {
+        let fixture = try Fixture.small(kind)
+        defer { fixture.remove() }
+        let store = fixture.store
+        try store.setRetentionPolicy(.currentOnly)
+        let work = try #require(try store.document(named: "Work.pkg"))
+        let before = try store.versions(of: work.id).count
+        try await withMount(store, configure: { $0.fileSystem.collectionInterval = .seconds(1) }) { mount in
+            for i in 0..<4 {
+                let result = try await sh("printf 'save \(i)\\n' >> notes.txt && sync notes.txt", in: mount.url("Work.pkg"))
+                #expect(result.status == 0, "\(result.error)")
+            }
+            #expect(try store.versions(of: work.id).count >= before + 4)
+            let thinned = try await expectEventually("history thinned by the mount", timeout: 20) {
+                try store.versions(of: work.id).count <= 2
+            }
+            #expect(thinned)
+            let text = try await sh("cat notes.txt", in: mount.url("Work.pkg"))
+            #expect(text.output.hasSuffix("save 3\n"))
+        }
+        #expect(try store.checkIntegrity().isClean)
+    }
+}
