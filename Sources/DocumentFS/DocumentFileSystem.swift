@@ -67,6 +67,8 @@ public final class DocumentFileSystem: FileSystem {
     /// Owner of the mount root, from the store file when it is a local file.
     let rootOwner: (uid: UInt32, gid: UInt32)
     let spillDirectory: String
+    /// The folder of the store file; empty for a store that is not a local file.
+    let storeDirectory: String
     let chunkSize: Int
     /// File systems made by this process, to tell their origins apart.
     private static let instances = Atomic<Int>(0)
@@ -155,7 +157,10 @@ public final class DocumentFileSystem: FileSystem {
         } else {
             rootOwner = (getuid(), getgid())
         }
-        let storeDirectory = (store.location as NSString).deletingLastPathComponent
+        // Only a store that is a local file has a folder (corelibs' deletingLastPathComponent traps
+        // on a name without a slash, such as a store in memory).
+        storeDirectory =
+            store.location.hasPrefix("/") ? (store.location as NSString).deletingLastPathComponent : ""
         var isDirectory: ObjCBool = false
         if let given = configuration.spillDirectory {
             spillDirectory = given
@@ -669,8 +674,8 @@ public final class DocumentFileSystem: FileSystem {
     public func statfs(_ context: RequestContext, node: NodeID, reply: ReplyStatfs) {
         // Space is the store's: report the filesystem holding the store file, in 4 KiB blocks.
         var st = statvfs()
-        let directory = (store.location as NSString).deletingLastPathComponent
-        guard statvfs(directory.isEmpty ? "." : directory, &st) == 0, st.f_blocks > 0 else {
+        // A store that is no local file (on a server, in memory) has no disk to report.
+        guard !storeDirectory.isEmpty, statvfs(storeDirectory, &st) == 0, st.f_blocks > 0 else {
             reply.statistics(.plausibleDefault)
             return
         }

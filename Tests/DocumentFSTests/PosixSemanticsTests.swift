@@ -24,7 +24,7 @@ struct PosixSemanticsTests {
 
     @Test("link(2) is refused with EPERM, in packages and at the root")
     func hardLinks() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let p = mount.path
@@ -53,7 +53,7 @@ struct PosixSemanticsTests {
 
     @Test("rename across documents, or between a package and the root, is EXDEV")
     func crossDocumentRename() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -80,7 +80,7 @@ struct PosixSemanticsTests {
 
     @Test("a name that is an existing name's text in another Unicode form fails with EEXIST")
     func equivalentNames() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let w = mount.url("Work.pkg")
@@ -103,7 +103,7 @@ struct PosixSemanticsTests {
 
     @Test("renameat2 RENAME_NOREPLACE fails with EEXIST on an existing name and renames otherwise")
     func renameNoReplaceFlag() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         let notes = try #require(try engine.record("Work.pkg", "notes.txt"))
@@ -131,7 +131,7 @@ struct PosixSemanticsTests {
 
     @Test("renameat2 RENAME_EXCHANGE swaps two names atomically, files and directories")
     func renameExchangeFlag() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         let notes = try #require(try engine.record("Work.pkg", "notes.txt"))
@@ -173,7 +173,7 @@ struct PosixSemanticsTests {
 
     @Test("a file unlinked while open stays readable and writable until the last close, and is never saved")
     func unlinkWhileOpen() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -221,7 +221,7 @@ struct PosixSemanticsTests {
 
     @Test("a document deleted while open stays readable and writable; the store keeps it restorable as it was")
     func deleteOpenDocument() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         let flat = try engine.document("Flat.txt")
@@ -248,7 +248,7 @@ struct PosixSemanticsTests {
 
     @Test("a file renamed over while open keeps reading its own bytes; a handle's writes follow a rename")
     func openFilesAcrossRenames() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -282,7 +282,7 @@ struct PosixSemanticsTests {
 
     @Test("a small change in a big file saves only the chunk it touches")
     func incrementalSave() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         let chunk = Fixture.chunkSize
@@ -314,7 +314,7 @@ struct PosixSemanticsTests {
 
     @Test("writes through a shared mmap are saved")
     func mmapWrites() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -339,7 +339,7 @@ struct PosixSemanticsTests {
 
     @Test("threads writing different files of one document at once: every file saved whole, the store intact")
     func concurrentWriters() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -367,7 +367,7 @@ struct PosixSemanticsTests {
 
     @Test("a directory renamed while a file in it is open and changed: the close saves it at its new path")
     func renameDirectoryWithOpenFile() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         let inner = try #require(try engine.record("Work.pkg", "sub/inner.txt"))
@@ -392,7 +392,7 @@ struct PosixSemanticsTests {
 
     @Test("a scratch file renamed to an ordinary new name becomes a wrapper (or a flat document at the root)")
     func scratchFileRenamedToOrdinaryName() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -417,7 +417,7 @@ struct PosixSemanticsTests {
 
     @Test("ftruncate through a handle and truncate(2) by path, growing and shrinking")
     func truncation() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -452,7 +452,7 @@ struct PosixSemanticsTests {
 
     @Test("O_APPEND writes at the end, also from two descriptors")
     func append() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -479,7 +479,7 @@ struct PosixSemanticsTests {
 
     @Test("a write past the end leaves a hole that reads as zeros, across chunk boundaries")
     func sparse() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         // Past the first 256 KiB chunk.
@@ -507,7 +507,7 @@ struct PosixSemanticsTests {
 
     @Test("fsync returns only when the data is in the store: another connection sees it before close")
     func fsyncIsDurable() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         let before = try engine.versions("Work.pkg").count
@@ -545,7 +545,7 @@ struct PosixSemanticsTests {
 
     @Test("fsync returns after a durable save: the store is on disk, not only visible (fuse-notes §3.6)")
     func fsyncWaitsForTheDisk() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let proxy = ProxyStore(fixture.store)
         try await withMount(proxy) { mount in
@@ -569,7 +569,7 @@ struct PosixSemanticsTests {
 
     @Test("close of a changed file saves before close returns; a clean close saves nothing")
     func closeSaves() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -596,7 +596,7 @@ struct PosixSemanticsTests {
 
     @Test("a quiet interval saves an open file without close, keeping its mtime and inode")
     func quietIntervalSave() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -641,7 +641,7 @@ struct PosixSemanticsTests {
 
     @Test("unmount drains pending saves before the session ends")
     func unmountDrains() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let mount = try TestMount(fixture.store)
         let p = mount.path
@@ -666,7 +666,7 @@ struct PosixSemanticsTests {
 
     @Test("a failed save comes back from fsync and close as an error")
     func saveErrors() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let proxy = ProxyStore(fixture.store)
         let engine = try Engine(fixture)
@@ -695,7 +695,7 @@ struct PosixSemanticsTests {
 
     @Test("chmod, chown and utimensat are saved; inode = node id + 1 across a remount")
     func attributes() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         let inode = try await withMount(fixture.store) { mount -> UInt64 in
@@ -737,7 +737,7 @@ struct PosixSemanticsTests {
 
     @Test("after a rename onto a flat document, its inode is still its root node id + 1, before and after a remount")
     func flatDocumentInodeAfterRenameOnto() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         let flat = try engine.document("Flat.txt")
@@ -764,7 +764,7 @@ struct PosixSemanticsTests {
 
     @Test("files made by another user belong to that user (allow_other, a 0777 package directory)")
     func ownerIsTheCaller() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store, configure: { $0.allowOther = true }) { mount in
@@ -801,7 +801,7 @@ struct PosixSemanticsTests {
 
     @Test("statfs of a writable mount reports non-zero sizes and free space")
     func statfs() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let line = try #require(mountLines(mount.path).first)
@@ -820,7 +820,7 @@ struct PosixSemanticsTests {
 
     @Test("ls -l, stat and find on a written mount read no content bytes")
     func metadataReadsNoContents() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let p = mount.path

@@ -121,7 +121,7 @@ struct ToolTests {
 
     @Test("cp makes a new wrapper and overwrites an existing one in place")
     func cp() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let local = try localDirectory()
         defer { try? FileManager.default.removeItem(atPath: local) }
@@ -153,7 +153,7 @@ struct ToolTests {
 
     @Test("cp -a into a package and as a new package document keeps modes, times, xattrs and links")
     func cpArchive() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let local = try localDirectory()
         defer { try? FileManager.default.removeItem(atPath: local) }
@@ -196,7 +196,7 @@ struct ToolTests {
 
     @Test("cp and dd of a 3 MiB file with odd block sizes, and a dd conv=notrunc patch, are byte-identical in the store")
     func bigCopies() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let local = try localDirectory()
         defer { try? FileManager.default.removeItem(atPath: local) }
@@ -225,7 +225,7 @@ struct ToolTests {
 
     @Test("mv renames in a directory, over an existing file, and between directories of a package")
     func mvInsideAPackage() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         let notes = try #require(try engine.record("Work.pkg", "notes.txt"))
@@ -258,7 +258,7 @@ struct ToolTests {
 
     @Test("mv between two documents and between a package and the root falls back to copy and delete (EXDEV)")
     func mvAcrossDocuments() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         let flat = try engine.document("Flat.txt")
@@ -292,7 +292,7 @@ struct ToolTests {
 
     @Test("mv at the root renames documents, keeping their identity")
     func mvDocuments() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         let flat = try engine.document("Flat.txt")
@@ -315,7 +315,7 @@ struct ToolTests {
 
     @Test("rm and rm -r remove wrappers; at the root they delete documents, which stay restorable")
     func rm() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         let work = try engine.document("Work.pkg")
@@ -351,7 +351,7 @@ struct ToolTests {
 
     @Test("mkdir at the root makes a package document; inside a package a directory")
     func mkdir() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -380,7 +380,7 @@ struct ToolTests {
 
     @Test("touch sets times (to the nanosecond) and creates empty files")
     func touch() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -410,7 +410,7 @@ struct ToolTests {
 
     @Test("truncate grows with zeros and shrinks, in packages and flat documents")
     func truncate() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -432,7 +432,7 @@ struct ToolTests {
 
     @Test("ln -s makes symbolic links; ln (a hard link) is refused with EPERM")
     func links() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -453,7 +453,7 @@ struct ToolTests {
 
     @Test("rsync -a copies a tree into a package; a second run writes only the changed file", arguments: [false, true])
     func rsync(inPlace: Bool) async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let local = try localDirectory()
         defer { try? FileManager.default.removeItem(atPath: local) }
@@ -503,7 +503,7 @@ struct ToolTests {
 
     @Test("tar extracts into a package and archives from the mount byte-identically")
     func tar() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let local = try localDirectory()
         defer { try? FileManager.default.removeItem(atPath: local) }
@@ -541,7 +541,7 @@ struct ToolTests {
 
     @Test("setfattr stores user. attributes with the wrapper; trusted. is refused with ENOTSUP")
     func xattrs() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in
@@ -577,7 +577,7 @@ struct ToolTests {
 
     @Test("gio list, info, copy, move and remove work on the mount")
     func gio() async throws {
-        let fixture = try Fixture.small()
+        let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
         try await withMount(fixture.store) { mount in

@@ -8,7 +8,9 @@ import TestSupport
 
 /// The stores (SQLite, PostgreSQL): documents, lazy reads, incremental and atomic saves, versions,
 /// conflicts. Each test taking a `StoreKind` runs once per store.
-@Suite struct SQLiteStoreTests {
+/// The store contract: every backend (memory, SQLite, PostgreSQL) runs the same algorithm and must
+/// answer alike.
+@Suite struct StoreContractTests {
     let tmp: TemporaryDirectory
     let fixture: StoreFixture
     var store: any DocumentStore { fixture.store }
@@ -60,7 +62,7 @@ import TestSupport
         return try store.readContents(of: id, at: version, offset: 0, count: Int(size))
     }
 
-    @Test("Documents: create, list, find, rename, delete and undelete", arguments: StoreKind.all)
+    @Test("Documents: create, list, find, rename, delete and undelete", arguments: StoreKind.everyBackend)
     static func documentLifecycle(_ kind: StoreKind) throws { try Self(kind).documentLifecycle() }
     func documentLifecycle() throws {
         let package = try store.createDocument(
@@ -90,7 +92,7 @@ import TestSupport
         #expect(try store.documents().count == 2)
     }
 
-    @Test("Lazy: listing documents and wrappers reads no contents; a ranged read reads only its chunks", arguments: StoreKind.all)
+    @Test("Lazy: listing documents and wrappers reads no contents; a ranged read reads only its chunks", arguments: StoreKind.everyBackend)
     static func lazyReads(_ kind: StoreKind) throws { try Self(kind).lazyReads() }
     func lazyReads() throws {
         let doc = try store.createDocument(
@@ -159,7 +161,7 @@ import TestSupport
         #expect(try store.readContents(of: id, at: nil, offset: size, count: 10) == Data([0x2A]))
     }
 
-    @Test("Incremental: replacing one 1 MB image of 100 writes that image's chunks and metadata only", arguments: StoreKind.all)
+    @Test("Incremental: replacing one 1 MB image of 100 writes that image's chunks and metadata only", arguments: StoreKind.everyBackend)
     static func replaceOneImage(_ kind: StoreKind) throws { try Self(kind).replaceOneImage() }
     func replaceOneImage() throws {
         let doc = try store.createDocument(
@@ -190,7 +192,7 @@ import TestSupport
         #expect(try contents(ids[41]) == sampleBytes(1_000_000, seed: 41))
     }
 
-    @Test("Identical contents are stored once (content-addressed chunks)", arguments: StoreKind.all)
+    @Test("Identical contents are stored once (content-addressed chunks)", arguments: StoreKind.everyBackend)
     static func deduplication(_ kind: StoreKind) throws { try Self(kind).deduplication() }
     func deduplication() throws {
         let doc = try store.createDocument(
@@ -202,7 +204,7 @@ import TestSupport
         #expect(second.bytesWritten == 0)
     }
 
-    @Test("Truncation and growth: bytes past a shrink read back as zeros", arguments: StoreKind.all)
+    @Test("Truncation and growth: bytes past a shrink read back as zeros", arguments: StoreKind.everyBackend)
     static func truncateAndGrow(_ kind: StoreKind) throws { try Self(kind).truncateAndGrow() }
     func truncateAndGrow() throws {
         let doc = try store.createDocument(
@@ -225,7 +227,7 @@ import TestSupport
         #expect(try store.checkIntegrity().isClean)
     }
 
-    @Test("Versions: every save is one; old versions read as they were; restore is a new save", arguments: StoreKind.all)
+    @Test("Versions: every save is one; old versions read as they were; restore is a new save", arguments: StoreKind.everyBackend)
     static func versions(_ kind: StoreKind) throws { try Self(kind).versions() }
     func versions() throws {
         let doc = try store.createDocument(
@@ -253,7 +255,7 @@ import TestSupport
         #expect(try store.events(after: 0).last?.kind == .restored)
     }
 
-    @Test("Conflicts: a save based on an old version keeps both; rebase and fail policies", arguments: StoreKind.all)
+    @Test("Conflicts: a save based on an old version keeps both; rebase and fail policies", arguments: StoreKind.everyBackend)
     static func conflicts(_ kind: StoreKind) throws { try Self(kind).conflicts() }
     func conflicts() throws {
         let (doc, a, v1, b, v2) = try twoFilePackage("C.pkg")
@@ -305,7 +307,7 @@ import TestSupport
         #expect(try store.unresolvedConflicts().isEmpty)
     }
 
-    @Test("Many lookups at once answer as one lookup each: current, old, conflict, removed, missing", arguments: StoreKind.all)
+    @Test("Many lookups at once answer as one lookup each: current, old, conflict, removed, missing", arguments: StoreKind.everyBackend)
     static func batchLookups(_ kind: StoreKind) throws { try Self(kind).batchLookups() }
     func batchLookups() throws {
         let (doc, a, v1, b, v2) = try twoFilePackage("Batch.pkg")
@@ -354,7 +356,7 @@ import TestSupport
         }
     }
 
-    @Test("A save is validated: unique names, existing directory parents, no root removal", arguments: StoreKind.all)
+    @Test("A save is validated: unique names, existing directory parents, no root removal", arguments: StoreKind.everyBackend)
     static func invalidSaves(_ kind: StoreKind) throws { try Self(kind).invalidSaves() }
     func invalidSaves() throws {
         let doc = try store.createDocument(
@@ -388,7 +390,7 @@ import TestSupport
         #expect(try store.nodes(of: doc.id).count == 2)
     }
 
-    @Test("Removing a directory removes its subtree; renames and moves are record changes", arguments: StoreKind.all)
+    @Test("Removing a directory removes its subtree; renames and moves are record changes", arguments: StoreKind.everyBackend)
     static func treeChanges(_ kind: StoreKind) throws { try Self(kind).treeChanges() }
     func treeChanges() throws {
         let doc = try store.createDocument(
@@ -425,7 +427,7 @@ import TestSupport
         #expect(try store.checkIntegrity().isClean)
     }
 
-    @Test("Metadata round-trips exactly: modes, owners, nanosecond times, preferred names, xattrs", arguments: StoreKind.all)
+    @Test("Metadata round-trips exactly: modes, owners, nanosecond times, preferred names, xattrs", arguments: StoreKind.everyBackend)
     static func metadata(_ kind: StoreKind) throws { try Self(kind).metadata() }
     func metadata() throws {
         let doc = try store.createDocument(
@@ -452,7 +454,7 @@ import TestSupport
         #expect(abs(Timestamp(time.date).rawValue - time.rawValue) < 1000)  // a Date holds ~0.1 µs
     }
 
-    @Test("Several connections (as several processes) see each other's saves and events", arguments: StoreKind.all)
+    @Test("Several connections (as several processes) see each other's saves and events", arguments: StoreKind.everyBackend)
     static func sharedStore(_ kind: StoreKind) throws { try Self(kind).sharedStore() }
     func sharedStore() throws {
         let other = try fixture.reopen()
@@ -514,7 +516,7 @@ struct DistinctChunks: ContentsSource {
 @Suite struct StoreObserverTests {
     @Test(
         "An observer sees another connection's saves, renames and deletions within a second",
-        arguments: StoreKind.all)
+        arguments: StoreKind.everyBackend)
     func observer(_ kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)
         let writer = fixture.store
@@ -539,7 +541,7 @@ struct DistinctChunks: ContentsSource {
         #expect(seen.withLock { $0.map(\.document) }.allSatisfy { $0 == doc.id })
     }
 
-    @Test("changes() streams events as an AsyncSequence", arguments: StoreKind.all)
+    @Test("changes() streams events as an AsyncSequence", arguments: StoreKind.everyBackend)
     func stream(_ kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind)
         let store = fixture.store
@@ -552,8 +554,8 @@ struct DistinctChunks: ContentsSource {
 }
 
 /// Fixes from review: retention granularity and incremental restore.
-@Suite struct SQLiteStoreRetentionDetailTests {
-    @Test("keepFor honours fractions of a second; restore reads only files that differ", arguments: StoreKind.all)
+@Suite struct StoreRetentionDetailTests {
+    @Test("keepFor honours fractions of a second; restore reads only files that differ", arguments: StoreKind.everyBackend)
     func details(_ kind: StoreKind) throws {
         let fixture = try StoreFixture(kind)
         let store = fixture.store
@@ -587,7 +589,7 @@ struct DistinctChunks: ContentsSource {
 }
 
 @Suite struct StoreObserverLifetimeTests {
-    @Test("An observer nobody stops is freed with its last owner, and lets its store go", arguments: StoreKind.all)
+    @Test("An observer nobody stops is freed with its last owner, and lets its store go", arguments: StoreKind.everyBackend)
     func freedWithoutStop(_ kind: StoreKind) async throws {
         let tmp = try TemporaryDirectory()
         let database = kind == .postgres ? try StoreFixture.newDatabase() : nil
