@@ -127,7 +127,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "SampleDocumentsTests", dependencies: ["SampleDocuments", "DocumentEngine", "SQLiteStore"]),
-        .testTarget(name: "VersionedStoreTests", dependencies: ["VersionedStore", "DocumentEngine"]),
+        .testTarget(name: "VersionedStoreTests", dependencies: ["VersionedStore", "DocumentEngine", "TestSupport"]),
         .testTarget(name: "DocumentFSTests", dependencies: ["TestSupport", "StoreTestSupport", "VersionedStore", "SQLiteStore", "PostgresStore", "DocumentFS", "DocumentEngine", "FUSE", "SampleDocuments", "CLinuxSupport", .product(name: "SystemPackage", package: "swift-system")]),
         .testTarget(
             name: "DocfsTests",

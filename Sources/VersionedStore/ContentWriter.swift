@@ -63,6 +63,12 @@ struct ContentWriter {
             return try apply(base: .own, size: size, changed: try pages(listed, below: size), source: source)
         case .replace(let source):
             guard source.count >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
+            // This store's own bytes are shared, not read back inside its transaction.
+            if let stored = source as? StoreContentsSource,
+                (stored.store as? any VersionedDocumentStore)?.versionedStore === store
+            {
+                return try write(.copy(of: NodeLookup(stored.node, at: stored.version)))
+            }
             let size = source.count
             return try apply(
                 base: .none, size: size, changed: size > 0 ? [0..<size] : [],

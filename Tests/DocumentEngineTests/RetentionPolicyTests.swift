@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 @testable import DocumentEngine
 
@@ -25,21 +26,12 @@ import Testing
     }
 
     /// A small seeded generator, so that a failure can be replayed.
-    struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
+    typealias Generator = SplitMix64
 
     // MARK: Keep-last and keep-all
 
     @Test func keepLastKeepsTheNewestIdsWhateverTheirTimes() {
-        var random = Generator(state: 1)
+        var random = Generator(seed: 1)
         let now = Self.weekStart
         // Times run backwards against ids (a clock step): ids still decide.
         var versions = Self.history(
@@ -124,7 +116,7 @@ import Testing
         // Version k (k = 0 is the newest) is k * 5 minutes old; ids grow with time.
         let age = { (k: Int) in Int64(k) * 5 * Self.minute }
         let id = { (k: Int) in Int64(count - k) }
-        var random = Generator(state: 2)
+        var random = Generator(seed: 2)
         let versions = Self.history((0..<count).map { (id($0), now - age($0)) }).shuffled(using: &random)
         let kept = RetentionPolicy.standard.versionsToKeep(versions, now: Timestamp(rawValue: now))
 
@@ -197,7 +189,7 @@ import Testing
     }
 
     @Test func randomHistoriesKeepTheNewestOfEachBucket() {
-        var random = Generator(state: 3)
+        var random = Generator(seed: 3)
         for _ in 0..<20 {
             let now = Self.weekStart + Int64.random(in: 0..<Self.week, using: &random)
             var time = now - 70 * Self.day
@@ -245,7 +237,7 @@ import Testing
     /// bucket stays kept while it stays in that tier; it may go only when it moves to a coarser
     /// tier. Collecting twice at once changes nothing.
     @Test func keptVersionsStayKeptUntilTheirTierEnds() {
-        var random = Generator(state: 4)
+        var random = Generator(seed: 4)
         let policy = RetentionPolicy.standard
         var now = Self.weekStart + 13 * Self.hour + 11 * Self.minute
         var nextID: Int64 = 1
@@ -313,7 +305,7 @@ import Testing
     }
 
     @Test func compatibilityInitMatchesTodaysRule() {
-        var random = Generator(state: 5)
+        var random = Generator(seed: 5)
         let now = Timestamp(rawValue: Self.weekStart + 5 * Self.hour + 123_456_789)
         var compared = 0
         for _ in 0..<2000 {
@@ -376,7 +368,7 @@ import Testing
     }
 
     @Test func currentOnlyKeepsOnlyTheNewest() {
-        var random = Generator(state: 6)
+        var random = Generator(seed: 6)
         let now = Timestamp(rawValue: Self.weekStart)
         #expect(RetentionPolicy.currentOnly == RetentionPolicy(keepLast: 1, keepFor: .zero))
         for _ in 0..<200 {
@@ -448,7 +440,7 @@ import Testing
     }
 
     @Test func neverEmptyAndAlwaysTheNewestId() {
-        var random = Generator(state: 7)
+        var random = Generator(seed: 7)
         for _ in 0..<500 {
             let policy = Self.randomPolicy(&random)
             let now = Int64.random(in: 0...(Self.weekStart * 2), using: &random)
@@ -594,7 +586,7 @@ import Testing
     }
 
     @Test func descriptionRoundTrips() throws {
-        var random = Generator(state: 8)
+        var random = Generator(seed: 8)
         var policies: [RetentionPolicy] = [
             .standard, .currentOnly, RetentionPolicy(),
             RetentionPolicy(keepLast: 3, keepFor: .milliseconds(1500)),

@@ -541,18 +541,6 @@ import TestSupport
     }
 }
 
-/// A small seeded generator, so a failing kill schedule can be replayed.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 /// Helpers of the store tests: the sqlite3 command, file facts, xattrs and times.
 enum StoreTestTools {

@@ -151,13 +151,13 @@ import Testing
         let store = fixture.store
         try store.setRetentionPolicy(.currentOnly)
         let work = try #require(try store.document(named: "Work.pkg"))
-        let before = try store.versions(of: work.id).count
+        // Four saves add four versions; the mount, collecting every second, leaves the current one
+        // (and the base it reads from).
         try await withMount(store, configure: { $0.fileSystem.collectionInterval = .seconds(1) }) { mount in
             for i in 0..<4 {
                 let result = try await sh("printf 'save \(i)\\n' >> notes.txt && sync notes.txt", in: mount.url("Work.pkg"))
                 #expect(result.status == 0, "\(result.error)")
             }
-            #expect(try store.versions(of: work.id).count >= before + 4)
             let thinned = try await expectEventually("history thinned by the mount", timeout: 20) {
                 try store.versions(of: work.id).count <= 2
             }
