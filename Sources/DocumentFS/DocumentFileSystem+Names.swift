@@ -9,9 +9,15 @@ import SystemPackage
 
 /// Creating, renaming and removing names.
 extension DocumentFileSystem {
+    /// Fails for a name longer than any this file system holds (NAME_MAX, 255 bytes): a lookup,
+    /// removal or rename of one is ENAMETOOLONG, as on ext4, not ENOENT.
+    func checkLength(_ name: FUSE.FileName) throws(Errno) {
+        guard name.bytes.count <= 255 else { throw .fileNameTooLong }
+    }
+
     /// Checks a new name: the store keeps names as UTF-8 text of at most 255 bytes.
     func validate(_ name: FUSE.FileName) throws(Errno) -> String {
-        guard name.bytes.count <= 255 else { throw .fileNameTooLong }
+        try checkLength(name)
         guard !name.bytes.isEmpty, !name.isDotOrDotDot, !name.bytes.contains(0x2F) else {
             throw .invalidArgument
         }
@@ -355,6 +361,7 @@ extension DocumentFileSystem {
     }
 
     func remove(parent: NodeID, name: FUSE.FileName, directory: Bool) throws(Errno) {
+        try checkLength(name)
         if parent == .root {
             try ensureListing()
             var conflict: ConflictEntry?
@@ -428,6 +435,7 @@ extension DocumentFileSystem {
         answer(reply) { () throws(Errno) in
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             guard !flags.contains(.whiteout), flags != [.noReplace, .exchange] else { throw .invalidArgument }
+            try checkLength(name)
             let newText = try validate(newName)
             if parent == .root || newParent == .root {
                 guard parent == newParent else { throw .improperLink }

@@ -491,6 +491,7 @@ public final class DocumentFileSystem: FileSystem {
 
     /// The node named `name` in the directory `parent`, with its attributes.
     func child(named name: FUSE.FileName, of parent: NodeID) throws(Errno) -> (ViewNode, FileAttributes) {
+        try checkLength(name)
         if parent == .root { try ensureListing() }
         guard let directory = try resolve(parent, loadingChildren: true) else {
             return try state.withLock { state throws(Errno) in

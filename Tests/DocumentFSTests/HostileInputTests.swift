@@ -208,3 +208,42 @@ struct HostileInputTests {
         }
     }
 }
+
+/// A path component over 255 bytes is ENAMETOOLONG on every operation, as on ext4: lookups,
+/// removals and renames of such a name included, not ENOENT (issue 17, point 4).
+@Suite struct LongNameTests {
+    @Test("stat, chmod, truncate, rename, unlink, rmdir and open of a 256-byte name: ENAMETOOLONG, in a package and at the root")
+    func longNamesOnEveryOperation() async throws {
+        let fixture = try Fixture.small(.memory)
+        try await withMount(fixture.store) { mount in
+            let long = String(repeating: "n", count: 256)
+            for directory in [mount.url("Work.pkg"), mount.path] {
+                let path = directory + "/" + long
+                let other = directory + "/short"
+                let results = await offThreadErrors([
+                    ("stat", { var st = stat(); return stat(path, &st) }),
+                    ("lstat", { var st = stat(); return lstat(path, &st) }),
+                    ("chmod", { chmod(path, 0o600) }),
+                    ("truncate", { truncate(path, 0) }),
+                    ("rename from", { rename(path, other) }),
+                    ("unlink", { unlink(path) }),
+                    ("rmdir", { rmdir(path) }),
+                    ("open", { open(path, O_RDONLY) }),
+                    ("access", { access(path, F_OK) }),
+                ])
+                for (operation, error) in results {
+                    #expect(error == ENAMETOOLONG, "\(operation) in \(directory): errno \(error)")
+                }
+            }
+        }
+    }
+}
+
+/// Runs each call off the cooperative pool; the errno of each (0 when it succeeded).
+func offThreadErrors(_ calls: [(String, @Sendable () -> Int32)]) async -> [(String, Int32)] {
+    await withCheckedContinuation { continuation in
+        Thread.detachNewThread {
+            continuation.resume(returning: calls.map { name, call in (name, call() < 0 ? errno : 0) })
+        }
+    }
+}
