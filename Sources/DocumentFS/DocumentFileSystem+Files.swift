@@ -43,35 +43,40 @@ extension DocumentFileSystem {
         reply: ReplyData
     ) {
         answer(reply) { () throws(Errno) in
-            var buffer: [UInt8] = []
-            let pending = try state.withLock { state throws(Errno) -> [StoreRead] in
-                guard let file = state.files[handle.rawValue], let contents = file.node.contents else {
-                    throw .badFileDescriptor
-                }
-                if file.generation != contents.generation, let snapshot = file.snapshot {
-                    // Another process replaced the file after this open: keep to what it opened.
-                    let end = min(Int64(clamping: offset) + Int64(size), snapshot.size)
-                    guard end > Int64(clamping: offset) else { return [] }
-                    let count = Int(end - Int64(offset))
-                    buffer = [UInt8](repeating: 0, count: count)
-                    return [StoreRead(base: snapshot, offset: Int64(offset), count: count, destination: 0)]
-                }
-                return try contents.read(offset: Int64(clamping: offset), count: size, into: &buffer)
-            }
-            for piece in pending {
-                let data = try storeCall {
-                    try store.readContents(
-                        of: piece.base.node, at: piece.base.version, offset: piece.offset, count: piece.count)
-                }
-                buffer.withUnsafeMutableBytes { raw in
-                    let n = min(data.count, raw.count - piece.destination)
-                    data.copyBytes(
-                        to: UnsafeMutableRawBufferPointer(
-                            rebasing: raw[piece.destination..<piece.destination + n]))
-                }
-            }
-            reply.data(buffer)
+            reply.data(try readBytes(handle: handle, offset: offset, size: size))
         }
+    }
+
+    /// Up to `size` bytes of an open file from `offset`: spill and zero bytes under the lock,
+    /// the store's without it.
+    func readBytes(handle: FUSE.FileHandle, offset: UInt64, size: Int) throws(Errno) -> [UInt8] {
+        var buffer: [UInt8] = []
+        let pending = try state.withLock { state throws(Errno) -> [StoreRead] in
+            guard let file = state.files[handle.rawValue], let contents = file.node.contents else {
+                throw .badFileDescriptor
+            }
+            if file.generation != contents.generation, let snapshot = file.snapshot {
+                // Another process replaced the file after this open: keep to what it opened.
+                let end = min(Int64(clamping: offset) + Int64(size), snapshot.size)
+                guard end > Int64(clamping: offset) else { return [] }
+                let count = Int(end - Int64(offset))
+                buffer = [UInt8](repeating: 0, count: count)
+                return [StoreRead(base: snapshot, offset: Int64(offset), count: count, destination: 0)]
+            }
+            return try contents.read(offset: Int64(clamping: offset), count: size, into: &buffer)
+        }
+        for piece in pending {
+            let data = try storeCall {
+                try store.readContents(
+                    of: piece.base.node, at: piece.base.version, offset: piece.offset, count: piece.count)
+            }
+            buffer.withUnsafeMutableBytes { raw in
+                let n = min(data.count, raw.count - piece.destination)
+                data.copyBytes(
+                    to: UnsafeMutableRawBufferPointer(rebasing: raw[piece.destination..<piece.destination + n]))
+            }
+        }
+        return buffer
     }
 
     /// Reads the store chunks a change of `file` must keep, then applies the change under the lock.
@@ -141,31 +146,104 @@ extension DocumentFileSystem {
         data: [UInt8], info: WriteInfo, reply: ReplyWrite
     ) {
         answer(reply) { () throws(Errno) in
-            let (file, known) = try state.withLock { state throws(Errno) -> (ViewNode, Bool) in
-                guard let open = state.files[handle.rawValue] else { throw .badFileDescriptor }
-                // A page-cache write (shared mmap) may carry another open's handle.
-                if !open.writable && !info.isWritePage { throw .badFileDescriptor }
-                return (open.node, info.isWritePage || open.writers.contains(context.pid))
-            }
-            // The request names the writing thread; its process is what a later close matches.
-            let writer = known ? nil : threadGroup(of: context.pid)
-            let start = Int64(clamping: offset)
-            try retrying { () throws(Errno) in
-                try withChunksTaken(file, { $0.partiallyCoveredChunks(offset: start, count: data.count) }) {
-                    state, contents throws(Errno) in
-                    try withRawBytes(data) { raw throws(Errno) in try contents.write(raw, at: start) }
-                    let now = Timestamp.now
-                    file.record.modified = now
-                    file.record.changed = now
-                    state.files[handle.rawValue]?.wrote = true
-                    if let writer {
-                        state.files[handle.rawValue]?.writers.insert(writer)
-                        state.files[handle.rawValue]?.writers.insert(context.pid)
-                    }
-                    changed(&state, file)
-                }
-            }
+            try writeBytes(context, handle: handle, offset: offset, data: data, isWritePage: info.isWritePage)
             reply.written(data.count)
+        }
+    }
+
+    /// Writes bytes into an open file's top layer, taking in first the chunks it covers in part.
+    func writeBytes(
+        _ context: RequestContext, handle: FUSE.FileHandle, offset: UInt64, data: [UInt8], isWritePage: Bool
+    ) throws(Errno) {
+        let (file, known) = try state.withLock { state throws(Errno) -> (ViewNode, Bool) in
+            guard let open = state.files[handle.rawValue] else { throw .badFileDescriptor }
+            // A page-cache write (shared mmap) may carry another open's handle.
+            if !open.writable && !isWritePage { throw .badFileDescriptor }
+            return (open.node, isWritePage || open.writers.contains(context.pid))
+        }
+        // The request names the writing thread; its process is what a later close matches.
+        let writer = known ? nil : threadGroup(of: context.pid)
+        let start = Int64(clamping: offset)
+        try retrying { () throws(Errno) in
+            try withChunksTaken(file, { $0.partiallyCoveredChunks(offset: start, count: data.count) }) {
+                state, contents throws(Errno) in
+                try withRawBytes(data) { raw throws(Errno) in try contents.write(raw, at: start) }
+                let now = Timestamp.now
+                file.record.modified = now
+                file.record.changed = now
+                state.files[handle.rawValue]?.wrote = true
+                if let writer {
+                    state.files[handle.rawValue]?.writers.insert(writer)
+                    state.files[handle.rawValue]?.writers.insert(context.pid)
+                }
+                changed(&state, file)
+            }
+        }
+    }
+
+    /// `copy_file_range(2)` within the mount. A whole saved file copied into an empty one shares
+    /// its chunks: the copy's contents are the source's stored version, and its save names them
+    /// (``ContentUpdate/derived(from:size:chunks:source:)``), so no byte is read or written.
+    /// Any other range is copied here, a megabyte at a time, as the caller's reads and writes
+    /// would (answering `ENOSYS` would make the kernel stop asking for the whole mount).
+    public func copyFileRange(
+        _ context: RequestContext, nodeIn: NodeID, handleIn: FUSE.FileHandle, offsetIn: UInt64,
+        nodeOut: NodeID, handleOut: FUSE.FileHandle, offsetOut: UInt64, length: Int, flags: UInt32,
+        reply: ReplyWrite
+    ) {
+        answer(reply) { () throws(Errno) in
+            guard !configuration.readOnly else { throw .readOnlyFileSystem }
+            guard flags == 0 else { throw .invalidArgument }
+            if let shared = try shareContents(
+                context, handleIn: handleIn, offsetIn: offsetIn, handleOut: handleOut, offsetOut: offsetOut,
+                length: length)
+            {
+                reply.written(shared)
+                return
+            }
+            var done = 0
+            while done < length {
+                let piece = try readBytes(
+                    handle: handleIn, offset: offsetIn + UInt64(done), size: min(1 << 20, length - done))
+                if piece.isEmpty { break }
+                try writeBytes(
+                    context, handle: handleOut, offset: offsetOut + UInt64(done), data: piece, isWritePage: false)
+                done += piece.count
+            }
+            reply.written(done)
+        }
+    }
+
+    /// Makes the empty file open as `handleOut` the copy of the whole saved file open as
+    /// `handleIn`, sharing its stored chunks; nil when the copy is not that.
+    func shareContents(
+        _ context: RequestContext, handleIn: FUSE.FileHandle, offsetIn: UInt64, handleOut: FUSE.FileHandle,
+        offsetOut: UInt64, length: Int
+    ) throws(Errno) -> Int? {
+        guard offsetIn == 0, offsetOut == 0 else { return nil }
+        let writer = threadGroup(of: context.pid)
+        return try state.withLock { state throws(Errno) -> Int? in
+            guard let input = state.files[handleIn.rawValue], let output = state.files[handleOut.rawValue] else {
+                throw .badFileDescriptor
+            }
+            guard output.writable else { throw .badFileDescriptor }
+            let source = input.node
+            let target = output.node
+            guard source !== target, let from = source.contents, let to = target.contents else { return nil }
+            // The source as stored (no unsaved bytes, a saved version), all of it, into nothing.
+            guard !from.isModified, let version = from.base.version, from.base.size > 0,
+                input.generation == from.generation, Int64(length) >= from.size, to.size == 0, !to.isModified,
+                target.conflict == nil
+            else { return nil }
+            to.reset(to: ContentBase(node: from.base.node, version: version, size: from.size))
+            let now = Timestamp.now
+            target.record.modified = now
+            target.record.changed = now
+            state.files[handleOut.rawValue]?.wrote = true
+            state.files[handleOut.rawValue]?.writers.insert(writer)
+            state.files[handleOut.rawValue]?.writers.insert(context.pid)
+            changed(&state, target)
+            return Int(from.size)
         }
     }
 

@@ -168,3 +168,51 @@ import Testing
         #expect(try store.checkIntegrity().isClean)
     }
 }
+
+/// `copy_file_range(2)` inside a mount (issue 17, point 5): a whole saved file copied into a new
+/// one shares its chunks; any other range is copied right.
+@Suite struct CopyOffloadTests {
+    @Test("cp of a large wrapper to another name shares its chunks; partial copies are exact", arguments: StoreKind.all)
+    func copyShares(_ kind: StoreKind) async throws {
+        let fixture = try StoreFixture(kind, chunkSize: 256 * 1024, name: "Copy")
+        let store = fixture.store
+        let package = try store.createDocument(named: "Big.pkg", kind: .package, type: nil, permissions: 0o755, origin: "")
+        let id = try store.makeNodeIDs(count: 1)[0]
+        let bytes = sampleBytes(32 << 20, seed: 11)
+        var changes = DocumentChanges(document: package.id, base: package.currentVersion)
+        changes.nodes = [
+            NodeRecord(id: id, document: package.id, parent: package.root, name: "big.bin", kind: .regularFile, permissions: 0o644)
+        ]
+        changes.contents[id] = .replace(DataContentsSource(bytes))
+        _ = try store.save(changes)
+        try await withMount(store) { mount in
+            let directory = mount.url("Big.pkg")
+            let before = store.statistics
+            let copied = try await sh(
+                "python3 -c 'import os; a = os.open(\"big.bin\", os.O_RDONLY); b = os.open(\"copy.bin\", os.O_WRONLY | os.O_CREAT, 0o644); n = 0\nwhile True:\n    k = os.copy_file_range(a, b, 1 << 30)\n    if k == 0: break\n    n += k\nprint(n); os.fsync(b)' && cp big.bin cp.bin && sync cp.bin",
+                in: directory)
+            #expect(copied.status == 0, "\(copied.error)")
+            #expect(copied.output == "\(bytes.count)\n")
+            let after = store.statistics
+            #expect(after.bytesWritten - before.bytesWritten <= 1 << 20, "the copies wrote \(after.bytesWritten - before.bytesWritten) content bytes")
+            #expect(after.bytesRead - before.bytesRead <= 1 << 20, "the copies read \(after.bytesRead - before.bytesRead) content bytes")
+            let same = try await sh("cmp big.bin copy.bin && cmp big.bin cp.bin && echo same", in: directory)
+            #expect(same.output == "same\n", "\(same.error)")
+
+            // A range at an offset into a file that has bytes: copied, not shared.
+            let partial = try await sh(
+                "head -c 1000 big.bin > part.bin && python3 -c 'import os; a = os.open(\"big.bin\", os.O_RDONLY); b = os.open(\"part.bin\", os.O_WRONLY); print(os.copy_file_range(a, b, 300000, 5000, 700))' && cmp -n 700 part.bin big.bin && echo ok",
+                in: directory)
+            #expect(partial.status == 0, "\(partial.error)")
+            let expected = bytes.prefix(700) + bytes.subdata(in: 5000..<305_000)
+            let part = try Data(contentsOf: URL(fileURLWithPath: directory + "/part.bin"))
+            #expect(part == expected)
+        }
+        let nodes = try store.nodes(of: package.id)
+        for name in ["copy.bin", "cp.bin"] {
+            let node = try #require(nodes.first { $0.name == name })
+            #expect(try store.readContents(of: node.id, at: nil, offset: 0, count: bytes.count + 1) == bytes)
+        }
+        #expect(try store.checkIntegrity().isClean)
+    }
+}
