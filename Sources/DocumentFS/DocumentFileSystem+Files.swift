@@ -321,6 +321,10 @@ extension DocumentFileSystem {
         reply.ok()
     }
 
+    /// `fallocate(2)`: every mode the kernel passes to a FUSE file system (allocate, KEEP_SIZE,
+    /// PUNCH_HOLE, ZERO_RANGE; it answers COLLAPSE_RANGE and INSERT_RANGE with EOPNOTSUPP itself).
+    /// Space needs no reserving (the store keeps contents, not blocks), so allocation only grows
+    /// the file; zeroing and hole punching write zeros, which the store keeps as holes.
     public func fallocate(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, mode: FallocateMode,
         offset: UInt64, length: UInt64, reply: ReplyEmpty
@@ -329,10 +333,14 @@ extension DocumentFileSystem {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             let file = try state.withLock { state throws(Errno) -> ViewNode in
                 guard let open = state.files[handle.rawValue] else { throw .badFileDescriptor }
+                guard open.writable else { throw .badFileDescriptor }
                 return open.node
             }
-            let start = Int64(clamping: offset)
-            let end = start + Int64(clamping: length)
+            guard length > 0, offset <= UInt64(Int64.max), length <= UInt64(Int64.max) - offset else {
+                throw .invalidArgument
+            }
+            let start = Int64(offset)
+            let end = start + Int64(length)
             let size = state.withLock { _ in file.size }
             switch mode {
             case []:
@@ -340,28 +348,32 @@ extension DocumentFileSystem {
             case [.keepSize]:
                 break
             case [.punchHole, .keepSize]:
-                // Zeros over the range, written a chunk at a time.
-                var at = start
-                let stop = min(end, size)
-                while at < stop {
-                    let n = Int(min(Int64(chunkSize) - at % Int64(chunkSize), stop - at))
-                    let zeros = [UInt8](repeating: 0, count: n)
-                    let position = at
-                    try retrying { () throws(Errno) in
-                        try withChunksTaken(file, { $0.partiallyCoveredChunks(offset: position, count: n) }) {
-                            state, contents throws(Errno) in
-                            try withRawBytes(zeros) { raw throws(Errno) in
-                                try contents.write(raw, at: position)
-                            }
-                            changed(&state, file)
-                        }
-                    }
-                    at += Int64(n)
-                }
+                try zero(file, from: start, to: min(end, size))
+            case [.zeroRange], [.zeroRange, .keepSize]:
+                try zero(file, from: start, to: min(end, size))
+                if !mode.contains(.keepSize), end > size { try truncate(file, to: end) }
             default:
                 throw .notSupported
             }
             reply.ok()
+        }
+    }
+
+    /// Writes zeros over `start..<stop`, a chunk at a time.
+    func zero(_ file: ViewNode, from start: Int64, to stop: Int64) throws(Errno) {
+        var at = start
+        while at < stop {
+            let n = Int(min(Int64(chunkSize) - at % Int64(chunkSize), stop - at))
+            let zeros = [UInt8](repeating: 0, count: n)
+            let position = at
+            try retrying { () throws(Errno) in
+                try withChunksTaken(file, { $0.partiallyCoveredChunks(offset: position, count: n) }) {
+                    state, contents throws(Errno) in
+                    try withRawBytes(zeros) { raw throws(Errno) in try contents.write(raw, at: position) }
+                    changed(&state, file)
+                }
+            }
+            at += Int64(n)
         }
     }
 

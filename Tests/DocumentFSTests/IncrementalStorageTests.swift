@@ -216,3 +216,45 @@ import Testing
         #expect(try store.checkIntegrity().isClean)
     }
 }
+
+/// `fallocate(2)` modes through the mount (issue 17, point 5).
+@Suite struct FallocateTests {
+    @Test("fallocate: allocate, KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE give ext4's bytes and sizes")
+    func zeroRange() async throws {
+        let fixture = try Fixture.small(.memory)
+        try await withMount(fixture.store) { mount in
+            let script = """
+                import ctypes, os
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+                KEEP, PUNCH, COLLAPSE, ZERO, INSERT = 1, 2, 8, 16, 32
+                def fa(fd, mode, offset, length):
+                    return 0 if libc.fallocate(fd, mode, offset, length) == 0 else ctypes.get_errno()
+                fd = os.open("f.bin", os.O_RDWR | os.O_CREAT, 0o644)
+                os.write(fd, b"x" * 20000)
+                r = [fa(fd, ZERO, 1000, 3000), os.fstat(fd).st_size]
+                r += [fa(fd, ZERO | KEEP, 19000, 5000), os.fstat(fd).st_size]
+                r += [fa(fd, ZERO, 19000, 5000), os.fstat(fd).st_size]
+                r += [fa(fd, PUNCH | KEEP, 5000, 100), os.fstat(fd).st_size]
+                r += [fa(fd, 0, 0, 30000), os.fstat(fd).st_size]
+                r += [fa(fd, COLLAPSE, 4096, 4096), fa(fd, INSERT, 4096, 4096)]
+                data = os.pread(fd, 40000, 0)
+                os.close(fd)
+                expected = bytearray(b"x" * 20000)
+                expected[1000:4000] = bytes(3000)
+                expected[19000:20000] = bytes(1000)
+                expected += bytes(4000)
+                expected[5000:5100] = bytes(100)
+                expected += bytes(6000)
+                print(r, data == bytes(expected))
+                """
+            try script.write(toFile: NSTemporaryDirectory() + "/docfs-fallocate.py", atomically: true, encoding: .utf8)
+            let result = try await sh("python3 \(NSTemporaryDirectory())/docfs-fallocate.py", in: mount.url("Work.pkg"))
+            #expect(result.status == 0, "\(result.error)")
+            print("fallocate: \(result.output)")
+            // COLLAPSE_RANGE and INSERT_RANGE: the kernel's FUSE answers EOPNOTSUPP (95) itself.
+            #expect(result.output.hasPrefix("[0, 20000, 0, 20000, 0, 24000, 0, 24000, 0, 30000, 95, 95]"))
+            #expect(result.output.hasSuffix("True\n"))
+        }
+    }
+}
