@@ -8,10 +8,17 @@ struct CollectGarbage: DocfsCommand {
         commandName: "gc",
         abstract: "Drop old versions and the content nothing needs any more.",
         discussion: """
-            A version is dropped only when it is beyond the newest --keep-last of its document \
-            AND older than --keep-for; the current version and unresolved conflicts are always \
-            kept. Deleted documents go once they have been deleted for longer than --keep-for. \
-            Then the chunks no kept version references are removed.
+            Without options, applies the store's own retention policy (see `docfs retention`, \
+            which shows and changes it). `docfs` and the mount also apply it by themselves, at \
+            most once an hour; `docfs gc` applies it now.
+
+            With --keep-last or --keep-for, applies that rule once instead, leaving the store's \
+            policy as it is: a version is dropped only when it is beyond the newest --keep-last \
+            of its document (default 50) AND older than --keep-for (default 30d); deleted \
+            documents go once they have been deleted for longer than --keep-for.
+
+            Either way the current version and unresolved conflicts are always kept, then the \
+            chunks no kept version references are removed and their space given back.
 
             DURATION is a number with a unit, s, m, h, d or w, or several (1d12h); 0 means none.
             """
@@ -22,28 +29,45 @@ struct CollectGarbage: DocfsCommand {
     @Argument(help: "The store (default: the default store).")
     var store: String?
 
-    @Option(help: ArgumentHelp("Versions to keep per document, at least 1.", valueName: "n"))
-    var keepLast = RetentionPolicy().keepLast
+    @Option(
+        help: ArgumentHelp(
+            "Instead of the store's policy: versions to keep per document, at least 1 (default: 50).",
+            valueName: "n"))
+    var keepLast: Int?
 
     @Option(
         help: ArgumentHelp(
-            "How long to keep versions, e.g. 30d or 12h (default: 30d).", valueName: "duration"))
+            "Instead of the store's policy: how long to keep versions, e.g. 30d or 12h (default: 30d).",
+            valueName: "duration"))
     var keepFor: DurationArgument?
 
     func validate() throws {
         // RetentionPolicy would quietly raise 0 to 1; say so instead.
-        if keepLast < 1 { throw ValidationError("--keep-last must be at least 1 (the current version)") }
+        if let keepLast, keepLast < 1 {
+            throw ValidationError("--keep-last must be at least 1 (the current version)")
+        }
+    }
+
+    /// The one-off rule of --keep-last and --keep-for, or nil for the store's own policy.
+    var oneOffPolicy: RetentionPolicy? {
+        guard keepLast != nil || keepFor != nil else { return nil }
+        let defaults = RetentionPolicy()
+        return RetentionPolicy(
+            keepLast: keepLast ?? defaults.keepLast, keepFor: keepFor?.duration ?? defaults.keepAll)
     }
 
     func run() async throws {
         let logger = global.bootstrap()
         let store = try StoreLocation(self.store).open(logger: logger)
-        let policy = RetentionPolicy(
-            keepLast: keepLast, keepFor: keepFor?.duration ?? RetentionPolicy().keepFor)
-        logger.info(
-            "collecting garbage",
-            metadata: ["keepLast": "\(policy.keepLast)", "keepFor": "\(policy.keepFor)"])
-        let report = try store.collectGarbage(policy)
+        let report: CollectionReport
+        if let policy = oneOffPolicy {
+            logger.info("collecting garbage with a one-off policy", metadata: ["policy": "\(policy)"])
+            report = try store.collectGarbage(policy)
+        } else {
+            let policy = try store.retentionPolicy()
+            logger.info("collecting garbage with the store's policy", metadata: ["policy": "\(policy)"])
+            report = try store.collectGarbage(protecting: [])
+        }
         print(
             "removed \(Format.count(report.versionsRemoved, "version")), "
                 + "\(Format.count(report.documentsRemoved, "deleted document")) and "

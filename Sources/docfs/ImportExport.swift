@@ -54,6 +54,7 @@ struct Import: DocfsCommand {
             "imported \(url.path) as \(info.name) (\(info.kind == .package ? "package" : "flat"), "
                 + "\(Format.count(records.count, "wrapper")), \(bytes) bytes, version \(info.currentVersion.rawValue))"
         )
+        collectGarbageInBackground(store, logger: logger)
     }
 }
 

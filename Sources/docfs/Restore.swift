@@ -61,6 +61,7 @@ struct Restore: DocfsCommand {
             }
             let info = try store.undeleteDocument(deleted.id, as: name)
             print("undeleted \(info.name) (at version \(info.currentVersion.rawValue))")
+            collectGarbageInBackground(store, logger: logger)
             return
         }
         let info = try liveDocument(named: documentName, in: store)
@@ -73,5 +74,6 @@ struct Restore: DocfsCommand {
         print(
             "restored \(info.name) to version \(version.rawValue) as version \(result.version.id.rawValue) "
                 + "(\(result.bytesWritten) bytes written)")
+        collectGarbageInBackground(store, logger: logger)
     }
 }
