@@ -15,7 +15,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     dependencies: [
         // The root package, by path: the engine figures (B6) call DocumentEngine directly, on an
-        // SQLite file or a PostgreSQL database (BENCH_STORE=postgres).
+        // SQLite file (SQLiteStore) or a PostgreSQL database (PostgresStore, BENCH_STORE=postgres).
         .package(name: "DocFS", path: "..")
     ],
     targets: [
@@ -24,6 +24,7 @@ let package = Package(
             dependencies: [
                 .product(name: "DocumentEngine", package: "DocFS"),
                 .product(name: "PostgresStore", package: "DocFS"),
+                .product(name: "SQLiteStore", package: "DocFS"),
             ]
         )
     ],

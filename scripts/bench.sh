@@ -4,10 +4,32 @@
 #   scripts/bench.sh [--quick]
 #
 # Creates fresh stores (SQLite files, or databases on PostgreSQL), mounts them with the real
-# `docfs mount`, and runs every figure (B1–B7, B8 with a second mount of the same store, and the
-# FUSE layer's micro-benchmark) on the mount and on a native folder holding the same files,
-# interleaved, BENCH_ROUNDS times (default 3). Prints a table (median with min–max, native
+# `docfs mount`, and runs every figure (B1–B7, B8 with a second mount of the same store, B9, B10
+# and the FUSE layer's micro-benchmark) on the mount and on a native folder holding the same
+# files, interleaved, BENCH_ROUNDS times (default 3). Prints a table (median with min–max, native
 # median, ratio, target, met or not) and writes a JSON file with every sample.
+#
+# The figures (their function names, for BENCH_ONLY):
+#   b1   `ls -l` of a package of many wrappers and of a root of many documents, cold and warm
+#   b2   incremental saves (an append, an image replaced, vim): time and bytes the store grew
+#   b3   sequential write and read of a big wrapper, with the daemon's peak RSS (B7)
+#   b4   4 KiB random reads and writes (fio)
+#   b5   create, stat and delete many small files
+#   b6   the engine: Document.open and a one-wrapper save, store vs folder
+#   b7   the daemon's peak RSS with many documents open
+#   b8   a save and a new document through one mount, seen through a second mount of the store
+#   b9   whole-file save of a small edit: `sed -i '1i …'` (a new file renamed over the old one)
+#        on a 64 MiB text wrapper (16 MiB small) + fsync: the bytes the store grew by (SQLite:
+#        DB + WAL after an emptied WAL; PostgreSQL: the WAL records, as B2), target ≤ 2 MiB;
+#        the content bytes the store wrote and the time of the sed run (also on the native copy)
+#        as info
+#   b10  history thins and space comes back: in a store of its own, fsx (scripts/reliability/
+#        fsx.py) runs 20,000 operations (5,000 small) in a package through a mount; then
+#        unmounted, `docfs gc --keep-last 1 --keep-for 0`, and the store's size after it (SQLite:
+#        the file + -wal + -shm; PostgreSQL: pg_database_size, the gc VACUUMs), target ≤ 20 MiB;
+#        the size before the gc and the fsx and gc times as info. One round whatever
+#        BENCH_ROUNDS is; no native side
+#   fuse_layer  the FUSE layer's micro-benchmark (scripts/fuse-bench.sh)
 #
 # A benchmark, not a test: missed targets never make it fail, and scripts/test.sh does not
 # run it. Needs root (or sudo) to drop the page cache for the cold figures; without it the
@@ -17,7 +39,9 @@
 #   BENCH_SIZE=full|small  full: 1 GiB wrappers, 10,000 files, 1,000 documents (the README's
 #                          figures); small (or --quick): 64 MiB, 1,000 files, 100 documents,
 #                          a smoke test of a few minutes
-#   BENCH_ROUNDS=N         rounds per figure (default 3)
+#   BENCH_ROUNDS=N         rounds per figure (default 3; B10 runs once)
+#   BENCH_ONLY=LIST        only these figures, a comma list of the names above (default all:
+#                          b1,…,b10,fuse_layer); the data and stores are made as for a whole run
 #   BENCH_STORE=sqlite|postgres|both
 #                          the store the mounts serve (default sqlite): an SQLite file beside the
 #                          native folder, or databases on a PostgreSQL server (both: one run each,
@@ -49,6 +73,19 @@ for argument in "$@"; do
     esac
 done
 rounds=${BENCH_ROUNDS:-3}
+all_figures="b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 fuse_layer"
+only=${BENCH_ONLY:-}
+for figure in ${only//,/ }; do
+    case " $all_figures " in
+    *" $figure "*) ;;
+    *)
+        echo "bench: BENCH_ONLY: no figure $figure (the figures: ${all_figures// /,})" >&2
+        exit 2
+        ;;
+    esac
+done
+# Whether BENCH_ONLY selects the figure function $1.
+selected() { [ -z "$only" ] || [[ ",${only// /}," == *",$1,"* ]]; }
 store_kind=${BENCH_STORE:-sqlite}
 case $store_kind in
 sqlite | postgres) ;;
@@ -71,9 +108,11 @@ MiB=$((1 << 20))
 case $size in
 full)
     big=$((1024 * MiB)) rand=$((256 * MiB)) files=10000 documents=1000 images=100
+    save=$((64 * MiB)) fsx_ops=20000
     ;;
 small)
     big=$((64 * MiB)) rand=$((32 * MiB)) files=1000 documents=100 images=20
+    save=$((16 * MiB)) fsx_ops=5000
     ;;
 *)
     echo "bench: BENCH_SIZE must be full or small" >&2
@@ -115,21 +154,25 @@ if [ "$store_kind" = postgres ]; then
     store=$(database_url "${database_prefix}_main")
     roots_store=$(database_url "${database_prefix}_roots")
     engine_store=$(database_url "${database_prefix}_engine")
+    history_store=$(database_url "${database_prefix}_history") # B10's, made by b10
     # psql reads no postgres:// password from the PG* variables the daemon takes: the URL carries it.
     psql_admin() { psql -X -q -v ON_ERROR_STOP=1 -At -d "$postgres_url" "$@"; }
 else
     store=$work/store/bench.docstore
     roots_store=$work/store/roots.docstore
     engine_store=$work/store/engine.docstore
+    history_store=$work/store/history.docstore
 fi
 mnt=$work/mnt
 mnt_roots=$work/mnt-roots
 mnt_second=$work/mnt-second
+mnt_history=$work/mnt-history
 samples=$work/samples.tsv
 # The daemons' log and pid files stay with this run.
 export XDG_STATE_HOME=$work/state
 daemon_log=$XDG_STATE_HOME/docfs/docfs.log
-mkdir -p "$native" "$native_roots" "$work/store" "$mnt" "$mnt_roots" "$mnt_second" "$work/engine-native" "$XDG_STATE_HOME"
+mkdir -p "$native" "$native_roots" "$work/store" "$mnt" "$mnt_roots" "$mnt_second" "$mnt_history" \
+    "$work/engine-native" "$XDG_STATE_HOME"
 : >"$samples"
 
 stamp=$(date +%Y%m%d-%H%M%S)
@@ -148,7 +191,7 @@ if [ "$store_kind" = postgres ]; then
     log "PostgreSQL $postgres_version at ${postgres_base%/*}, data in $postgres_data ($postgres_fs)"
 fi
 
-need=$((big * 8 + rand * 4 + 2048 * MiB))
+need=$((big * 8 + rand * 4 + save * 6 + 2048 * MiB))
 avail=$(($(df -P -B1 "$work" | awk 'NR==2 {print $4}')))
 if [ "$avail" -lt "$need" ]; then
     echo "bench: $work has $((avail / MiB)) MiB free; this run needs about $((need / MiB)) MiB" >&2
@@ -297,6 +340,7 @@ time_ls() { # DIR: milliseconds of one `ls -l`
 # Runs one figure in a subshell with errexit, so that a failing command ends that figure
 # (with its line) and the run goes on to the next.
 run_figure() { # NAME FUNCTION
+    selected "$2" || return 0
     log "$1"
     (
         set -eE
@@ -317,13 +361,16 @@ cleanup() {
     unmount_store "$mnt"
     unmount_store "$mnt_roots"
     unmount_store "$mnt_second"
+    unmount_store "$mnt_history"
     if [ "${BENCH_KEEP:-0}" = 1 ]; then
         log "kept $work"
     else
         rm -rf "$work"
         if [ "$store_kind" = postgres ]; then
-            for database in "${database_prefix}_main" "${database_prefix}_roots" "${database_prefix}_engine"; do
-                psql_admin -c "DROP DATABASE IF EXISTS \"$database\" WITH (FORCE)" || true
+            for database in "${database_prefix}_main" "${database_prefix}_roots" "${database_prefix}_engine" \
+                "${database_prefix}_history"; do
+                psql_admin -c "SET client_min_messages = warning" \
+                    -c "DROP DATABASE IF EXISTS \"$database\" WITH (FORCE)" || true
             done
         fi
         # The engine's file coordination leaves its lock file beside the run's folder.
@@ -335,9 +382,38 @@ trap 'exit 130' INT TERM
 
 # --- The data -------------------------------------------------------------------------------
 
+# B9's wrapper: lines of prose from a fixed vocabulary in a fixed pseudo-random order (the same
+# bytes every run, text as an editor sees it, not random bytes), cut to exactly BYTES.
+make_prose() { # FILE BYTES
+    LC_ALL=C awk -v bytes="$2" 'BEGIN {
+        n = split("the a of and to in is was that for on with as by at from it this be are or an his " \
+            "her their which one all were we when there can more if no out so up said what its about " \
+            "into than them only other new some could time these two may then do first any my now such " \
+            "like our over man me even most made after also did many before must through back years " \
+            "where much your way well down should because each just those people how too little state " \
+            "good very make world still own see men work long get here between both life being under " \
+            "never day same another know while last might us great old year off come since against go " \
+            "came right used take three river garden window letter morning evening station winter " \
+            "summer harbour kitchen mountain library market village candle bridge orchard lantern", word, " ")
+        x = 15; written = 0
+        while (written < bytes) {
+            x = (x * 16807) % 2147483647 # Park–Miller: exact in awk'"'"'s doubles
+            target = 30 + x % 70
+            x = (x * 16807) % 2147483647
+            text = toupper(substr(word[1 + x % n], 1, 1)) substr(word[1 + x % n], 2)
+            while (length(text) < target) {
+                x = (x * 16807) % 2147483647
+                text = text " " word[1 + x % n]
+            }
+            print text "."
+            written += length(text) + 2
+        }
+    }' >"$1" && truncate -s "$2" "$1"
+}
+
 log "making the native files ($size: $((big / MiB)) MiB, $files files, $documents documents)"
 mkdir -p "$native/pkg.pkg" "$native/big.pkg" "$native/rand.pkg" "$native/images.pkg" "$native/edit.pkg" \
-    "$native/scratch.pkg"
+    "$native/scratch.pkg" "$native/save.pkg"
 "$helper" mkfiles "$native/pkg.pkg" "$files" 4096 || exit 1
 "$helper" mktext "$native/big.pkg/notes.txt" 16384 || exit 1
 "$helper" mkfile "$native/big.pkg/stream.bin" "$big" || exit 1
@@ -346,13 +422,14 @@ for i in $(seq 0 $((images - 1))); do
     "$helper" mkfile "$native/images.pkg/$(printf 'image-%03d.png' "$i")" 1000000 || exit 1
 done
 "$helper" mktext "$native/edit.pkg/text.txt" 1000000 || exit 1
+make_prose "$native/save.pkg/wrapper.txt" "$save" || exit 1
 for r in $(seq "$rounds"); do
     "$helper" mkfile "$work/new-image-$r.png" 1000000 || exit 1
 done
 
 log "creating the stores with docfs create and docfs import"
 "$docfs" create "$store" >&2 || exit 1
-for document in pkg.pkg big.pkg rand.pkg images.pkg edit.pkg scratch.pkg; do
+for document in pkg.pkg big.pkg rand.pkg images.pkg edit.pkg scratch.pkg save.pkg; do
     "$docfs" import "$store" "$native/$document" >&2 || exit 1
 done
 "$docfs" create "$roots_store" >&2 || exit 1
@@ -360,6 +437,14 @@ done
 "$docfs" create "$engine_store" >&2 || exit 1
 "$docfs" import "$engine_store" "$native/pkg.pkg" >&2 || exit 1
 cp -a "$native/pkg.pkg" "$work/engine-native/pkg.pkg" || exit 1
+if [ "$store_kind" = postgres ]; then
+    # Vacuum what the import wrote now, as autovacuum would later: its WAL is the server's and
+    # would otherwise land in whichever figure runs then (B2's WAL bytes first of all).
+    log "vacuuming the imported databases"
+    for database in "$store" "$roots_store" "$engine_store"; do
+        psql -X -q -v ON_ERROR_STOP=1 -d "$database" -c "VACUUM (FREEZE, ANALYZE)" || exit 1
+    done
+fi
 
 mount_store "$store" "$mnt" || exit 1
 mount_store "$roots_store" "$mnt_roots" || exit 1
@@ -408,9 +493,10 @@ b1() {
 # --- B2: incremental saves ------------------------------------------------------------------
 
 # Runs an operation on the mount and records its time, the bytes the store's files grew by
-# (after an emptied WAL) and the content bytes the store wrote. The wait lets the quiet-interval
-# save (1 s) run, so that every save the operation caused is counted.
-b2_docfs() { # NAME ROUND COMMAND…
+# (after an emptied WAL) and the content bytes the store wrote, as FIGURE.ms, FIGURE.bytes (and
+# FIGURE.fpi) and FIGURE.content. The wait lets the quiet-interval save (1 s) run, so that every
+# save the operation caused is counted.
+save_figure() { # FIGURE ROUND COMMAND…
     local name=$1 r=$2
     shift 2
     local before written_before ms pid written
@@ -422,15 +508,16 @@ b2_docfs() { # NAME ROUND COMMAND…
     sleep 2
     # The statistics are the daemon's since it started: another daemon's are no delta.
     if [ "$(daemon_pid "$mnt")" != "$pid" ]; then
-        log "the daemon serving $mnt changed during B2 $name (was it unmounted from outside?)"
+        log "the daemon serving $mnt changed during $name (was it unmounted from outside?)"
         return 1
     fi
-    sample "b2.$name.ms" docfs "$r" "$ms"
+    sample "$name.ms" docfs "$r" "$ms"
     read -r -a written <<<"$(store_written "$store" "$before")"
-    sample "b2.$name.bytes" docfs "$r" "${written[0]}"
-    if [ -n "${written[1]:-}" ]; then sample "b2.$name.fpi" docfs "$r" "${written[1]}"; fi
-    sample "b2.$name.content" docfs "$r" $(($(bytes_written "$mnt") - written_before))
+    sample "$name.bytes" docfs "$r" "${written[0]}"
+    if [ -n "${written[1]:-}" ]; then sample "$name.fpi" docfs "$r" "${written[1]}"; fi
+    sample "$name.content" docfs "$r" $(($(bytes_written "$mnt") - written_before))
 }
+b2_docfs() { save_figure "b2.$1" "${@:2}"; } # NAME ROUND COMMAND…
 
 vim_append() { # FILE LINE: milliseconds of a whole vim run that appends a line and saves
     local start end
@@ -588,6 +675,80 @@ b8() {
     unmount_store "$mnt_second"
 }
 
+# --- B9: whole-file save of a small edit ------------------------------------------------------
+
+# sed -i writes the whole edited file under a new name beside the old one and renames it over
+# it: for DocFS a new wrapper of the same bytes but one line, saved at the rename, whose chunks
+# the store should find it already holds. The fsync of the new file (and its folder) makes it
+# durable, as B2's writers do.
+sed_first_line() { # FILE LINE: milliseconds of `sed -i` inserting LINE first, and the fsync
+    local start end
+    start=$EPOCHREALTIME
+    sed -i "1i $2" "$1"
+    sync "$1" "${1%/*}"
+    end=$EPOCHREALTIME
+    milliseconds "$start" "$end"
+}
+
+b9() {
+    local r side
+    for r in $(seq "$rounds"); do
+        for side in $(sides "$r"); do
+            if [ "$side" = docfs ]; then
+                save_figure b9 "$r" sed_first_line "$mnt/save.pkg/wrapper.txt" "a new first line"
+            else
+                sample b9.ms native "$r" "$(sed_first_line "$native/save.pkg/wrapper.txt" "a new first line")"
+            fi
+        done
+    done
+}
+
+# --- B10: history thins and space comes back ---------------------------------------------------
+
+# The store's size on disk: SQLite's file with its -wal and -shm; a PostgreSQL database's
+# pg_database_size.
+store_size() { # STORE
+    if [ "$store_kind" = postgres ]; then
+        psql -X -q -v ON_ERROR_STOP=1 -At -d "$1" -c "SELECT pg_database_size(current_database())"
+    else
+        echo $(($(file_size "$1") + $(file_size "$1-wal") + $(file_size "$1-shm")))
+    fi
+}
+
+# In a store of its own, fsx's random writes, truncations, renames and unlinks leave thousands
+# of versions (about 3,400 at full size) and a gigabyte of history; `docfs gc` keeping only the
+# current one must give their space back. One round whatever BENCH_ROUNDS is: fsx and the gc
+# are slow (fsx is the longest step of a small run, and slower on PostgreSQL), and the figure is
+# a size that the fixed seed makes repeat. --keep-for 0: the versions are all seconds old, and
+# the default (30 days) would keep them.
+b10() {
+    local seed=1510 start end result
+    "$docfs" create "$history_store" >&2
+    mount_store "$history_store" "$mnt_history"
+    mkdir "$mnt_history/fsx.pkg"
+    log "B10: fsx, $fsx_ops operations in a package (seed $seed)"
+    start=$EPOCHREALTIME
+    result=$(timeout -k 5 $((600 + fsx_ops / 10)) \
+        python3 "$repo/scripts/reliability/fsx.py" "$mnt_history/fsx.pkg" "$seed" "$fsx_ops")
+    end=$EPOCHREALTIME
+    log "B10: $result"
+    sample b10.fsx.s docfs 1 "$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.3f", b - a}')"
+    unmount_store "$mnt_history"
+    is_mounted "$mnt_history" && return 1
+    sample b10.before.bytes docfs 1 "$(store_size "$history_store")"
+    start=$EPOCHREALTIME
+    result=$("$docfs" gc "$history_store" --keep-last 1 --keep-for 0)
+    end=$EPOCHREALTIME
+    log "B10: docfs gc: $result"
+    sample b10.gc.s docfs 1 "$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.3f", b - a}')"
+    sample b10.after.bytes docfs 1 "$(store_size "$history_store")"
+    if [ "$store_kind" = postgres ]; then
+        psql_admin -c "DROP DATABASE IF EXISTS \"${database_prefix}_history\" WITH (FORCE)"
+    else
+        rm -f "$history_store" "$history_store-wal" "$history_store-shm"
+    fi
+}
+
 # --- The FUSE layer -------------------------------------------------------------------------
 
 fuse_layer() {
@@ -605,6 +766,8 @@ run_figure "B5: small files" b5
 run_figure "B6: the engine" b6
 run_figure "B7: 1,000 documents open" b7
 run_figure "B8: two mounts of one store" b8
+run_figure "B9: whole-file save of a small edit (sed -i)" b9
+run_figure "B10: history thins and space comes back (fsx, then docfs gc)" b10
 run_figure "FUSE layer micro-benchmark" fuse_layer
 
 # --- The report -----------------------------------------------------------------------------
@@ -615,6 +778,7 @@ export BENCH_NATIVE="$fs_type on $fs_source ($work)"
 export BENCH_LOAD="load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 export BENCH_MODE=$size BENCH_ROUNDS=$rounds BENCH_CHUNK_SIZE=$chunk_size
 export BENCH_BIG_BYTES=$big BENCH_RAND_BYTES=$rand BENCH_FILES=$files BENCH_DOCUMENTS=$documents BENCH_IMAGES=$images
+export BENCH_SAVE_BYTES=$save BENCH_FSX_OPS=$fsx_ops
 export BENCH_FAILED="${failed[*]:-}"
 
 echo

@@ -162,10 +162,19 @@ final class PostgresBackend: StoreBackend {
         }
     }
 
-    /// Marks the deleted rows' space reusable (VACUUM cannot run inside a transaction).
+    /// Marks the deleted rows' space reusable (VACUUM cannot run inside a transaction), and gives
+    /// the chunks' space back to the file system when most of it is free: a plain VACUUM only
+    /// lets the server reuse it. `VACUUM FULL` locks the table while it copies the live chunks,
+    /// so it runs only then, when there is little to copy (under a quarter of the table, which
+    /// is over 64 MiB).
     func reclaimSpace() throws {
         try database.withConnection { db in
             try db.query("VACUUM (ANALYZE) chunks, extents, nodes, versions, events")
+            let table = try db.scalar("SELECT pg_total_relation_size('chunks')") ?? 0
+            let live = try db.scalar("SELECT COALESCE(SUM(size), 0)::bigint FROM chunks") ?? 0
+            if table > 64 << 20, live * 4 < table {
+                try db.query("VACUUM (FULL, ANALYZE) chunks")
+            }
         }
     }
 

@@ -100,6 +100,23 @@ import TestSupport
         #expect(try store.checkIntegrity().isClean)
     }
 
+    @Test("After collection a PostgreSQL store that is mostly garbage gives its chunks' space back")
+    func postgresGivesSpaceBack() throws {
+        guard StoreKind.postgresURL != nil else { return }
+        let fixture = try StoreFixture(.postgres)
+        let store = fixture.store
+        let document = try store.createDocument(named: "big.bin", kind: .flat, type: nil, permissions: nil, origin: "")
+        for i in 0..<12 { _ = try Self.save(store, document, sampleBytes(8 << 20, seed: UInt64(i))) }
+        let size = { Int64(try fixture.sql("SELECT pg_total_relation_size('chunks')")) ?? -1 }
+        let before = try size()
+        #expect(before > 90 << 20)
+        _ = try store.collectGarbage(.currentOnly)
+        let after = try size()
+        #expect(after < 16 << 20, "the chunks take \(after) bytes after collection (were \(before))")
+        #expect(
+            try store.readContents(of: document.root, at: nil, offset: 0, count: 8 << 20) == sampleBytes(8 << 20, seed: 11))
+    }
+
     @Test("A store made before incremental vacuum is rebuilt once by its first collection")
     func oldStoreIsVacuumedOnce() throws {
         let fixture = try StoreFixture(.sqlite)

@@ -5,6 +5,7 @@
 import DocumentEngine
 import Foundation
 import PostgresStore
+import SQLiteStore
 
 #if canImport(Glibc)
     import Glibc

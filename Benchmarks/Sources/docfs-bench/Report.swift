@@ -45,9 +45,14 @@ struct Sizes {
     var files = "10,000"
     var documents = "1,000"
     var images = "100"
+    /// B9's text wrapper and B10's fsx operations.
+    var save = "64 MiB"
+    var fsxOperations = "20,000"
     /// What "bytes written to the store" counts, and what the daemon reads, for the store kind.
     var storeWrites = "DB + WAL"
     var storeReads = "SQLite records"
+    /// What B10 measures as the store's size on disk.
+    var storeSize = "file + -wal + -shm"
 
     init(environment: [String: String]) {
         if environment["BENCH_STORE"] == "postgres" {
@@ -55,6 +60,7 @@ struct Sizes {
                 environment["BENCH_WAL_SPLIT"] == "1"
                 ? "PostgreSQL WAL records; full-page images in the next row" : "PostgreSQL WAL"
             storeReads = "rows from PostgreSQL"
+            storeSize = "pg_database_size"
         }
         func mib(_ key: String) -> String? {
             guard let bytes = environment[key].flatMap(Double.init) else { return nil }
@@ -69,6 +75,8 @@ struct Sizes {
         files = count("BENCH_FILES") ?? files
         documents = count("BENCH_DOCUMENTS") ?? documents
         images = count("BENCH_IMAGES") ?? images
+        save = mib("BENCH_SAVE_BYTES") ?? save
+        fsxOperations = count("BENCH_FSX_OPS") ?? fsxOperations
     }
 }
 
@@ -191,6 +199,39 @@ func figureCatalog(chunkSize: Double, sizes: Sizes) -> [Figure] {
             id: "b8.create",
             label: "B8 a document created through one mount, found through a second (from open)",
             unit: "ms", target: .atMost(1000)),
+        Figure(
+            id: "b9.bytes",
+            label: "B9 `sed -i` inserts a first line in a \(sizes.save) text wrapper (whole-file save): "
+                + "bytes written to the store (\(sizes.storeWrites))",
+            unit: "bytes", target: .atMost(2 * 1_048_576)),
+        Figure(
+            id: "b9.fpi",
+            label: "B9 (info) sed: full-page images in the WAL (first change of a page after a checkpoint)",
+            unit: "bytes", target: .none),
+        Figure(
+            id: "b9.content", label: "B9 (info) sed: content bytes the store wrote", unit: "bytes",
+            target: .none),
+        Figure(
+            id: "b9.ms",
+            label: "B9 (info) `sed -i` inserts a first line in a \(sizes.save) text wrapper + fsync",
+            unit: "ms", target: .none),
+        Figure(
+            id: "b10.after.bytes",
+            label:
+                "B10 store size after fsx (\(sizes.fsxOperations) operations) and `docfs gc --keep-last 1` "
+                + "(\(sizes.storeSize))",
+            unit: "bytes", target: .atMost(20 * 1_048_576)),
+        Figure(
+            id: "b10.before.bytes",
+            label: "B10 (info) store size after fsx, before the gc (\(sizes.storeSize))",
+            unit: "bytes", target: .none),
+        Figure(
+            id: "b10.fsx.s",
+            label: "B10 (info) fsx, \(sizes.fsxOperations) operations in a package through the mount",
+            unit: "s", target: .none),
+        Figure(
+            id: "b10.gc.s", label: "B10 (info) `docfs gc --keep-last 1 --keep-for 0`", unit: "s",
+            target: .none),
         Figure(
             id: "fuse.getattr", label: "FUSE layer: no-op `getattr` (attr timeout 0)", unit: "µs",
             target: .none),
