@@ -35,14 +35,8 @@ struct List: DocfsCommand {
 
     /// The store and document the arguments name.
     func resolved() throws -> (store: String?, document: String?) {
-        switch arguments.count {
-        case 0: return (nil, nil)
-        case 1:
-            let only = arguments[0]
-            return Positionals.looksLikeStore(only) ? (only, nil) : (nil, only)
-        case 2: return (arguments[0], arguments[1])
-        default: throw ValidationError("expected [STORE] [DOCUMENT], but got \(arguments.count) arguments")
-        }
+        let (store, document) = try Positionals.optionalStoreAndName(arguments, what: "DOCUMENT")
+        return (store, document)
     }
 
     func validate() throws {

@@ -96,6 +96,19 @@ struct StoreLocation {
 /// The rule (documented in `docfs --help`): when one more argument is given than the command
 /// needs, the first is the STORE; when exactly as many are given, the default store is used.
 enum Positionals {
+    /// `[STORE] [NAME]`: a lone argument is a STORE when it looks like one, else a NAME (`what`
+    /// says which, for the message).
+    static func optionalStoreAndName(_ arguments: [String], what: String) throws -> (store: String?, name: String?) {
+        switch arguments.count {
+        case 0: return (nil, nil)
+        case 1:
+            let only = arguments[0]
+            return looksLikeStore(only) ? (only, nil) : (nil, only)
+        case 2: return (arguments[0], arguments[1])
+        default: throw ValidationError("expected [STORE] [\(what)], but got \(arguments.count) arguments")
+        }
+    }
+
     static func split(_ arguments: [String], needs names: [String]) throws -> (store: String?, rest: [String])
     {
         switch arguments.count {

@@ -72,15 +72,8 @@ struct Retention: DocfsCommand {
             }
             return (arguments.first, shorthand)
         }
-        switch arguments.count {
-        case 0: return (nil, nil)
-        case 1:
-            let only = arguments[0]
-            return Positionals.looksLikeStore(only) ? (only, nil) : (nil, only)
-        case 2: return (arguments[0], arguments[1])
-        default:
-            throw ValidationError("expected [STORE] [POLICY], but got \(arguments.count) arguments")
-        }
+        let (store, policy) = try Positionals.optionalStoreAndName(arguments, what: "POLICY")
+        return (store, policy)
     }
 
     func validate() throws {
