@@ -517,7 +517,7 @@ extension DocumentFileSystem {
 
 /// The process (thread group) of a thread: FUSE requests carry the calling thread's id.
 func threadGroup(of thread: Int32) -> Int32 {
-    guard thread > 0, let status = try? String(contentsOfFile: "/proc/\(thread)/status", encoding: .utf8)
+    guard thread > 0, let status = readSystemFile("/proc/\(thread)/status")
     else {
         return thread
     }

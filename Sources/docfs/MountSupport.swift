@@ -39,7 +39,7 @@ enum MountTable {
     static func entries() -> [MountEntry] {
         // mountinfo rather than /proc/self/mounts: it is the kernel's own view, and its fields
         // cannot be confused by a source that contains spaces (they are escaped in both).
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else {
+        guard let text = readSystemFile("/proc/self/mountinfo") else {
             return []
         }
         return text.split(separator: "\n").compactMap { line in

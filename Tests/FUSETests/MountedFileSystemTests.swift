@@ -583,7 +583,7 @@ struct MountedFileSystemTests {
             "threads: \(threadNames())")
         #expect(eventually(timeout: 5) { procEntries("fd").count < fdsBefore + 50 })
         let leftovers =
-            (try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8))?
+            (readSystemFile("/proc/self/mounts"))?
             .split(separator: "\n").filter { $0.hasPrefix("memoryfs ") } ?? []
         #expect(leftovers.isEmpty)
     }

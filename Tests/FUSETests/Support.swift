@@ -51,7 +51,7 @@ final class Background<T: Sendable>: @unchecked Sendable {
 
 /// Lines of /proc/self/mounts whose mountpoint is `path`.
 func mountLines(_ path: String) -> [String] {
-    guard let mounts = try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8) else { return [] }
+    guard let mounts = readSystemFile("/proc/self/mounts") else { return [] }
     return mounts.split(separator: "\n").map(String.init).filter {
         $0.split(separator: " ").dropFirst().first.map(String.init) == path
     }

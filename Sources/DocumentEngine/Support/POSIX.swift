@@ -141,7 +141,7 @@ enum POSIX {
 
     /// The process umask, read without changing it (umask(2) is racy across threads).
     static func currentUmask() -> mode_t {
-        if let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) {
+        if let status = readSystemFile("/proc/self/status") {
             for line in status.split(separator: "\n") where line.hasPrefix("Umask:") {
                 let value = line.dropFirst("Umask:".count).trimmingCharacters(in: .whitespaces)
                 if let mask = mode_t(value, radix: 8) { return mask }

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -80,7 +81,7 @@ func setModificationDate(_ path: String, _ date: Date) throws {
 
 /// The process umask, read without changing it.
 func processUmask() -> Int {
-    let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+    let status = TestSupport.readSystemFile("/proc/self/status") ?? ""
     for line in status.split(separator: "\n") where line.hasPrefix("Umask:") {
         return Int(line.dropFirst(6).trimmingCharacters(in: .whitespaces), radix: 8) ?? 0o022
     }
