@@ -491,7 +491,7 @@ enum Mounts {
     }
 
     static func entry(at path: String) -> Entry? {
-        guard let text = TestSupport.readSystemFile("/proc/self/mountinfo") else { return nil }
+        guard let text = readSystemFile("/proc/self/mountinfo") else { return nil }
         return text.split(separator: "\n").compactMap { line -> Entry? in
             let fields = line.split(separator: " ").map { unescape(String($0)) }
             guard let dash = fields.firstIndex(of: "-"), dash + 2 < fields.count, fields.count > 5 else { return nil }
@@ -515,7 +515,7 @@ func fuseDeviceOpenToAll() -> Bool {
 
 /// Whether `pid` is a live process (not gone, not a zombie waiting for its parent).
 func isAlive(_ pid: pid_t) -> Bool {
-    guard let stat = TestSupport.readSystemFile("/proc/\(pid)/stat"),
+    guard let stat = readSystemFile("/proc/\(pid)/stat"),
         let close = stat.lastIndex(of: ")")
     else { return false }
     let state = stat[stat.index(after: close)...].split(separator: " ").first

@@ -20,7 +20,7 @@ struct TestFailure: Error, CustomStringConvertible {
 
 /// Lines of /proc/self/mounts whose mountpoint is `path`.
 func mountLines(_ path: String) -> [String] {
-    guard let mounts = TestSupport.readSystemFile("/proc/self/mounts") else { return [] }
+    guard let mounts = readSystemFile("/proc/self/mounts") else { return [] }
     return mounts.split(separator: "\n").map(String.init).filter {
         $0.split(separator: " ").dropFirst().first.map(String.init) == path
     }
@@ -129,7 +129,7 @@ final class MountWatchdog: @unchecked Sendable {
 /// The minor device number of the FUSE mount at `path` (its fusectl connection directory), from
 /// /proc/self/mountinfo.
 func fuseConnection(of path: String) -> UInt32? {
-    guard let info = TestSupport.readSystemFile("/proc/self/mountinfo") else { return nil }
+    guard let info = readSystemFile("/proc/self/mountinfo") else { return nil }
     for line in info.split(separator: "\n") {
         let fields = line.split(separator: " ")
         guard fields.count > 4, fields[4] == path else { continue }

@@ -582,9 +582,7 @@ struct MountedFileSystemTests {
             eventually(timeout: 5) { procEntries("task").count < tasksBefore + 50 },
             "threads: \(threadNames())")
         #expect(eventually(timeout: 5) { procEntries("fd").count < fdsBefore + 50 })
-        let leftovers =
-            (readSystemFile("/proc/self/mounts"))?
-            .split(separator: "\n").filter { $0.hasPrefix("memoryfs ") } ?? []
+        let leftovers = mountTable().filter { $0.source == "memoryfs" }
         #expect(leftovers.isEmpty)
     }
 }

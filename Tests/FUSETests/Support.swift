@@ -49,12 +49,25 @@ final class Background<T: Sendable>: @unchecked Sendable {
     }
 }
 
-/// Lines of /proc/self/mounts whose mountpoint is `path`.
-func mountLines(_ path: String) -> [String] {
-    guard let mounts = readSystemFile("/proc/self/mounts") else { return [] }
-    return mounts.split(separator: "\n").map(String.init).filter {
-        $0.split(separator: " ").dropFirst().first.map(String.init) == path
+/// The mount table as (source, mount point, type, options), read a line at a time with stdio:
+/// Foundation reads only the first page of a /proc file.
+func mountTable() -> [(source: String, mountPoint: String, type: String, options: String)] {
+    guard let file = fopen("/proc/self/mounts", "r") else { return [] }
+    defer { fclose(file) }
+    var result: [(source: String, mountPoint: String, type: String, options: String)] = []
+    var line: UnsafeMutablePointer<CChar>?
+    var capacity = 0
+    defer { free(line) }
+    while getline(&line, &capacity, file) > 0, let line {
+        let fields = String(cString: line).split(separator: " ").map(String.init)
+        if fields.count >= 4 { result.append((fields[0], fields[1], fields[2], fields[3])) }
     }
+    return result
+}
+
+/// Mounts whose mount point is `path`, as /proc/self/mounts lines ("source mountpoint type options 0 0").
+func mountLines(_ path: String) -> [String] {
+    mountTable().filter { $0.mountPoint == path }.map { "\($0.source) \($0.mountPoint) \($0.type) \($0.options) 0 0" }
 }
 
 func isMounted(_ path: String) -> Bool { !mountLines(path).isEmpty }

@@ -1,4 +1,5 @@
 import Foundation
+import DocumentEngine
 import TestSupport
 
 #if canImport(Glibc)
@@ -81,7 +82,7 @@ func setModificationDate(_ path: String, _ date: Date) throws {
 
 /// The process umask, read without changing it.
 func processUmask() -> Int {
-    let status = TestSupport.readSystemFile("/proc/self/status") ?? ""
+    let status = readSystemFile("/proc/self/status") ?? ""
     for line in status.split(separator: "\n") where line.hasPrefix("Umask:") {
         return Int(line.dropFirst(6).trimmingCharacters(in: .whitespaces), radix: 8) ?? 0o022
     }
