@@ -10,7 +10,7 @@ import GRDB
 /// id as branch and apply on top of the main line as of the version it was based on.
 enum SQLiteSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion = 3
+    static let formatVersion = 4
     /// `PRAGMA application_id`: "DocF", so other SQLite files are recognised as foreign.
     static let applicationID: Int32 = 0x446F_6346
 
@@ -131,6 +131,17 @@ enum SQLiteSchema {
                     DROP TABLE chunk_map;
                     CREATE INDEX extents_by_chunk ON extents(chunk);
                     UPDATE store_meta SET value = 3 WHERE key = 'format';
+                    """)
+        }
+        // v4: an index that yields a document's rows in node order, newest first, so that its
+        // latest records are one index walk with no grouping (B6: reading 10,000 records took
+        // half the time of Document.open). No row changes, but an older program would not
+        // know the migration, so the format says 4.
+        migrator.registerMigration("v4") { db in
+            try db.execute(
+                sql: """
+                    CREATE INDEX nodes_by_document_node ON nodes(document, branch, node, version);
+                    UPDATE store_meta SET value = 4 WHERE key = 'format';
                     """)
         }
         return migrator

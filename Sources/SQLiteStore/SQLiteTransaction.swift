@@ -181,33 +181,48 @@ struct SQLiteTransaction: StoreTransaction {
     // MARK: Wrapper rows
 
     func latestNodes(of document: DocumentID, branch: Int64, upTo limit: Int64) throws -> [StoredNode] {
-        let rows = try Row.fetchCursor(
-            db.cachedStatement(
-                sql: """
-                    SELECT n.* FROM nodes n
-                    JOIN (SELECT node, MAX(version) AS v FROM nodes
-                          WHERE document = ? AND branch = ? AND version <= ? GROUP BY node) latest
-                      ON n.node = latest.node AND n.branch = ? AND n.version = latest.v
-                    """),
-            arguments: [document.rawValue, branch, limit, branch])
+        // Each node's rows come newest first: the first is its latest, the rest are skipped
+        // after reading one column.
+        let statement = try db.cachedStatement(
+            sql: """
+                SELECT * FROM nodes INDEXED BY nodes_by_document_node
+                WHERE document = ? AND branch = ? AND version <= ?
+                ORDER BY node DESC, version DESC
+                """)
+        let rows = try Row.fetchCursor(statement, arguments: [document.rawValue, branch, limit])
+        let columns = try NodeColumns(statement.columnNames)
+        let row = StatementRow(statement: statement.sqliteStatement)
         var result: [StoredNode] = []
-        var columns: NodeColumns?
-        while let row = try rows.next() {
-            let c = try columns ?? NodeColumns(row)
-            columns = c
-            result.append(try Self.storedNode(row, c))
+        var previous: Int64?
+        while try rows.next() != nil {
+            let node = try row.int64(columns.node, "node")
+            guard node != previous else { continue }
+            previous = node
+            result.append(try columns.storedNode(row))
         }
+        result.reverse()
         return result
     }
 
     func latestNode(_ node: StoreNodeID, branch: Int64, upTo limit: Int64) throws -> StoredNode? {
-        try Row.fetchOne(
+        try Self.storedNodes(
             db.cachedStatement(
-                sql:
-                    "SELECT * FROM nodes WHERE node = ? AND branch = ? AND version <= ? ORDER BY version DESC LIMIT 1"
+                sql: "SELECT * FROM nodes WHERE node = ? AND branch = ? AND version <= ? ORDER BY version DESC LIMIT 1"
             ),
             arguments: [node.rawValue, branch, limit]
-        ).map { try Self.storedNode($0, NodeColumns($0)) }
+        ).first
+    }
+
+    /// The `nodes` rows a statement selects, read from its columns as it steps.
+    static func storedNodes(_ statement: Statement, arguments: StatementArguments) throws -> [StoredNode] {
+        let rows = try Row.fetchCursor(statement, arguments: arguments)
+        let columns = try NodeColumns(statement.columnNames)
+        let row = StatementRow(statement: statement.sqliteStatement)
+        var result: [StoredNode] = []
+        while try rows.next() != nil {
+            result.append(try columns.storedNode(row))
+        }
+        return result
     }
 
     func nodeChanged(_ node: StoreNodeID, after version: VersionID) throws -> Bool {
@@ -282,22 +297,6 @@ struct SQLiteTransaction: StoreTransaction {
         try db.execute(sql: "DELETE FROM nodes WHERE branch = ?", arguments: [branch])
     }
 
-    static func storedNode(_ row: Row, _ c: NodeColumns) throws -> StoredNode {
-        let removed = try row.stored(c.removed, "removed", as: Int64.self) != 0
-        let record: NodeRecord
-        if removed {
-            record = NodeRecord(
-                id: StoreNodeID(rawValue: try row.stored(c.node, "node")),
-                document: DocumentID(rawValue: try row.stored(c.document, "document")),
-                parent: try row.stored(c.parent, "parent", as: Int64?.self).map(StoreNodeID.init(rawValue:)),
-                name: try row.stored(c.name, "name"), kind: .regularFile, permissions: 0, uid: 0, gid: 0,
-                modified: Timestamp(rawValue: 0),
-                version: VersionID(rawValue: try row.stored(c.version, "version")))
-        } else {
-            record = try c.record(row)
-        }
-        return StoredNode(record: record, branch: try row.stored(c.branch, "branch"), removed: removed)
-    }
 
     // MARK: Extents
 

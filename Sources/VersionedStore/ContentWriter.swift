@@ -126,7 +126,7 @@ struct ContentWriter {
             var extents: [Int64: Extent] = [:]
             var end = Int64.max
             while let data = try stream.next(read: { count in
-                let bytes = try content.bytes(at: cursor, count: Int(min(Int64(count), size - cursor)))
+                let bytes = try content.bytes(at: cursor, upTo: Int(min(Int64(count), size - cursor)))
                 cursor += Int64(bytes.count)
                 return bytes
             }) {
@@ -356,6 +356,8 @@ private final class NewContent {
         guard let data = held?.data else { return Data(count: range.count) }
         let from = Int(range.lowerBound - index * page)
         let to = Int(range.upperBound - index * page)
+        // A slice shares the page's storage: no copy when the source holds every byte.
+        if to <= data.count { return data[data.startIndex + from..<data.startIndex + to] }
         var result = Data(count: range.count)
         if from < data.count {
             let upto = min(to, data.count)
@@ -365,12 +367,12 @@ private final class NewContent {
         return result
     }
 
-    func bytes(at offset: Int64, count: Int) throws -> Data {
-        var result = Data()
-        result.reserveCapacity(count)
-        var at = offset
+    /// Up to `count` bytes at `offset`: the first stretch that comes from one place (a page of
+    /// the source, or the base), as it is, without joining stretches; empty only at the end.
+    func bytes(at offset: Int64, upTo count: Int) throws -> Data {
+        let at = offset
         let end = min(size, offset + Int64(count))
-        while at < end {
+        if at < end {
             // The first changed range that ends past `at`.
             var low = 0
             var high = changed.count
@@ -380,15 +382,13 @@ private final class NewContent {
             }
             if low < changed.count, changed[low].lowerBound <= at {
                 let to = min(end, changed[low].upperBound, (at / page + 1) * page)
-                result.append(try sourceBytes(at..<to))
-                at = to
+                return try sourceBytes(at..<to)
             } else {
                 let to = min(end, low < changed.count ? changed[low].lowerBound : end)
-                result.append(try base.bytes(at..<to))
-                at = to
+                return try base.bytes(at..<to)
             }
         }
-        return result
+        return Data()
     }
 }
 
@@ -468,7 +468,8 @@ struct Chunking: Sendable {
         return .fixed(chunkSize)
     }
 
-    /// The next chunk's bytes, reading through `read` (up to the count asked, empty at the end).
+    /// The next chunk's bytes, reading through `read` (up to the count asked, at least one byte
+    /// until the end, then empty).
     mutating func next(read: (Int) throws -> Data) throws -> Data? {
         switch method {
         case .contentDefined:
@@ -478,7 +479,12 @@ struct Chunking: Sendable {
             offset = Int64(stream.offset)
             return chunk
         case .fixed(let size):
-            let data = try read(size)
+            var data = try read(size)
+            while !data.isEmpty && data.count < size {
+                let more = try read(size - data.count)
+                if more.isEmpty { break }
+                data.append(more)
+            }
             if data.isEmpty { return nil }
             offset += Int64(data.count)
             return data

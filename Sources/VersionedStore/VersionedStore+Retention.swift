@@ -8,7 +8,7 @@ extension VersionedStore {
     }
 
     public func setSetting(_ key: String, _ value: String) throws {
-        try backend.write(durable: true) { try $0.setSetting(key, value) }
+        try write(durable: true) { try $0.setSetting(key, value) }
     }
 
     /// Drops versions `policy` no longer keeps (never a document's current version, nor an
@@ -26,7 +26,7 @@ extension VersionedStore {
         }
         // One transaction per document: writers wait for one document's clean-up, not the store's.
         for document in documents {
-            let outcome = try backend.write(durable: false) { tx -> (versions: Int, removed: Bool) in
+            let outcome = try write(durable: false) { tx -> (versions: Int, removed: Bool) in
                 guard let current = try tx.document(document.id) else { return (0, false) }
                 if let deleted = current.deleted, policy.isExpired(deletedAt: deleted, now: now) {
                     try tx.removeDocument(current.id)
@@ -37,7 +37,7 @@ extension VersionedStore {
             report.versionsRemoved += outcome.versions
             if outcome.removed { report.documentsRemoved += 1 }
         }
-        try backend.write(durable: true) { tx in
+        try write(durable: true) { tx in
             let freed = try tx.removeUnreferencedChunks()
             report.chunksRemoved = freed.count
             report.bytesFreed = freed.bytes

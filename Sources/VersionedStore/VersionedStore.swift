@@ -6,13 +6,13 @@ import Synchronization
 /// The versioned-store algorithm, once, over any ``StoreBackend``.
 ///
 /// History is kept without copying: a wrapper is a series of immutable rows, one per version that
-/// changed it, and a file's contents are chunk-map rows, one per version that changed a chunk
-/// index. The state at version V is, per wrapper (and per chunk index), the row with the highest
-/// version ≤ V. So a save writes only the rows it changes, and reading an old version needs no
+/// changed it, and a file's contents are extent rows (a chunk at a byte offset), one per version
+/// that changed what starts at that offset. The state at version V is, per wrapper (and per
+/// offset), the row with the highest version ≤ V. So a save writes only the rows it changes, and reading an old version needs no
 /// copy. Branch 0 is the main line; a conflict version's rows carry its own id as branch and apply
 /// on top of the main line as of the version it was based on.
 ///
-/// Contents are fixed-size chunks stored once per SHA-256, shared between wrappers, documents and
+/// Contents are content-defined chunks (at most a chunk size long) stored once per SHA-256, shared between wrappers, documents and
 /// versions; all-zero chunks are holes. A save's contents come in as data or as a source that
 /// never calls the store: bytes the store already holds (a copy, a file derived from another)
 /// are named by node and version and resolved inside the transaction.
@@ -30,6 +30,9 @@ public final class VersionedStore: Sendable {
     private let cache = Mutex(ChunkCache(capacity: ChunkCache.storeCapacity))
     /// What reads at saved versions learned: a file's size and chunk ids by index (immutable).
     private let pinned = Mutex(PinnedFiles())
+    /// Commits through this store that did not wait for the disk, and how many of them a sync or
+    /// a durable commit has covered since: an `fsync` after a durable save needs no second sync.
+    private let durability = Mutex((deferred: 0, covered: 0))
 
     /// How contents are cut into chunks (content-defined, at most a chunk size long).
     let chunking: Chunking.Method
@@ -70,7 +73,7 @@ public final class VersionedStore: Sendable {
         named name: String, kind: DocumentKind, type: String?, permissions: Int?, origin: String
     ) throws -> DocumentInfo {
         try Self.validateDocumentName(name)
-        return try backend.write(durable: true) { tx in
+        return try write(durable: true) { tx in
             try Self.requireFreeName(tx, name)
             let now = Timestamp.now
             let root = StoreNodeID(rawValue: try tx.reserveNodeIDs(count: 1))
@@ -93,7 +96,7 @@ public final class VersionedStore: Sendable {
 
     public func renameDocument(_ id: DocumentID, to name: String) throws -> DocumentInfo {
         try Self.validateDocumentName(name)
-        return try backend.write(durable: true) { tx in
+        return try write(durable: true) { tx in
             let current = try Self.fetchDocument(tx, id)
             if current.name == name { return current }
             try Self.requireFreeName(tx, name, except: id)
@@ -106,7 +109,7 @@ public final class VersionedStore: Sendable {
     }
 
     public func deleteDocument(_ id: DocumentID, origin: String) throws {
-        try backend.write(durable: true) { tx in
+        try write(durable: true) { tx in
             let current = try Self.fetchDocument(tx, id)
             let now = Timestamp.now
             if current.deleted == nil { try tx.updateDocument(id, .deleted(now)) }
@@ -117,7 +120,7 @@ public final class VersionedStore: Sendable {
     }
 
     public func undeleteDocument(_ id: DocumentID, as name: String?) throws -> DocumentInfo {
-        try backend.write(durable: true) { tx in
+        try write(durable: true) { tx in
             let current = try Self.fetchDocument(tx, id)
             let newName = name ?? current.name
             try Self.validateDocumentName(newName)
@@ -150,8 +153,18 @@ public final class VersionedStore: Sendable {
     public func nodes(of document: DocumentID, at version: VersionID?) throws -> [NodeRecord] {
         try backend.read { tx in
             _ = try Self.fetchDocument(tx, document)
-            return try Self.nodes(tx, document: document, lineage: Lineage.of(tx, version)).values
-                .sorted { $0.id < $1.id }
+            let lineage = try Lineage.of(tx, version)
+            guard lineage.branch == 0 else {
+                return try Self.nodes(tx, document: document, lineage: lineage).values.sorted { $0.id < $1.id }
+            }
+            // On the main line each node has one latest row: no dictionary needed, and the rows
+            // come mostly in node order, which the sort finds in one pass.
+            var records: [NodeRecord] = []
+            for row in try tx.latestNodes(of: document, branch: 0, upTo: lineage.limit) where !row.removed {
+                records.append(row.record)
+            }
+            records.sort { $0.id < $1.id }
+            return records
         }
     }
 
@@ -406,7 +419,26 @@ public final class VersionedStore: Sendable {
         return data
     }
 
-    public func synchronize() throws { try backend.synchronize() }
+    /// Makes every save this store committed before the call durable. A durable commit covers
+    /// the deferred ones before it (the log is flushed up to it), so only deferred commits since
+    /// the last durable one or sync cost a sync.
+    public func synchronize() throws {
+        let target = durability.withLock { $0.deferred }
+        guard durability.withLock({ $0.covered < target }) else { return }
+        try backend.synchronize()
+        durability.withLock { $0.covered = max($0.covered, target) }
+    }
+
+    /// A write transaction through the backend, counted for ``synchronize()``.
+    func write<T>(durable: Bool, _ body: (any StoreTransaction) throws -> T) throws -> T {
+        // Deferred commits finished before this one starts are in the log ahead of it.
+        let before = durability.withLock { $0.deferred }
+        let result = try backend.write(durable: durable, body)
+        durability.withLock { ledger in
+            if durable { ledger.covered = max(ledger.covered, before) } else { ledger.deferred += 1 }
+        }
+        return result
+    }
 
     /// Drops cached chunks and learned chunk maps (for tests and benchmarks of cold reads).
     public func purgeCache() {
@@ -418,12 +450,12 @@ public final class VersionedStore: Sendable {
 
     public func makeNodeIDs(count: Int) throws -> [StoreNodeID] {
         guard count > 0 else { return [] }
-        let first = try backend.write(durable: true) { tx in try tx.reserveNodeIDs(count: count) }
+        let first = try write(durable: true) { tx in try tx.reserveNodeIDs(count: count) }
         return (0..<Int64(count)).map { StoreNodeID(rawValue: first + $0) }
     }
 
     public func save(_ changes: DocumentChanges) throws -> SaveResult {
-        try backend.write(durable: changes.durable) { tx in try self.save(tx, changes, event: nil) }
+        try write(durable: changes.durable) { tx in try self.save(tx, changes, event: nil) }
     }
 
     /// One save inside a write transaction; `event` overrides the recorded event's kind.
@@ -482,20 +514,32 @@ public final class VersionedStore: Sendable {
             if let kept = changes.removedNodes.first(where: { records[$0] != nil }) {
                 throw DocumentStoreError.invalidChange("\(kept) is both changed and removed")
             }
-            let all = try Self.nodes(tx, document: document.id, lineage: before)
-            var children: [StoreNodeID: [StoreNodeID]] = [:]
-            for record in all.values {
-                if let parent = record.parent { children[parent, default: []].append(record.id) }
-            }
-            var frontier = changes.removedNodes
-            var seen: Set<StoreNodeID> = []
-            while let next = frontier.popLast() {
-                guard seen.insert(next).inserted, records[next] == nil else { continue }
-                if next == document.root {
+            // Removing files and links touches only them; the whole tree is read (to find
+            // subtrees) only when a folder goes.
+            var listed: [StoreNodeID: NodeRecord] = [:]
+            for id in changes.removedNodes {
+                if id == document.root {
                     throw DocumentStoreError.invalidChange("the document's root cannot be removed")
                 }
-                if let record = all[next] { removed[next] = record }
-                frontier += children[next] ?? []
+                if let record = try Self.node(tx, id, lineage: before), record.document == document.id {
+                    listed[id] = record
+                }
+            }
+            if !listed.values.contains(where: { $0.kind == .directory }) {
+                removed = listed
+            } else {
+                let all = try Self.nodes(tx, document: document.id, lineage: before)
+                var children: [StoreNodeID: [StoreNodeID]] = [:]
+                for record in all.values {
+                    if let parent = record.parent { children[parent, default: []].append(record.id) }
+                }
+                var frontier = changes.removedNodes
+                var seen: Set<StoreNodeID> = []
+                while let next = frontier.popLast() {
+                    guard seen.insert(next).inserted, records[next] == nil else { continue }
+                    if let record = all[next] { removed[next] = record }
+                    frontier += children[next] ?? []
+                }
             }
         }
         try validate(tx, records: records, removed: Set(removed.keys), document: document, lineage: before)
@@ -580,7 +624,7 @@ public final class VersionedStore: Sendable {
     }
 
     public func restore(_ version: VersionID, of document: DocumentID, origin: String) throws -> SaveResult {
-        try backend.write(durable: true) { tx in
+        try write(durable: true) { tx in
             guard let info = try tx.version(version), info.document == document else {
                 throw DocumentStoreError.noSuchVersion(version)
             }
@@ -610,7 +654,7 @@ public final class VersionedStore: Sendable {
     }
 
     public func resolveConflict(_ version: VersionID) throws {
-        try backend.write(durable: true) { tx in
+        try write(durable: true) { tx in
             guard let info = try tx.version(version) else { throw DocumentStoreError.noSuchVersion(version) }
             guard info.isConflict, !info.isResolved else { return }  // FV-2: not a conflict, or resolved
             try tx.updateVersion(version, .resolved)
