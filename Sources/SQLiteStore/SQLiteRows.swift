@@ -100,7 +100,8 @@ struct NodeColumns {
             changed: Timestamp(rawValue: try row.int64(c.ctime, "ctime")),
             accessed: Timestamp(rawValue: try row.int64(c.atime, "atime")),
             created: Timestamp(rawValue: try row.int64(c.btime, "btime")),
-            size: try row.int64(c.size, "size"), linkTarget: try row.optionalText(c.linkTarget, "link_target"),
+            size: try row.int64(c.size, "size"),
+            linkTarget: try row.optionalText(c.linkTarget, "link_target"),
             extendedAttributes: try XattrCoding.decode(try row.optionalBlob(c.xattrs, "xattrs") ?? Data()),
             version: VersionID(rawValue: try row.int64(c.version, "version")))
     }
@@ -108,7 +109,8 @@ struct NodeColumns {
     /// The row of the `nodes` table: a record, or the mark that its wrapper was removed.
     func storedNode(_ row: some ColumnSource) throws -> StoredNode {
         guard let removedColumn = removed, let branchColumn = branch else {
-            throw DocumentStoreError.corrupt(path: "", reason: "a wrapper row has no removed or branch column")
+            throw DocumentStoreError.corrupt(
+                path: "", reason: "a wrapper row has no removed or branch column")
         }
         let removed = try row.int64(removedColumn, "removed") != 0
         let record: NodeRecord

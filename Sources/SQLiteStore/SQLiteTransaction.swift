@@ -207,7 +207,8 @@ struct SQLiteTransaction: StoreTransaction {
     func latestNode(_ node: StoreNodeID, branch: Int64, upTo limit: Int64) throws -> StoredNode? {
         try Self.storedNodes(
             db.cachedStatement(
-                sql: "SELECT * FROM nodes WHERE node = ? AND branch = ? AND version <= ? ORDER BY version DESC LIMIT 1"
+                sql:
+                    "SELECT * FROM nodes WHERE node = ? AND branch = ? AND version <= ? ORDER BY version DESC LIMIT 1"
             ),
             arguments: [node.rawValue, branch, limit]
         ).first
@@ -296,7 +297,6 @@ struct SQLiteTransaction: StoreTransaction {
         try db.execute(sql: "DELETE FROM extents WHERE branch = ?", arguments: [branch])
         try db.execute(sql: "DELETE FROM nodes WHERE branch = ?", arguments: [branch])
     }
-
 
     // MARK: Extents
 

@@ -155,7 +155,9 @@ public final class VersionedStore: Sendable {
             _ = try Self.fetchDocument(tx, document)
             let lineage = try Lineage.of(tx, version)
             guard lineage.branch == 0 else {
-                return try Self.nodes(tx, document: document, lineage: lineage).values.sorted { $0.id < $1.id }
+                return try Self.nodes(tx, document: document, lineage: lineage).values.sorted {
+                    $0.id < $1.id
+                }
             }
             // On the main line each node has one latest row: no dictionary needed, and the rows
             // come mostly in node order, which the sort finds in one pass.
