@@ -44,18 +44,19 @@ extension DocumentFileSystem {
     /// A new node record for a creation by `context`.
     func newRecord(
         _ id: StoreNodeID, document: DocumentID?, parent: StoreNodeID?, name: String, kind: FileWrapper.Kind,
-        permissions: FilePermissions, context: RequestContext, linkTarget: String? = nil
+        permissions: FilePermissions, context: RequestContext, linkTarget: String? = nil, device: UInt64 = 0
     ) -> NodeRecord {
         let mode = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
         return NodeRecord(
             id: id, document: document ?? DocumentID(rawValue: 0), parent: parent, name: name, kind: kind,
-            permissions: mode, uid: context.uid, gid: context.gid, modified: .now, linkTarget: linkTarget)
+            permissions: mode, uid: context.uid, gid: context.gid, modified: .now, linkTarget: linkTarget,
+            device: device)
     }
 
     /// Creates a node in a package directory.
     func createInPackage(
         _ context: RequestContext, directory: ViewNode, name: FUSE.FileName, kind: FileWrapper.Kind,
-        permissions: FilePermissions, linkTarget: String? = nil
+        permissions: FilePermissions, linkTarget: String? = nil, device: UInt64 = 0
     ) throws(Errno) -> ViewNode {
         let text = try validate(name)
         let id = try newStoreID()
@@ -66,7 +67,7 @@ extension DocumentFileSystem {
             try checkNoEquivalent(text, in: directory.children)
             let record = newRecord(
                 id, document: directory.document, parent: directory.persistAs, name: text, kind: kind,
-                permissions: permissions, context: context, linkTarget: linkTarget)
+                permissions: permissions, context: context, linkTarget: linkTarget, device: device)
             let node = makeNode(storeID: id, document: directory.document, record: record, name: name)
             if kind == .regularFile { node.contents?.base = .empty(id) }
             node.parent = directory
@@ -125,20 +126,22 @@ extension DocumentFileSystem {
         }) {
             return adopted
         }
-        return try createDocument(context, name: name, text: text, kind: .flat, permissions: permissions)
+        return try createDocument(
+            context, name: name, text: text, root: DocumentRoot(kind: .regularFile), permissions: permissions)
     }
 
     /// Creates a document in the store and shows it at the root, owned by the caller.
     func createDocument(
-        _ context: RequestContext, name: FUSE.FileName, text: String, kind: DocumentKind,
+        _ context: RequestContext, name: FUSE.FileName, text: String, root: DocumentRoot,
         permissions: FilePermissions
     ) throws(Errno) -> ViewNode {
         try state.withLock { state throws(Errno) in
             if state.rootEntries[name] != nil { throw .fileExists }
         }
-        let mode = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
+        var root = root
+        root.permissions = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
         let info = try storeCall {
-            try store.createDocument(named: text, kind: kind, type: nil, permissions: mode, origin: origin)
+            try store.createDocument(named: text, root: root, type: nil, origin: origin)
         }
         guard let record = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
             throw .ioError
@@ -231,9 +234,33 @@ extension DocumentFileSystem {
     ) {
         answer(reply) { () throws(Errno) in
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
-            // Wrappers are files, folders and links: no devices, fifos or sockets.
-            guard type == .regular else { throw .notPermitted }
-            let node = try createFile(context, parent: parent, name: name, permissions: permissions)
+            let kind: FileWrapper.Kind
+            switch type {
+            case .regular:
+                let node = try createFile(context, parent: parent, name: name, permissions: permissions)
+                entry(reply, node, state.withLock { _ in attributes(node) })
+                return
+            case .fifo: kind = .fifo
+            case .socket: kind = .socket
+            case .characterDevice: kind = .characterDevice
+            case .blockDevice: kind = .blockDevice
+            case .directory, .symbolicLink: throw .invalidArgument
+            }
+            // Special files are metadata-only wrappers; the kernel serves their I/O (the mount is
+            // nodev, so a device node here cannot be opened).
+            let device = kind == .characterDevice || kind == .blockDevice ? rdev : 0
+            let node: ViewNode
+            if parent == .root {
+                node = try createSpecialAtRoot(
+                    context, name: name, kind: kind, permissions: permissions, device: device)
+            } else {
+                guard let directory = try resolve(parent, loadingChildren: true) else {
+                    throw .noSuchFileOrDirectory
+                }
+                node = try createInPackage(
+                    context, directory: directory, name: name, kind: kind, permissions: permissions,
+                    device: device)
+            }
             entry(reply, node, state.withLock { _ in attributes(node) })
         }
     }
@@ -250,7 +277,8 @@ extension DocumentFileSystem {
                 let text = try validate(name)
                 try ensureListing()
                 node = try createDocument(
-                    context, name: name, text: text, kind: .package, permissions: permissions)
+                    context, name: name, text: text, root: DocumentRoot(kind: .directory),
+                    permissions: permissions)
             } else {
                 guard let directory = try resolve(parent, loadingChildren: true) else {
                     throw .noSuchFileOrDirectory
@@ -273,26 +301,12 @@ extension DocumentFileSystem {
             }
             let node: ViewNode
             if parent == .root {
-                // Only scratch links (emacs's lock `.#name`) at the root: a document is a file or
-                // a package.
-                guard configuration.scratchNames.matches(name) else { throw .notPermitted }
-                let text = try validate(name)
-                try ensureListing()
-                let id = try newStoreID()
-                node = try state.withLock { state throws(Errno) -> ViewNode in
-                    guard state.rootEntries[name] == nil else { throw .fileExists }
-                    let record = newRecord(
-                        id, document: nil, parent: nil, name: text, kind: .symbolicLink,
-                        permissions: FilePermissions(rawValue: 0o777),
-                        context: RequestContext.umaskless(context),
-                        linkTarget: destination)
-                    let node = makeNode(storeID: id, document: nil, record: record, name: name)
-                    node.atMountRoot = true
-                    state.rootEntries[name] = node
-                    state.nodes[node.ino] = node
-                    state.rootChanged = .now
-                    return node
-                }
+                // A link at the root is a flat document whose root is the link (Apple's link
+                // wrapper), unless it has a scratch name (emacs's lock `.#name`).
+                node = try createSpecialAtRoot(
+                    context.umaskless, name: name, kind: .symbolicLink,
+                    permissions: FilePermissions(rawValue: 0o777),
+                    linkTarget: destination)
             } else {
                 guard let directory = try resolve(parent, loadingChildren: true) else {
                     throw .noSuchFileOrDirectory
@@ -311,6 +325,35 @@ extension DocumentFileSystem {
     ) {
         // A wrapper has one name (fuse-notes 3.6): POSIX allows EPERM, and vim then copies.
         reply.error(configuration.readOnly ? .readOnlyFileSystem : .notPermitted)
+    }
+
+    /// Creates a symbolic link or a special file at the mount root: a document of its own, or a
+    /// node kept in memory under a scratch name.
+    func createSpecialAtRoot(
+        _ context: RequestContext, name: FUSE.FileName, kind: FileWrapper.Kind, permissions: FilePermissions,
+        linkTarget: String? = nil, device: UInt64 = 0
+    ) throws(Errno) -> ViewNode {
+        let text = try validate(name)
+        try ensureListing()
+        guard configuration.scratchNames.matches(name) else {
+            return try createDocument(
+                context, name: name, text: text,
+                root: DocumentRoot(kind: kind, linkTarget: linkTarget, device: device),
+                permissions: permissions)
+        }
+        let id = try newStoreID()
+        return try state.withLock { state throws(Errno) -> ViewNode in
+            guard state.rootEntries[name] == nil else { throw .fileExists }
+            let record = newRecord(
+                id, document: nil, parent: nil, name: text, kind: kind, permissions: permissions,
+                context: context, linkTarget: linkTarget, device: device)
+            let node = makeNode(storeID: id, document: nil, record: record, name: name)
+            node.atMountRoot = true
+            state.rootEntries[name] = node
+            state.nodes[node.ino] = node
+            state.rootChanged = .now
+            return node
+        }
     }
 
     /// Whether the node is a file under a scratch name (never saved).

@@ -281,7 +281,8 @@ public final class DocumentFileSystem: FileSystem {
         let infos = try storeCall { try store.documents() }
         let records = try storeCall { try rootRecords(of: infos) }
         let roots = infos.compactMap { info in records[info.id].map { (info, $0) } }
-        let conflicts = fetchConflicts(roots: Dictionary(infos.map { ($0.id, $0.root) }) { first, _ in first })
+        let conflicts = fetchConflicts(
+            roots: Dictionary(infos.map { ($0.id, $0.root) }) { first, _ in first })
         state.withLock { state in
             guard !state.listed else { return }
             for (info, record) in roots where state.documents[info.id] == nil {
@@ -462,12 +463,17 @@ public final class DocumentFileSystem: FileSystem {
             type = .directory
             nlink = UInt32(clamping: 2 + node.subdirectoryCount)
         case .symbolicLink: type = .symbolicLink
+        case .fifo: type = .fifo
+        case .socket: type = .socket
+        case .characterDevice: type = .characterDevice
+        case .blockDevice: type = .blockDevice
         }
         let record = node.record
         return FileAttributes(
             ino: node.reportedIno ?? node.ino, type: type,
             permissions: FilePermissions(rawValue: UInt32(record.permissions & 0o7777)),
-            nlink: nlink, uid: record.uid, gid: record.gid, size: UInt64(clamping: node.size),
+            nlink: nlink, uid: record.uid, gid: record.gid, rdev: record.device,
+            size: UInt64(clamping: node.size),
             atime: record.accessed.timespec, mtime: record.modified.timespec,
             ctime: record.changed.timespec)
     }
@@ -592,7 +598,8 @@ public final class DocumentFileSystem: FileSystem {
         }
         for child in children.sorted(by: { $0.cookie < $1.cookie }) {
             entries.append(
-                DirectoryEntry(cookie: child.cookie, name: child.name, ino: child.ino, attributes: attributes(child)))
+                DirectoryEntry(
+                    cookie: child.cookie, name: child.name, ino: child.ino, attributes: attributes(child)))
         }
         return entries
     }

@@ -66,6 +66,7 @@ final class ViewNode: @unchecked Sendable {
         case .regularFile: return contents?.size ?? record.size
         case .symbolicLink: return Int64(record.linkTarget?.utf8.count ?? 0)
         case .directory: return 4096
+        case .fifo, .socket, .characterDevice, .blockDevice: return 0
         }
     }
 

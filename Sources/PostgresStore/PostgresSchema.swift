@@ -2,13 +2,13 @@
 /// PostgreSQL types.
 ///
 /// History is kept without copying: a wrapper is a series of immutable rows in `nodes`, one per
-/// version that changed it, and a file's contents are rows in `chunk_map`, one per version that
-/// changed a chunk index. The state at version V is, per wrapper (and per chunk index), the row
-/// with the highest version ≤ V. `branch` is 0 for the main line; a conflict version's rows carry
+/// version that changed it, and a file's contents are rows in `extents` (a chunk at a byte offset),
+/// one per version that changed what starts at that offset. The state at version V is, per wrapper
+/// (and per offset), the row with the highest version ≤ V. `branch` is 0 for the main line; a conflict version's rows carry
 /// its own id as branch and apply on top of the main line as of the version it was based on.
 enum PostgresSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion: Int64 = 3
+    static let formatVersion: Int64 = 4
     /// Recorded in `store_meta` as `application`, so other databases are recognised as foreign.
     static let applicationID: Int64 = 0x446F_6346
     /// The key of the transaction-level advisory lock every write holds: writers take turns, as
@@ -65,6 +65,7 @@ enum PostgresSchema {
             link_target TEXT,
             xattrs BYTEA,
             removed BIGINT NOT NULL DEFAULT 0,
+            device BIGINT NOT NULL DEFAULT 0,
             PRIMARY KEY (node, branch, version)
         );
         CREATE INDEX nodes_by_document ON nodes(document, branch, version);
@@ -129,6 +130,10 @@ extension PostgresSchema {
                 """)
             try db.query("DROP TABLE chunk_map")
             try db.query("CREATE INDEX extents_by_chunk ON extents(chunk)")
+        }
+        if format < 4 {
+            // Format 4: special files (fifos, sockets, devices) are wrappers; a device keeps its number.
+            try db.query("ALTER TABLE nodes ADD COLUMN device BIGINT NOT NULL DEFAULT 0")
         }
         try db.query("UPDATE store_meta SET value = $1 WHERE key = 'format'", [.int(formatVersion)])
     }

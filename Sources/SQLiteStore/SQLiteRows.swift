@@ -47,6 +47,8 @@ struct NodeColumns {
     let mtime, ctime, atime, btime, size, linkTarget, xattrs, version: Int
     /// Only in rows of the `nodes` table itself, not in a bare record.
     let removed, branch: Int?
+    /// Since format 5; a record without it is no device.
+    let device: Int?
 
     init(_ names: [String]) throws {
         var indices: [String: Int] = [:]
@@ -77,6 +79,7 @@ struct NodeColumns {
         xattrs = try index("xattrs")
         version = try index("version")
         removed = indices["removed"]
+        device = indices["device"]
         branch = indices["branch"]
     }
 
@@ -102,6 +105,7 @@ struct NodeColumns {
             created: Timestamp(rawValue: try row.int64(c.btime, "btime")),
             size: try row.int64(c.size, "size"),
             linkTarget: try row.optionalText(c.linkTarget, "link_target"),
+            device: try c.device.map { UInt64(bitPattern: try row.int64($0, "device")) } ?? 0,
             extendedAttributes: try XattrCoding.decode(try row.optionalBlob(c.xattrs, "xattrs") ?? Data()),
             version: VersionID(rawValue: try row.int64(c.version, "version")))
     }

@@ -10,7 +10,7 @@ import GRDB
 /// id as branch and apply on top of the main line as of the version it was based on.
 enum SQLiteSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion = 4
+    static let formatVersion = 5
     /// `PRAGMA application_id`: "DocF", so other SQLite files are recognised as foreign.
     static let applicationID: Int32 = 0x446F_6346
 
@@ -142,6 +142,14 @@ enum SQLiteSchema {
                 sql: """
                     CREATE INDEX nodes_by_document_node ON nodes(document, branch, node, version);
                     UPDATE store_meta SET value = 4 WHERE key = 'format';
+                    """)
+        }
+        // v5: special files (fifos, sockets, devices) are wrappers; a device keeps its number.
+        migrator.registerMigration("v5") { db in
+            try db.execute(
+                sql: """
+                    ALTER TABLE nodes ADD COLUMN device INTEGER NOT NULL DEFAULT 0;
+                    UPDATE store_meta SET value = 5 WHERE key = 'format';
                     """)
         }
         return migrator

@@ -271,6 +271,10 @@ extension FileWrapper.Kind {
         case .regularFile: return 0
         case .directory: return 1
         case .symbolicLink: return 2
+        case .fifo: return 3
+        case .socket: return 4
+        case .characterDevice: return 5
+        case .blockDevice: return 6
         }
     }
 
@@ -280,6 +284,10 @@ extension FileWrapper.Kind {
         case 0: self = .regularFile
         case 1: self = .directory
         case 2: self = .symbolicLink
+        case 3: self = .fifo
+        case 4: self = .socket
+        case 5: self = .characterDevice
+        case 6: self = .blockDevice
         default:
             throw DocumentStoreError.corrupt(path: "", reason: "wrapper \(node) has unknown kind \(code)")
         }

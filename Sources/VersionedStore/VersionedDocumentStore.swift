@@ -18,12 +18,10 @@ extension VersionedDocumentStore {
     public func document(named name: String) throws -> DocumentInfo? {
         try versionedStore.document(named: name)
     }
-    public func createDocument(
-        named name: String, kind: DocumentKind, type: String? = nil, permissions: Int? = nil,
-        origin: String = ""
-    ) throws -> DocumentInfo {
-        try versionedStore.createDocument(
-            named: name, kind: kind, type: type, permissions: permissions, origin: origin)
+    public func createDocument(named name: String, root: DocumentRoot, type: String?, origin: String) throws
+        -> DocumentInfo
+    {
+        try versionedStore.createDocument(named: name, root: root, type: type, origin: origin)
     }
     public func renameDocument(_ id: DocumentID, to name: String) throws -> DocumentInfo {
         try versionedStore.renameDocument(id, to: name)

@@ -69,22 +69,30 @@ public final class VersionedStore: Sendable {
         return document
     }
 
-    public func createDocument(
-        named name: String, kind: DocumentKind, type: String?, permissions: Int?, origin: String
-    ) throws -> DocumentInfo {
+    public func createDocument(named name: String, root: DocumentRoot, type: String?, origin: String) throws
+        -> DocumentInfo
+    {
         try Self.validateDocumentName(name)
+        if root.kind == .symbolicLink && root.linkTarget == nil {
+            throw DocumentStoreError.invalidChange("link \(name.debugDescription) has no destination")
+        }
+        let kind = root.documentKind
+        let isDevice = root.kind == .characterDevice || root.kind == .blockDevice
+        let defaultPermissions = root.kind == .directory ? 0o755 : root.kind == .symbolicLink ? 0o777 : 0o644
         return try write(durable: true) { tx in
             try Self.requireFreeName(tx, name)
             let now = Timestamp.now
-            let root = StoreNodeID(rawValue: try tx.reserveNodeIDs(count: 1))
+            let rootID = StoreNodeID(rawValue: try tx.reserveNodeIDs(count: 1))
             let document = try tx.insertDocument(
-                name: name, type: type ?? DocumentInfo.typeIdentifier(forName: name), kind: kind, root: root,
+                name: name, type: type ?? DocumentInfo.typeIdentifier(forName: name), kind: kind,
+                root: rootID,
                 created: now)
             let version = try tx.insertVersion(document: document, base: nil, origin: origin, created: now)
             let record = NodeRecord(
-                id: root, document: document, parent: nil, name: name,
-                kind: kind == .package ? .directory : .regularFile,
-                permissions: permissions ?? (kind == .package ? 0o755 : 0o644), modified: now)
+                id: rootID, document: document, parent: nil, name: name, kind: root.kind,
+                permissions: root.permissions ?? defaultPermissions, modified: now,
+                linkTarget: root.kind == .symbolicLink ? root.linkTarget : nil,
+                device: isDevice ? root.device : 0)
             try tx.insertNode(StoredNode(record: record.at(version), branch: 0, removed: false))
             try tx.updateDocument(document, .currentVersion(version, modified: now))
             try tx.insertEvent(
@@ -599,6 +607,10 @@ public final class VersionedStore: Sendable {
             if record.kind == .symbolicLink && record.linkTarget == nil {
                 throw DocumentStoreError.invalidChange(
                     "link \(record.name.debugDescription) has no destination")
+            }
+            if record.device != 0 && record.kind != .characterDevice && record.kind != .blockDevice {
+                throw DocumentStoreError.invalidChange(
+                    "\(record.name.debugDescription) has a device number but is not a device")
             }
             // Another live wrapper with this name in this parent?
             for candidate in try tx.nodesEverNamed(record.name, in: parentID, except: record.id)

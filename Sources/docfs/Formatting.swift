@@ -25,6 +25,10 @@ enum Format {
         case .directory: type = "d"
         case .symbolicLink: type = "l"
         case .regularFile: type = "-"
+        case .fifo: type = "p"
+        case .socket: type = "s"
+        case .characterDevice: type = "c"
+        case .blockDevice: type = "b"
         }
         let p = record.permissions
         func bit(_ mask: Int, _ letter: Character) -> Character { p & mask != 0 ? letter : "-" }

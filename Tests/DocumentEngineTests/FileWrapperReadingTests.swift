@@ -209,9 +209,11 @@ import TestSupport
         let tmp = try TemporaryDirectory()
         try tmp.mkdir("pkg")
         #expect(mkfifo(tmp.path("fifo"), 0o644) == 0)
-        #expect(throws: FileWrapperError.unsupportedFileType(path: tmp.path("fifo"))) {
-            try FileWrapper(url: tmp.url("fifo"))
-        }
+        // A fifo is a special-file wrapper, neither of Apple's three kinds.
+        let fifo = try FileWrapper(url: tmp.url("fifo"))
+        #expect(fifo.kind == .fifo && fifo.isSpecialFile)
+        #expect(!fifo.isRegularFile && !fifo.isDirectory && !fifo.isSymbolicLink)
+        #expect(fifo.regularFileContents == nil && fifo.fileWrappers == nil && fifo.deviceIdentifier == nil)
         #expect(throws: FileWrapperError.self) { try FileWrapper(url: tmp.url("missing")) }
         let bad = tmp.path("pkg") + "/bad\u{FF}name"
         var raw = Array(tmp.path("pkg").utf8) + Array("/bad".utf8) + [0xFF] + Array("name".utf8) + [0]

@@ -1,6 +1,6 @@
 import DocumentEngine
 import Foundation
-import PostgresStore
+@testable import PostgresStore
 import StoreTestSupport
 import Synchronization
 import TestSupport
@@ -42,7 +42,7 @@ struct PostgresStoreTests {
         }
         let fixture = try StoreFixture(.postgres)
         try fixture.sql("UPDATE store_meta SET value = 99 WHERE key = 'format'")
-        #expect(throws: DocumentStoreError.newerFormat(path: fixture.location, found: 99, supported: 3)) {
+        #expect(throws: DocumentStoreError.newerFormat(path: fixture.location, found: 99, supported: Int(PostgresSchema.formatVersion))) {
             try fixture.reopen()
         }
         let other = try StoreFixture(.postgres)

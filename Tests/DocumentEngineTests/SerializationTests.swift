@@ -442,7 +442,7 @@ import TestSupport
     @Test("Unknown kinds and flags, bad permissions, dates, xattrs, link bytes and trailing bytes throw")
     func invalidFields() throws {
         var cases: [(String, HandEncoding)] = []
-        for kind: UInt8 in [0, 4, 0xFF] {
+        for kind: UInt8 in [0, 5, 0xFF] {
             var e = HandEncoding()
             e.u8(kind)
             e.bytes += Array(repeating: 0, count: 15)
@@ -512,6 +512,20 @@ import TestSupport
             e.u32(2)
             e.bytes += [0xC3, 0x28]
             cases.append(("link destination is not valid UTF-8", e))
+        }
+        do {
+            var e = HandEncoding()
+            e.header(kind: 4)
+            e.u8(9)
+            e.u64(0)
+            cases.append(("unknown special file kind", e))
+        }
+        do {
+            var e = HandEncoding()
+            e.header(kind: 4)
+            e.u8(1)
+            e.u64(7)
+            cases.append(("a device number on a fifo or socket", e))
         }
         do {
             var e = HandEncoding()
@@ -737,6 +751,8 @@ private func differences(_ a: FileWrapper, _ b: FileWrapper, at path: String = "
     check("xattrs", a.extendedAttributes, b.extendedAttributes)
     guard a.kind == b.kind else { return result }
     switch a.kind {
+    case .fifo, .socket, .characterDevice, .blockDevice:
+        check("device", a.deviceIdentifier, b.deviceIdentifier)
     case .regularFile:
         check("contents", a.regularFileContents, b.regularFileContents)
     case .symbolicLink:

@@ -1,10 +1,10 @@
 import CLinuxSupport
 import Foundation
-import Testing
+import SQLiteStore
 import TestSupport
+import Testing
 
 @testable import DocumentEngine
-import SQLiteStore
 
 #if canImport(Glibc)
     import Glibc
@@ -227,7 +227,9 @@ import SQLiteStore
         let second = try store.save(
             FileWrapper(regularFileWithContents: edited), to: info.id, base: first.version.id, origin: "test")
         #expect(second.chunksWritten <= 2)
-        #expect(second.bytesWritten <= Int64(store.chunkSize), "\(second.bytesWritten) bytes for one changed byte")
+        #expect(
+            second.bytesWritten <= Int64(store.chunkSize), "\(second.bytesWritten) bytes for one changed byte"
+        )
         #expect(try store.fileWrapper(for: info.id).contents() == edited)
 
         #expect(throws: DocumentStoreError.self) {
@@ -450,14 +452,44 @@ import SQLiteStore
         #expect(try tmp.entries("Out").isEmpty)
     }
 
-    @Test func specialFilesAreRefusedAndLeaveNoDocument() throws {
+    /// Fifos, sockets and devices import as metadata-only wrappers and export as themselves;
+    /// devices need root to be made again (as root here, EPERM in the export's error otherwise).
+    @Test func specialFilesImportAndExport() throws {
         let tmp = try TemporaryDirectory()
         try tmp.write("Doc.pkg/a.txt", "a")
-        #expect(mkfifo(tmp.path("Doc.pkg/pipe"), 0o600) == 0)
-        let store = try SQLiteStore(path: tmp.path("Fifo.docstore"), options: .create)
-        let error = #expect(throws: DocumentStoreError.self) { try store.importItem(at: tmp.url("Doc.pkg")) }
-        #expect(error.map { "\($0)" }?.contains("pipe") == true)
-        #expect(try store.documents().isEmpty)
+        #expect(mkfifo(tmp.path("Doc.pkg/pipe"), 0o640) == 0)
+        #expect(mknod(tmp.path("Doc.pkg/sock"), S_IFSOCK | 0o600, 0) == 0)
+        let isRoot = geteuid() == 0
+        let device = dev_t(deviceNumber(1, 3))
+        if isRoot { #expect(mknod(tmp.path("Doc.pkg/null"), S_IFCHR | 0o644, device) == 0) }
+        #expect(mkfifo(tmp.path("Top.fifo"), 0o600) == 0)
+        let store = try SQLiteStore(path: tmp.path("Special.docstore"), options: .create)
+        let info = try store.importItem(at: tmp.url("Doc.pkg"))
+        let records = try store.nodes(of: info.id)
+        #expect(records.first { $0.name == "pipe" }?.kind == .fifo)
+        #expect(records.first { $0.name == "pipe" }?.permissions == 0o640)
+        #expect(records.first { $0.name == "sock" }?.kind == .socket)
+        if isRoot {
+            #expect(records.first { $0.name == "null" }?.kind == .characterDevice)
+            #expect(records.first { $0.name == "null" }?.device == UInt64(device))
+        }
+        let top = try store.importItem(at: tmp.url("Top.fifo"))
+        #expect(top.kind == .flat)
+        #expect(try store.node(top.root)?.kind == .fifo)
+
+        try tmp.mkdir("Out")
+        try store.exportDocument(info.id, to: tmp.url("Out/Doc.pkg"))
+        var st = stat()
+        #expect(lstat(tmp.path("Out/Doc.pkg/pipe"), &st) == 0 && st.st_mode & S_IFMT == S_IFIFO)
+        #expect(st.st_mode & 0o7777 == 0o640)
+        #expect(lstat(tmp.path("Out/Doc.pkg/sock"), &st) == 0 && st.st_mode & S_IFMT == S_IFSOCK)
+        if isRoot {
+            #expect(lstat(tmp.path("Out/Doc.pkg/null"), &st) == 0 && st.st_mode & S_IFMT == S_IFCHR)
+            #expect(st.st_rdev == device)
+        }
+        try store.exportDocument(top.id, to: tmp.url("Out/Top.fifo"))
+        #expect(lstat(tmp.path("Out/Top.fifo"), &st) == 0 && st.st_mode & S_IFMT == S_IFIFO)
+
         #expect(symlink(tmp.path("Doc.pkg"), tmp.path("Link.pkg")) == 0)
         #expect(throws: DocumentStoreError.self) { try store.importItem(at: tmp.url("Link.pkg")) }
     }

@@ -66,10 +66,10 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     }
     func document(_ id: DocumentID) throws -> DocumentInfo { try inner.document(id) }
     func document(named name: String) throws -> DocumentInfo? { try inner.document(named: name) }
-    func createDocument(
-        named name: String, kind: DocumentKind, type: String?, permissions: Int?, origin: String
-    ) throws -> DocumentInfo {
-        try inner.createDocument(named: name, kind: kind, type: type, permissions: permissions, origin: origin)
+    func createDocument(named name: String, root: DocumentRoot, type: String?, origin: String) throws
+        -> DocumentInfo
+    {
+        try inner.createDocument(named: name, root: root, type: type, origin: origin)
     }
     func renameDocument(_ id: DocumentID, to name: String) throws -> DocumentInfo {
         try inner.renameDocument(id, to: name)

@@ -65,3 +65,9 @@ public struct SplitMix64: RandomNumberGenerator, Sendable {
         return z ^ (z >> 31)
     }
 }
+
+/// glibc's `makedev`: a device number from its major and minor parts (a macro Swift does not
+/// import).
+public func deviceNumber(_ major: UInt64, _ minor: UInt64) -> UInt64 {
+    ((major & 0xFFFF_F000) << 32) | ((major & 0xFFF) << 8) | ((minor & 0xFFFF_FF00) << 12) | (minor & 0xFF)
+}

@@ -27,7 +27,7 @@ struct SynchronizeTests {
         let backend = CountingBackend()
         let store = VersionedStore(backend: backend)
         let document = try store.createDocument(
-            named: "d.pkg", kind: .package, type: nil, permissions: nil, origin: "test")
+            named: "d.pkg", root: DocumentRoot(kind: .directory), type: nil, origin: "test")
         return (store, backend, document)
     }
 

@@ -153,7 +153,8 @@ extension FileWrapper {
             creationDate: nil,
             ownerID: Int(st.st_uid),
             groupID: Int(st.st_gid))
-        if kind != .symbolicLink {
+        // Links have no user. attributes, and reading a special file's could block or fail.
+        if kind == .regularFile || kind == .directory {
             attributes.extendedAttributes = try readUserXattrs(path: path)
         }
         let origin = DiskOrigin(path: path, options: options, mayMap: mayMap)
@@ -165,6 +166,10 @@ extension FileWrapper {
             return (.directory(Directory(children: nil, origin: origin)), attributes)
         case .symbolicLink:
             return (.link(Link(destination: nil, origin: origin)), attributes)
+        case .characterDevice, .blockDevice:
+            return (.special(kind, device: UInt64(st.st_rdev)), attributes)
+        case .fifo, .socket:
+            return (.special(kind, device: 0), attributes)
         }
     }
 
@@ -276,6 +281,7 @@ extension FileWrapper {
         case .symbolicLink: _ = try symbolicLinkDestination()
         case .directory:
             for child in try children().values { try child.loadRecursively() }
+        case .fifo, .socket, .characterDevice, .blockDevice: break
         }
     }
 }

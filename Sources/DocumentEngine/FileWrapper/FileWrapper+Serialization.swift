@@ -17,7 +17,7 @@ extension FileWrapper {
     ///                              value and final XOR 0xFFFFFFFF) of all bytes before it
     ///
     ///     Node
-    ///       kind        u8         1 regular file, 2 directory, 3 symbolic link
+    ///       kind        u8         1 regular file, 2 directory, 3 symbolic link, 4 special file
     ///       flags       u8         bit 0: a preferred name follows; bit 1: a modification
     ///                              date follows; the other bits are 0
     ///       permissions u16        POSIX permission bits, at most 0o7777
@@ -34,6 +34,8 @@ extension FileWrapper {
     ///                                key    Name: the key in this directory, not re-uniqued
     ///                                child  Node
     ///         symbolic link        u32 length, then the destination path: UTF-8 without NUL
+    ///         special file         u8 kind (1 fifo, 2 socket, 3 character device, 4 block
+    ///                              device), then u64 device number (0 for a fifo or socket)
     ///
     ///     Name                     u16 length (1...255), then that many bytes of UTF-8
     ///
@@ -143,6 +145,11 @@ private enum SerializationFormat {
     static let regularFile: UInt8 = 1
     static let directory: UInt8 = 2
     static let symbolicLink: UInt8 = 3
+    /// A special file: a kind byte (below) and an 8-byte device number follow the attributes.
+    static let specialFile: UInt8 = 4
+    static let specialKinds: [UInt8: FileWrapper.Kind] = [
+        1: .fifo, 2: .socket, 3: .characterDevice, 4: .blockDevice,
+    ]
 
     static let hasPreferredName: UInt8 = 1 << 0
     static let hasModificationDate: UInt8 = 1 << 1
@@ -241,6 +248,7 @@ private struct SerializationEncoder {
         case .regular: kind = SerializationFormat.regularFile
         case .directory: kind = SerializationFormat.directory
         case .link: kind = SerializationFormat.symbolicLink
+        case .special: kind = SerializationFormat.specialFile
         }
         var flags: UInt8 = 0
         if preferredName != nil { flags |= SerializationFormat.hasPreferredName }
@@ -273,6 +281,11 @@ private struct SerializationEncoder {
             }
             append(length)
             output.append(contentsOf: destination.utf8)
+        case .special(let specialKind, let device):
+            guard let code = SerializationFormat.specialKinds.first(where: { $0.value == specialKind })?.key
+            else { throw unencodable("unknown special file kind") }
+            append(code)
+            append(device)
         }
     }
 
@@ -449,7 +462,7 @@ private struct SerializationDecoder {
         guard
             [
                 SerializationFormat.regularFile, SerializationFormat.directory,
-                SerializationFormat.symbolicLink,
+                SerializationFormat.symbolicLink, SerializationFormat.specialFile,
             ]
             .contains(kind)
         else {
@@ -484,6 +497,18 @@ private struct SerializationDecoder {
             storage = .regular(FileWrapper.Regular(source: DataContentsSource(contents), loaded: contents))
         case SerializationFormat.directory:
             storage = .directory(FileWrapper.Directory(children: try children(depth: depth), origin: nil))
+        case SerializationFormat.specialFile:
+            let offset = position
+            guard
+                let specialKind = SerializationFormat.specialKinds[
+                    try integer(UInt8.self, "special file kind")]
+            else { throw corrupt("unknown special file kind", at: offset) }
+            let device = try integer(UInt64.self, "device number")
+            let isDevice = specialKind == .characterDevice || specialKind == .blockDevice
+            guard isDevice || device == 0 else {
+                throw corrupt("a device number on a fifo or socket", at: offset)
+            }
+            storage = .special(specialKind, device: device)
         default:
             let offset = position
             let length = try integer(UInt32.self, "link destination length")

@@ -20,6 +20,8 @@ extension FileWrapper {
         public var directoriesCreated = 0
         /// Symbolic links created.
         public var symbolicLinksCreated = 0
+        /// Special files (fifos, sockets, devices) created.
+        public var specialFilesCreated = 0
         /// How an atomic write put the new item in place.
         public var replacement: Replacement = .none
 
@@ -179,7 +181,7 @@ final class WritePlan {
             do { destination = try wrapper.symbolicLinkDestination() } catch {
                 throw FileWrapperError.missingContents(path: key, reason: String(describing: error))
             }
-        case .regular:
+        case .regular, .special:
             break
         }
     }
@@ -233,6 +235,12 @@ struct TreeWriter {
             report.symbolicLinksCreated += 1
         case .directory:
             try writeDirectory(plan, in: dirfd, at: path, original: original)
+        case .special(let kind, let device):
+            do { try POSIX.makeSpecialFile(kind, device: device, in: dirfd, plan.key) } catch {
+                throw FileWrapperError.writeFailed(path: path, error)
+            }
+            try applySpecialFileAttributes(plan.attributes, in: dirfd, plan.key, path: path)
+            report.specialFilesCreated += 1
         }
     }
 
@@ -365,6 +373,27 @@ struct TreeWriter {
         let st = try? POSIX.fstat(fd)
         results[ObjectIdentifier(plan)] = WrittenNode(
             identity: st.map(FileIdentity.init), modificationDate: st?.modificationDate)
+    }
+
+    /// W-3 for a special file, by name: opening a fifo would block, and a device would open the
+    /// device. Special files hold no `user.` attributes on Linux.
+    private func applySpecialFileAttributes(
+        _ attributes: FileWrapper.Attributes, in dirfd: Int32, _ name: String, path: String
+    ) throws {
+        if attributes.ownerID != nil || attributes.groupID != nil {
+            let uid = attributes.ownerID.map { uid_t($0) } ?? uid_t.max
+            let gid = attributes.groupID.map { gid_t($0) } ?? gid_t.max
+            _ = fchownat(dirfd, name, uid, gid, AT_SYMLINK_NOFOLLOW)
+        }
+        if fchmodat(dirfd, name, mode_t(attributes.permissions) & ~umask & 0o7777, 0) != 0 {
+            throw FileWrapperError.writeFailed(path: path, Errno(rawValue: errno))
+        }
+        if let date = attributes.modificationDate {
+            var times = [timespec(tv_sec: 0, tv_nsec: docfs_utime_omit()), date.timespec]
+            if utimensat(dirfd, name, &times, AT_SYMLINK_NOFOLLOW) != 0 {
+                throw FileWrapperError.writeFailed(path: path, Errno(rawValue: errno))
+            }
+        }
     }
 
     /// W-3: owner where permitted, extended attributes, permissions less the umask, and the

@@ -23,9 +23,19 @@ import Synchronization
 ///
 /// All members are thread-safe.
 public final class FileWrapper: @unchecked Sendable {
-    /// The three kinds of wrapper (FW-1).
+    /// The kinds of wrapper: Apple's three (FW-1), and the special files a POSIX folder can hold
+    /// besides, which have no contents: a named pipe, a socket, a character or block device.
     public enum Kind: Sendable, Equatable {
         case regularFile, directory, symbolicLink
+        case fifo, socket, characterDevice, blockDevice
+
+        /// Whether this is one of the special-file kinds (no contents, no children).
+        public var isSpecialFile: Bool {
+            switch self {
+            case .fifo, .socket, .characterDevice, .blockDevice: return true
+            case .regularFile, .directory, .symbolicLink: return false
+            }
+        }
     }
 
     /// Options for reading from disk.
@@ -95,12 +105,15 @@ public final class FileWrapper: @unchecked Sendable {
         case regular(Regular)
         case directory(Directory)
         case link(Link)
+        /// A special file: its kind and, for a device, its device number.
+        case special(Kind, device: UInt64)
 
         var kind: Kind {
             switch self {
             case .regular: return .regularFile
             case .directory: return .directory
             case .link: return .symbolicLink
+            case .special(let kind, _): return kind
             }
         }
     }
@@ -188,6 +201,18 @@ public final class FileWrapper: @unchecked Sendable {
                 attributes: Attributes(permissions: 0o666)))
     }
 
+    /// A special-file wrapper (permissions 0o666): a named pipe, a socket, or a device with
+    /// `device` as its number (`st_rdev`). Nil for a kind that is not a special file. Writing a
+    /// device to disk needs the privilege to create one (`CAP_MKNOD`).
+    public init?(specialFileOfKind kind: Kind, device: UInt64 = 0) {
+        guard kind.isSpecialFile else { return nil }
+        let isDevice = kind == .characterDevice || kind == .blockDevice
+        state = Mutex(
+            State(
+                storage: .special(kind, device: isDevice ? device : 0),
+                attributes: Attributes(permissions: 0o666)))
+    }
+
     // MARK: Kind
 
     /// The wrapper's kind. Reading from disk may change it (FW-1).
@@ -198,6 +223,17 @@ public final class FileWrapper: @unchecked Sendable {
     public var isDirectory: Bool { kind == .directory }
     /// Whether this is a symbolic-link wrapper.
     public var isSymbolicLink: Bool { kind == .symbolicLink }
+    /// Whether this is a special-file wrapper (fifo, socket or device).
+    public var isSpecialFile: Bool { kind.isSpecialFile }
+    /// The device number of a device wrapper; nil for every other kind.
+    public var deviceIdentifier: UInt64? {
+        state.withLock {
+            guard case .special(let kind, let device) = $0.storage,
+                kind == .characterDevice || kind == .blockDevice
+            else { return nil }
+            return device
+        }
+    }
 
     // MARK: Names (FW-8..11)
 
@@ -584,6 +620,11 @@ extension FileWrapper.Kind {
         case .regularFile: return .typeRegular
         case .directory: return .typeDirectory
         case .symbolicLink: return .typeSymbolicLink
+        case .socket: return .typeSocket
+        // Foundation has no type for a named pipe; Apple's FileManager reports it as unknown.
+        case .fifo: return .typeUnknown
+        case .characterDevice: return .typeCharacterSpecial
+        case .blockDevice: return .typeBlockSpecial
         }
     }
 }

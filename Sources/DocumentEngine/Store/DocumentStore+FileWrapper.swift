@@ -58,11 +58,11 @@ extension DocumentStore {
         let info = try self.document(document)
         let stored = try StoredTree(
             records: nodes(of: document, at: base), root: info.root, location: location)
-        let expectedRoot: FileWrapper.Kind = info.kind == .package ? .directory : .regularFile
         let items = try WrapperSnapshot.walk(wrapper)
-        guard items[0].kind == expectedRoot else {
+        // A flat document's root may be a file, a link or a special file; never a folder.
+        guard (items[0].kind == .directory) == (info.kind == .package) else {
             throw DocumentStoreError.invalidChange(
-                "the root of \(info.name.debugDescription) must be a \(expectedRoot == .directory ? "directory" : "regular-file") wrapper"
+                "the root of \(info.name.debugDescription) must \(info.kind == .package ? "" : "not ")be a directory wrapper"
             )
         }
         var plan = SavePlan(store: self, stored: stored, items: items)
@@ -171,6 +171,8 @@ struct StoredTree {
                 children[name] = try makeWrapper(child, regular, depth: depth + 1)
             }
             storage = .directory(FileWrapper.Directory(children: children, origin: nil))
+        case .fifo, .socket, .characterDevice, .blockDevice:
+            storage = .special(record.kind, device: record.device)
         }
         var attributes = FileWrapper.Attributes(
             permissions: record.permissions & 0o7777, modificationDate: record.modified.date,
@@ -205,6 +207,8 @@ struct WrapperSnapshot {
     let source: (any ContentsSource)?
     let generation: UInt64
     let linkTarget: String?
+    /// A device's number.
+    let device: UInt64
 
     /// The tree in pre-order (parents before children, siblings by key). A wrapper that appears
     /// in several directories appears once per place.
@@ -249,6 +253,7 @@ struct WrapperSnapshot {
             generation = 0
         }
         linkTarget = kind == .symbolicLink ? try wrapper.symbolicLinkDestination() : nil
+        if case .special(_, let number) = state.storage { device = number } else { device = 0 }
     }
 
     /// The record this occurrence should have. Unchanged attributes keep the stored values
@@ -276,7 +281,7 @@ struct WrapperSnapshot {
             gid: attributes.groupID.flatMap(UInt32.init(exactly:)) ?? previous?.gid ?? UInt32(getegid()),
             modified: modified, changed: previous?.changed ?? now, accessed: previous?.accessed ?? modified,
             created: exact(attributes.creationDate, previous?.created) ?? previous?.created ?? now,
-            size: source?.count ?? 0, linkTarget: linkTarget,
+            size: source?.count ?? 0, linkTarget: linkTarget, device: device,
             extendedAttributes: attributes.extendedAttributes.filter { $0.key.hasPrefix("user.") },
             version: previous?.version ?? VersionID(rawValue: 0))
     }

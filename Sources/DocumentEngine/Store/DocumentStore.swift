@@ -127,6 +127,8 @@ public struct NodeRecord: Sendable, Equatable {
     public var size: Int64
     /// The destination of a symbolic link.
     public var linkTarget: String?
+    /// The device number (`st_rdev`) of a character or block device; 0 for others.
+    public var device: UInt64
     /// `user.` extended attributes.
     public var extendedAttributes: [String: Data]
     /// The version that last changed this record (ignored when saving).
@@ -139,7 +141,8 @@ public struct NodeRecord: Sendable, Equatable {
         gid: UInt32 = UInt32(getgid()),
         modified: Timestamp = .now, changed: Timestamp? = nil, accessed: Timestamp? = nil,
         created: Timestamp? = nil,
-        size: Int64 = 0, linkTarget: String? = nil, extendedAttributes: [String: Data] = [:],
+        size: Int64 = 0, linkTarget: String? = nil, device: UInt64 = 0,
+        extendedAttributes: [String: Data] = [:],
         version: VersionID = VersionID(rawValue: 0)
     ) {
         self.id = id
@@ -157,9 +160,34 @@ public struct NodeRecord: Sendable, Equatable {
         self.created = created ?? modified
         self.size = size
         self.linkTarget = linkTarget
+        self.device = device
         self.extendedAttributes = extendedAttributes
         self.version = version
     }
+}
+
+/// A new document's root wrapper: a folder for a package; for a flat document a regular file,
+/// or a symbolic link or special file (what the mount root holds besides files and folders).
+public struct DocumentRoot: Sendable, Equatable {
+    public var kind: FileWrapper.Kind
+    /// Permission bits; nil for the default (0o755 for a folder, 0o777 for a link, else 0o644).
+    public var permissions: Int?
+    /// A symbolic link's destination.
+    public var linkTarget: String?
+    /// A device's number.
+    public var device: UInt64
+
+    public init(
+        kind: FileWrapper.Kind, permissions: Int? = nil, linkTarget: String? = nil, device: UInt64 = 0
+    ) {
+        self.kind = kind
+        self.permissions = permissions
+        self.linkTarget = linkTarget
+        self.device = device
+    }
+
+    /// A package for a folder; flat for anything else.
+    public var documentKind: DocumentKind { kind == .directory ? .package : .flat }
 }
 
 /// New contents for a regular-file wrapper.
@@ -377,7 +405,8 @@ public enum DocumentStoreError: Error, Sendable, Equatable, CustomStringConverti
             return "\(document) changed since \(base): it is at \(current)"
         case .notAStore(let path, let reason): return "\(path) is not a DocFS store: \(reason)"
         case .corrupt(let path, let reason):
-            return path.isEmpty ? "the store is damaged: \(reason)" : "the store \(path) is damaged: \(reason)"
+            return path.isEmpty
+                ? "the store is damaged: \(reason)" : "the store \(path) is damaged: \(reason)"
         case .newerFormat(let path, let found, let supported):
             return
                 "the store \(path) has format \(found), newer than this program's \(supported); upgrade DocFS"
@@ -405,10 +434,10 @@ public protocol DocumentStore: AnyObject, Sendable {
     func documents() throws -> [DocumentInfo]
     func document(_ id: DocumentID) throws -> DocumentInfo
     func document(named name: String) throws -> DocumentInfo?
-    /// Creates an empty document: a package's root directory or an empty flat file.
-    func createDocument(
-        named name: String, kind: DocumentKind, type: String?, permissions: Int?, origin: String
-    ) throws -> DocumentInfo
+    /// Creates a document whose root is `root`: an empty folder (a package), an empty file, a
+    /// symbolic link or a special file (flat documents).
+    func createDocument(named name: String, root: DocumentRoot, type: String?, origin: String) throws
+        -> DocumentInfo
     func renameDocument(_ id: DocumentID, to name: String) throws -> DocumentInfo
     /// Removes the document from listings; its versions stay until the retention policy drops them.
     func deleteDocument(_ id: DocumentID, origin: String) throws
@@ -448,7 +477,8 @@ public protocol DocumentStore: AnyObject, Sendable {
     /// Drops versions the policy no longer keeps (never a current version, an unresolved
     /// conflict, or one of `protected`), removes deleted documents past their expiry, deletes the
     /// chunks nothing references and gives their space back.
-    func collectGarbage(_ policy: RetentionPolicy, protecting protected: Set<VersionID>) throws -> CollectionReport
+    func collectGarbage(_ policy: RetentionPolicy, protecting protected: Set<VersionID>) throws
+        -> CollectionReport
     /// A setting kept in the store for every process that uses it (the retention policy), or nil.
     func setting(_ key: String) throws -> String?
     func setSetting(_ key: String, _ value: String) throws
@@ -468,6 +498,16 @@ public protocol DocumentStore: AnyObject, Sendable {
 }
 
 extension DocumentStore {
+    /// Creates an empty document: a package's root directory or an empty flat file.
+    public func createDocument(
+        named name: String, kind: DocumentKind, type: String?, permissions: Int?, origin: String
+    ) throws -> DocumentInfo {
+        try createDocument(
+            named: name,
+            root: DocumentRoot(kind: kind == .package ? .directory : .regularFile, permissions: permissions),
+            type: type, origin: origin)
+    }
+
     /// All wrapper records of a document at its current version.
     public func nodes(of document: DocumentID) throws -> [NodeRecord] { try nodes(of: document, at: nil) }
 
@@ -562,4 +602,3 @@ public struct StoreContentsSource: ContentsSource {
         try store.readContents(of: node, at: version, offset: offset, count: count)
     }
 }
-

@@ -57,15 +57,15 @@ extension DocumentStore {
         let path = url.path
         let items = try ImportScan(path: path).items
         guard let top = items.first else { throw DocumentStoreError.io("cannot read \(path)") }
-        let kind: DocumentKind
-        switch top.kind {
-        case .directory: kind = .package
-        case .regularFile: kind = .flat
-        case .symbolicLink:
+        if top.kind == .symbolicLink {
             throw DocumentStoreError.invalidChange("\(path) is a symbolic link; import the item it points to")
         }
+        // A folder becomes a package; a file or a special file (fifo, socket, device) a flat document.
         let info = try createDocument(
-            named: name, kind: kind, type: nil, permissions: top.record.permissions, origin: "import")
+            named: name,
+            root: DocumentRoot(
+                kind: top.kind, permissions: top.record.permissions, device: top.record.device),
+            type: nil, origin: "import")
         do {
             let ids = try items.count > 1 ? makeNodeIDs(count: items.count - 1) : []
             let nodeIDs = [info.root] + ids
@@ -261,7 +261,7 @@ struct ImportScan {
         }
         guard let kind = st.fileKind else {
             throw DocumentStoreError.invalidChange(
-                "\(path) is not a regular file, folder or symbolic link, so it cannot be imported")
+                "\(path) is of an unknown file type, so it cannot be imported")
         }
         var xattrs: [String: Data] = [:]
         var linkTarget: String?
@@ -269,7 +269,7 @@ struct ImportScan {
             do { linkTarget = try POSIX.readlinkat(AT_FDCWD, path) } catch {
                 throw DocumentStoreError.io("cannot read the link \(path): \(error)")
             }
-        } else {
+        } else if !kind.isSpecialFile {
             do { xattrs = try FileWrapper.readUserXattrs(path: path) } catch {
                 throw DocumentStoreError.io(String(describing: error))
             }
@@ -284,6 +284,7 @@ struct ImportScan {
             modified: time(st.st_mtim), changed: time(st.st_ctim), accessed: time(st.st_atim),
             created: time(st.st_ctim), size: kind == .regularFile ? Int64(st.st_size) : 0,
             linkTarget: linkTarget,
+            device: kind == .characterDevice || kind == .blockDevice ? UInt64(st.st_rdev) : 0,
             extendedAttributes: xattrs)
         let index = items.count
         items.append(Item(path: path, relativePath: relativePath, parent: parent, kind: kind, record: record))

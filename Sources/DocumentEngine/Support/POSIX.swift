@@ -66,6 +66,23 @@ enum POSIX {
         _ = try check { Glibc.symlinkat(target, dirfd, name) }
     }
 
+    /// Creates a special file (fifo, socket or device) named `name` in `dirfd`, readable and
+    /// writable by its owner only until its permissions are applied. Fifos and sockets need no
+    /// privilege; devices need `CAP_MKNOD` (EPERM otherwise).
+    static func makeSpecialFile(_ kind: FileWrapper.Kind, device: UInt64, in dirfd: Int32, _ name: String)
+        throws(Errno)
+    {
+        let type: mode_t
+        switch kind {
+        case .fifo: type = S_IFIFO
+        case .socket: type = S_IFSOCK
+        case .characterDevice: type = S_IFCHR
+        case .blockDevice: type = S_IFBLK
+        case .regularFile, .directory, .symbolicLink: throw .invalidArgument
+        }
+        _ = try check { Glibc.mknodat(dirfd, name, type | 0o600, dev_t(device)) }
+    }
+
     static func linkat(_ olddirfd: Int32, _ oldname: String, _ newdirfd: Int32, _ newname: String)
         throws(Errno)
     {
@@ -334,6 +351,10 @@ extension stat {
         case S_IFREG: return .regularFile
         case S_IFDIR: return .directory
         case S_IFLNK: return .symbolicLink
+        case S_IFIFO: return .fifo
+        case S_IFSOCK: return .socket
+        case S_IFCHR: return .characterDevice
+        case S_IFBLK: return .blockDevice
         default: return nil
         }
     }
