@@ -73,7 +73,8 @@ extension DocumentFileSystem {
             buffer.withUnsafeMutableBytes { raw in
                 let n = min(data.count, raw.count - piece.destination)
                 data.copyBytes(
-                    to: UnsafeMutableRawBufferPointer(rebasing: raw[piece.destination..<piece.destination + n]))
+                    to: UnsafeMutableRawBufferPointer(
+                        rebasing: raw[piece.destination..<piece.destination + n]))
             }
         }
         return buffer
@@ -207,7 +208,8 @@ extension DocumentFileSystem {
                     handle: handleIn, offset: offsetIn + UInt64(done), size: min(1 << 20, length - done))
                 if piece.isEmpty { break }
                 try writeBytes(
-                    context, handle: handleOut, offset: offsetOut + UInt64(done), data: piece, isWritePage: false)
+                    context, handle: handleOut, offset: offsetOut + UInt64(done), data: piece,
+                    isWritePage: false)
                 done += piece.count
             }
             reply.written(done)
@@ -223,7 +225,8 @@ extension DocumentFileSystem {
         guard offsetIn == 0, offsetOut == 0 else { return nil }
         let writer = threadGroup(of: context.pid)
         return try state.withLock { state throws(Errno) -> Int? in
-            guard let input = state.files[handleIn.rawValue], let output = state.files[handleOut.rawValue] else {
+            guard let input = state.files[handleIn.rawValue], let output = state.files[handleOut.rawValue]
+            else {
                 throw .badFileDescriptor
             }
             guard output.writable else { throw .badFileDescriptor }

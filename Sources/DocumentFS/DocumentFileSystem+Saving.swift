@@ -136,7 +136,8 @@ extension DocumentFileSystem {
                         // The file was another one before (renamed over this name): the store
                         // starts from that file's chunks and takes only the written ones.
                         changes.contents[record.id] = .derived(
-                            from: NodeLookup(snapshot.base.node, at: snapshot.base.version), size: snapshot.size,
+                            from: NodeLookup(snapshot.base.node, at: snapshot.base.version),
+                            size: snapshot.size,
                             chunks: snapshot.changedChunks(storedSize: snapshot.base.size), source: source)
                     }
                 }
@@ -560,7 +561,8 @@ extension DocumentFileSystem {
             logger.warning("cannot read the store's new documents: \(error)")
             return .failed
         }
-        let conflicts = fetchConflicts(roots: Dictionary(infos.map { ($0.id, $0.root) }) { first, _ in first })
+        let conflicts = fetchConflicts(
+            roots: Dictionary(infos.map { ($0.id, $0.root) }) { first, _ in first })
         let notices = state.withLock { state -> [Notice]? in
             guard state.rootGeneration == generation else { return nil }
             var notices: [Notice] = []
@@ -600,7 +602,8 @@ extension DocumentFileSystem {
                 notices.append(.entry(parent: mountRootInode, name: FUSE.FileName(info.name)))
             }
             if let conflicts {
-                notices += reconcileConflicts(&state, versions: conflicts.versions, records: conflicts.records)
+                notices += reconcileConflicts(
+                    &state, versions: conflicts.versions, records: conflicts.records)
             }
             state.rootChanged = .now
             notices.append(.inode(mountRootInode))

@@ -355,7 +355,8 @@ final class FileContents: @unchecked Sendable {
             }
             if let piece = pending.first {
                 throw DocumentStoreError.io(
-                    "a save asked for \(piece.count) stored bytes at \(piece.offset) of a file it holds only in part")
+                    "a save asked for \(piece.count) stored bytes at \(piece.offset) of a file it holds only in part"
+                )
             }
             return Data(buffer)
         }

@@ -1,9 +1,9 @@
 import ArgumentParser
 import DocumentEngine
-import SQLiteStore
 import Foundation
 import Logging
 import PostgresStore
+import SQLiteStore
 import SampleDocuments
 
 #if canImport(Glibc)

@@ -132,7 +132,8 @@ struct Mount: DocfsCommand {
         options.handleSignals = true
         let mount: DocumentFSMount
         do {
-            mount = try DocumentFSMount(store: plan.store, at: plan.mountpoint, options: options, logger: logger)
+            mount = try DocumentFSMount(
+                store: plan.store, at: plan.mountpoint, options: options, logger: logger)
             try mount.start()
         } catch let error as FUSEError {
             throw Failure(Self.describe(error, plan: plan))
@@ -148,7 +149,9 @@ struct Mount: DocfsCommand {
         do {
             try record?.write()
         } catch {
-            logger.warning("cannot write the pid file: \(Failure.describe(error)); `docfs unmount` will look for this process")
+            logger.warning(
+                "cannot write the pid file: \(Failure.describe(error)); `docfs unmount` will look for this process"
+            )
         }
         // Content chunks and bytes read and written, for scripts/bench.sh and for anyone curious.
         StatisticsSignal.install(store: plan.store, logger: logger)
@@ -230,7 +233,9 @@ struct Mount: DocfsCommand {
         do {
             try MountPaths.makeDirectory(log.deletingLastPathComponent())
         } catch {
-            printError("cannot create the log folder \(log.deletingLastPathComponent().path): the daemon will not log")
+            printError(
+                "cannot create the log folder \(log.deletingLastPathComponent().path): the daemon will not log"
+            )
             logPath = nil
         }
         let daemon = try DaemonLauncher.spawn(arguments: arguments, log: logPath)
@@ -248,7 +253,9 @@ struct Mount: DocfsCommand {
                 if attempt < 19 { usleep(50_000) }
             }
             guard listed else {
-                throw Failure("the daemon reported \(plan.mountpoint) mounted, but it is not in the mount table\(seeLog)")
+                throw Failure(
+                    "the daemon reported \(plan.mountpoint) mounted, but it is not in the mount table\(seeLog)"
+                )
             }
         case .failed(let message):
             daemon.reap()
@@ -257,11 +264,13 @@ struct Mount: DocfsCommand {
             throw Failure(message + reason)
         case .exited(let status):
             let reason = daemon.libfuseComplaint(inLog: logPath).map { " (\($0))" } ?? ""
-            throw Failure("the docfs daemon ended (\(status)) before mounting \(plan.mountpoint)\(reason)\(seeLog)")
+            throw Failure(
+                "the docfs daemon ended (\(status)) before mounting \(plan.mountpoint)\(reason)\(seeLog)")
         case .timedOut:
             kill(daemon.pid, SIGTERM)
             throw Failure(
-                "the docfs daemon did not mount \(plan.mountpoint) within \(Self.startTimeout.components.seconds) s\(seeLog)")
+                "the docfs daemon did not mount \(plan.mountpoint) within \(Self.startTimeout.components.seconds) s\(seeLog)"
+            )
         }
     }
 }
@@ -286,7 +295,8 @@ struct MountPlan {
         if !refused.isEmpty {
             let plural = refused.count == 1 ? "" : "s"
             throw Failure(
-                "unknown mount option\(plural) \(refused.joined(separator: ",")) (neither docfs nor libfuse knows it)")
+                "unknown mount option\(plural) \(refused.joined(separator: ",")) (neither docfs nor libfuse knows it)"
+            )
         }
         let store = try location.open(logger: logger)
         if !options.readOnly, location.postgres == nil, access(location.path, W_OK) != 0 {
@@ -311,10 +321,13 @@ struct MountPlan {
             let code = errno
             switch code {
             case ENOENT:
-                throw Failure("the mount point \(absolute) does not exist; create it with `mkdir -p \(shellQuoted(absolute))`")
+                throw Failure(
+                    "the mount point \(absolute) does not exist; create it with `mkdir -p \(shellQuoted(absolute))`"
+                )
             case ENOTCONN:
                 throw Failure(
-                    "\(absolute) is a mount whose daemon has died; unmount it with `docfs unmount \(shellQuoted(absolute))`")
+                    "\(absolute) is a mount whose daemon has died; unmount it with `docfs unmount \(shellQuoted(absolute))`"
+                )
             case EACCES:
                 throw Failure("cannot reach the mount point \(absolute): permission denied")
             default:
@@ -327,7 +340,8 @@ struct MountPlan {
         let resolved = MountPaths.resolved(absolute)
         if let entry = MountTable.entry(at: resolved) {
             throw Failure(
-                "the mount point \(resolved) is busy: \(entry.source) (\(entry.fileSystemType)) is already mounted there")
+                "the mount point \(resolved) is busy: \(entry.source) (\(entry.fileSystemType)) is already mounted there"
+            )
         }
         // fusermount3's rule for users other than root; checked here for a clear message.
         if getuid() != 0, access(resolved, W_OK) != 0 {
@@ -344,7 +358,8 @@ struct MountPlan {
                 }
                 if name != "." && name != ".." {
                     throw Failure(
-                        "the mount point \(resolved) is not empty; empty it, or mount over its contents with -o nonempty")
+                        "the mount point \(resolved) is not empty; empty it, or mount over its contents with -o nonempty"
+                    )
                 }
             }
         }
@@ -478,7 +493,8 @@ struct DaemonLauncher {
         posix_spawnattr_setflags(
             &attributes, Int16(spawnSetSID | Int32(POSIX_SPAWN_SETSIGDEF) | Int32(POSIX_SPAWN_SETSIGMASK)))
 
-        let logStart = log.flatMap { try? FileManager.default.attributesOfItem(atPath: $0)[.size] as? UInt64 } ?? 0
+        let logStart =
+            log.flatMap { try? FileManager.default.attributesOfItem(atPath: $0)[.size] as? UInt64 } ?? 0
         let argv = (["docfs"] + arguments).map { strdup($0) } + [nil]
         defer { for p in argv { free(p) } }
         var pid: pid_t = 0
@@ -494,7 +510,8 @@ struct DaemonLauncher {
     func libfuseComplaint(inLog log: String?) -> String? {
         guard let log, let file = FileHandle(forReadingAtPath: log) else { return nil }
         defer { try? file.close() }
-        guard (try? file.seek(toOffset: logStart)) != nil, let data = try? file.read(upToCount: 1 << 20) else {
+        guard (try? file.seek(toOffset: logStart)) != nil, let data = try? file.read(upToCount: 1 << 20)
+        else {
             return nil
         }
         return String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline).first {

@@ -192,18 +192,22 @@ struct FuseOptions: Equatable {
             guard let value, !value.isEmpty else { throw Failure("-o fsname= needs a name") }
             fsName = Self.unescape(value)
         case "quiet_interval":
-            guard let value, let seconds = Double(value), seconds.isFinite, seconds > 0, seconds <= 86400 else {
+            guard let value, let seconds = Double(value), seconds.isFinite, seconds > 0, seconds <= 86400
+            else {
                 throw Failure("-o quiet_interval= needs a number of seconds above 0 and at most 86400")
             }
             quietInterval = .milliseconds(Int64((seconds * 1000).rounded(.up)))
         case "collect_interval":
-            guard let value, let seconds = Double(value), seconds.isFinite, seconds >= 0, seconds <= 31_536_000 else {
+            guard let value, let seconds = Double(value), seconds.isFinite, seconds >= 0,
+                seconds <= 31_536_000
+            else {
                 throw Failure("-o collect_interval= needs a number of seconds from 0 (never) to 31536000")
             }
             collectInterval = .some(seconds == 0 ? nil : .milliseconds(Int64((seconds * 1000).rounded(.up))))
         case "attr_timeout", "entry_timeout":
             // The names (and meaning) of libfuse's high-level and sshfs's options of the same names.
-            guard let value, let seconds = Double(value), seconds.isFinite, seconds >= 0, seconds <= 86400 else {
+            guard let value, let seconds = Double(value), seconds.isFinite, seconds >= 0, seconds <= 86400
+            else {
                 throw Failure("-o \(name)= needs a number of seconds from 0 to 86400")
             }
             let timeout = Duration.milliseconds(Int64((seconds * 1000).rounded()))
@@ -307,7 +311,9 @@ struct DaemonRecord: Equatable {
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
         guard lines.count >= 3 else { return nil }
         let numbers = lines[0].split(separator: " ")
-        guard numbers.count == 2, let pid = pid_t(numbers[0]), let start = UInt64(numbers[1]) else { return nil }
+        guard numbers.count == 2, let pid = pid_t(numbers[0]), let start = UInt64(numbers[1]) else {
+            return nil
+        }
         return DaemonRecord(pid: pid, startTime: start, mountpoint: lines[1], store: lines[2])
     }
 
@@ -359,7 +365,9 @@ struct ProcessStatus {
         guard let close = text.lastIndex(of: ")") else { return nil }
         let fields = text[text.index(after: close)...].split(separator: " ")
         // fields[0] is field 3 (state); the start time is field 22.
-        guard fields.count > 19, let state = fields[0].first, let start = UInt64(fields[19]) else { return nil }
+        guard fields.count > 19, let state = fields[0].first, let start = UInt64(fields[19]) else {
+            return nil
+        }
         self.state = state
         startTime = start
     }

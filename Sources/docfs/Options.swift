@@ -1,9 +1,9 @@
 import ArgumentParser
 import DocumentEngine
-import SQLiteStore
 import Foundation
 import Logging
 import PostgresStore
+import SQLiteStore
 
 #if canImport(Glibc)
     import Glibc
@@ -98,7 +98,9 @@ struct StoreLocation {
 enum Positionals {
     /// `[STORE] [NAME]`: a lone argument is a STORE when it looks like one, else a NAME (`what`
     /// says which, for the message).
-    static func optionalStoreAndName(_ arguments: [String], what: String) throws -> (store: String?, name: String?) {
+    static func optionalStoreAndName(_ arguments: [String], what: String) throws -> (
+        store: String?, name: String?
+    ) {
         switch arguments.count {
         case 0: return (nil, nil)
         case 1:

@@ -116,7 +116,8 @@ struct Retention: DocfsCommand {
         if policy.keepAll > .zero {
             lines.append(
                 isForever(policy.keepAll)
-                    ? "keep every version, forever" : "keep every version of the last \(words(policy.keepAll))")
+                    ? "keep every version, forever"
+                    : "keep every version of the last \(words(policy.keepAll))")
             agesCovered = true
             lastsForever = isForever(policy.keepAll)
         }
@@ -171,7 +172,9 @@ struct Retention: DocfsCommand {
         if isForever(duration) { return "forever" }
         let ns = nanoseconds(duration)
         if ns == 0 { return "no time" }
-        if ns % units[0].nanoseconds == 0 { return Format.count(Int(ns / units[0].nanoseconds), units[0].name) }
+        if ns % units[0].nanoseconds == 0 {
+            return Format.count(Int(ns / units[0].nanoseconds), units[0].name)
+        }
         var rest = ns
         var parts: [String] = []
         for unit in units.dropFirst() where rest >= unit.nanoseconds {

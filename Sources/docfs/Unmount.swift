@@ -43,7 +43,8 @@ struct Unmount: DocfsCommand {
             throw Failure("\(path) is not a docfs mount: it is \(entry.fileSystemType) (use umount)")
         }
         if getuid() != 0, let owner = entry.fuseOwner, owner != getuid() {
-            throw Failure("cannot unmount \(path): it was mounted by another user (uid \(owner)); they or root can")
+            throw Failure(
+                "cannot unmount \(path): it was mounted by another user (uid \(owner)); they or root can")
         }
         // Found before unmounting: afterwards nothing links the daemon to the mount point.
         let daemon = DaemonRecord.find(mountpoint: path)
@@ -99,8 +100,11 @@ struct Unmount: DocfsCommand {
     private func runFusermount(_ arguments: [String]) throws -> (status: Int32, error: String) {
         let process = Process()
         let candidates = ["/usr/bin/fusermount3", "/bin/fusermount3"]
-        guard let program = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
-            throw Failure("fusermount3 is missing (package fuse3); it unmounts FUSE file systems for users other than root")
+        guard let program = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) })
+        else {
+            throw Failure(
+                "fusermount3 is missing (package fuse3); it unmounts FUSE file systems for users other than root"
+            )
         }
         process.executableURL = URL(fileURLWithPath: program)
         process.arguments = arguments

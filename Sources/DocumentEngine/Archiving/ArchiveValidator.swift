@@ -32,7 +32,8 @@ struct ArchiveValidator {
         // CoreFoundation's parsers reject property lists nested deeper than 512 levels and counts that
         // exceed the data, so parsing untrusted bytes is itself safe.
         if Self.binaryPropertyListHasSet(data) {
-            throw ArchiveError.notAnArchive(reason: "the property list holds a set, which keyed archives never do")
+            throw ArchiveError.notAnArchive(
+                reason: "the property list holds a set, which keyed archives never do")
         }
         var format = PropertyListSerialization.PropertyListFormat.binary
         let plist: Any
@@ -490,11 +491,14 @@ struct ArchiveValidator {
         }
         let trailer = bytes.count - 32
         let offsetSize = Int(bytes[trailer + 6])
-        guard (1...8).contains(offsetSize), let count = number(trailer + 8, 8), let table = number(trailer + 24, 8),
+        guard (1...8).contains(offsetSize), let count = number(trailer + 8, 8),
+            let table = number(trailer + 24, 8),
             table + count * offsetSize <= trailer
         else { return false }
         for index in 0..<count {
-            guard let offset = number(table + index * offsetSize, offsetSize), offset < trailer else { continue }
+            guard let offset = number(table + index * offsetSize, offsetSize), offset < trailer else {
+                continue
+            }
             if bytes[offset] & 0xF0 == 0xC0 { return true }
         }
         return false
