@@ -28,6 +28,9 @@ struct SQLRow {
 
     init(_ row: PostgresRow) { self.row = row.makeRandomAccess() }
 
+    /// The result's column names, in order.
+    var columnNames: [String] { row.map(\.columnName) }
+
     private func cell(_ column: String) throws -> PostgresCell {
         guard row.contains(column) else {
             throw DocumentStoreError.corrupt(path: "", reason: "a result has no column \(column)")
@@ -63,6 +66,21 @@ struct SQLRow {
             throw DocumentStoreError.corrupt(path: "", reason: "column \(column) is NULL")
         }
         return value
+    }
+
+    /// The value at `index` (of the column `column`, for messages); nil for NULL.
+    func decode<Value: PostgresDecodable>(_ index: Int, _ column: String, as _: Value.Type, _ what: String)
+        throws
+        -> Value?
+    {
+        guard index < row.count else {
+            throw DocumentStoreError.corrupt(path: "", reason: "a result has no column \(column)")
+        }
+        let cell = row[index]
+        guard cell.bytes != nil else { return nil }
+        do { return try cell.decode(Value.self) } catch {
+            throw DocumentStoreError.corrupt(path: "", reason: "column \(column) is not \(what)")
+        }
     }
 
     func optionalData(_ column: String) throws -> Data? {

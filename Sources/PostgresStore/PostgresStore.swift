@@ -218,6 +218,7 @@ final class PostgresBackend: StoreBackend {
             """,
             [array(lookups.map { $0.node.rawValue }), array(lookups.map { $0.version?.rawValue })])
         var answers = [Result<MainLineAnswer, any Error>?](repeating: nil, count: lookups.count)
+        let columns = try rows.first.map { try NodeColumns($0.columnNames) }
         for row in rows {
             guard let index = try? Int(row.int("lookup_index")) - 1, answers.indices.contains(index) else {
                 throw DocumentStoreError.corrupt(path: "", reason: "a lookup came back without its index")
@@ -231,7 +232,8 @@ final class PostgresBackend: StoreBackend {
                 guard try row.optionalInt("node") != nil, try row.int("removed") == 0 else {
                     return .record(nil)
                 }
-                return .record(try PostgresTransaction.record(row))
+                guard let columns else { return .record(nil) }
+                return .record(try columns.record(row))
             }
         }
         return try answers.map { answer in

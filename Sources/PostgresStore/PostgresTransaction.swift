@@ -182,14 +182,14 @@ struct PostgresTransaction: StoreTransaction {
             ORDER BY node, version DESC
             """,
             [.int(document.rawValue), .int(branch), .int(limit)]
-        ).map(Self.storedNode)
+        ).storedNodes()
     }
 
     func latestNode(_ node: StoreNodeID, branch: Int64, upTo limit: Int64) throws -> StoredNode? {
         try db.query(
             "SELECT * FROM nodes WHERE node = $1 AND branch = $2 AND version <= $3 ORDER BY version DESC LIMIT 1",
             [.int(node.rawValue), .int(branch), .int(limit)]
-        ).first.map(Self.storedNode)
+        ).storedNodes().first
     }
 
     func nodeChanged(_ node: StoreNodeID, after version: VersionID) throws -> Bool {
@@ -270,39 +270,8 @@ struct PostgresTransaction: StoreTransaction {
         try db.query("DELETE FROM nodes WHERE branch = $1", [.int(branch)])
     }
 
-    static func storedNode(_ row: SQLRow) throws -> StoredNode {
-        let removed = try row.int("removed") != 0
-        let record =
-            removed
-            ? NodeRecord(
-                id: StoreNodeID(rawValue: try row.int("node")),
-                document: DocumentID(rawValue: try row.int("document")),
-                parent: try row.optionalInt("parent").map(StoreNodeID.init(rawValue:)),
-                name: try row.string("name"),
-                kind: .regularFile, permissions: 0, uid: 0, gid: 0, modified: Timestamp(rawValue: 0),
-                version: VersionID(rawValue: try row.int("version")))
-            : try record(row)
-        return StoredNode(record: record, branch: try row.int("branch"), removed: removed)
-    }
-
     static func record(_ row: SQLRow) throws -> NodeRecord {
-        let kind = try FileWrapper.Kind(storedCode: try row.int("kind"), node: try row.int("node"))
-        return NodeRecord(
-            id: StoreNodeID(rawValue: try row.int("node")),
-            document: DocumentID(rawValue: try row.int("document")),
-            parent: try row.optionalInt("parent").map(StoreNodeID.init(rawValue:)),
-            name: try row.string("name"),
-            preferredName: try row.optionalString("preferred_name"), kind: kind,
-            permissions: Int(try row.int("permissions")), uid: UInt32(truncatingIfNeeded: try row.int("uid")),
-            gid: UInt32(truncatingIfNeeded: try row.int("gid")),
-            modified: Timestamp(rawValue: try row.int("mtime")),
-            changed: Timestamp(rawValue: try row.int("ctime")),
-            accessed: Timestamp(rawValue: try row.int("atime")),
-            created: Timestamp(rawValue: try row.int("btime")), size: try row.int("size"),
-            linkTarget: try row.optionalString("link_target"),
-            device: UInt64(bitPattern: try row.optionalInt("device") ?? 0),
-            extendedAttributes: try XattrCoding.decode(try row.optionalData("xattrs") ?? Data()),
-            version: VersionID(rawValue: try row.int("version")))
+        try NodeColumns(row.columnNames).record(row)
     }
 
     // MARK: Extents
@@ -496,5 +465,43 @@ struct PostgresTransaction: StoreTransaction {
     /// Keys in statements of a few thousand.
     static func batches<Key>(_ keys: [Key]) -> [ArraySlice<Key>] {
         stride(from: 0, to: keys.count, by: 5_000).map { keys[$0..<min($0 + 5_000, keys.count)] }
+    }
+}
+
+extension [SQLRow] {
+    /// The `nodes` rows of a result, their columns located once from the first row.
+    func storedNodes() throws -> [StoredNode] {
+        guard let first else { return [] }
+        let columns = try NodeColumns(first.columnNames)
+        return try map { try columns.storedNode($0) }
+    }
+}
+
+/// A result row read by column position (``NodeColumns``): looking columns up by name hashed
+/// every name of every row, most of reading a package's 10,000 records (issue 15, B6).
+extension SQLRow: ColumnSource {
+    package func int64(_ index: Int, _ column: String) throws -> Int64 {
+        try Self.required(optionalInt64(index, column), column)
+    }
+
+    package func optionalInt64(_ index: Int, _ column: String) throws -> Int64? {
+        try decode(index, column, as: Int64.self, "an integer")
+    }
+
+    package func text(_ index: Int, _ column: String) throws -> String {
+        try Self.required(optionalText(index, column), column)
+    }
+
+    package func optionalText(_ index: Int, _ column: String) throws -> String? {
+        try decode(index, column, as: String.self, "text")
+    }
+
+    package func optionalBlob(_ index: Int, _ column: String) throws -> Data? {
+        try decode(index, column, as: Data.self, "bytes")
+    }
+
+    private static func required<Value>(_ value: Value?, _ column: String) throws -> Value {
+        guard let value else { throw DocumentStoreError.corrupt(path: "", reason: "column \(column) is NULL") }
+        return value
     }
 }

@@ -44,7 +44,9 @@ public final class SQLiteStore: VersionedDocumentStore, Sendable {
     }
 
     // Decoders of stored rows, for the fuzz targets and the damaged-row tests.
-    static func record(_ row: Row) throws -> NodeRecord { try NodeColumns(row).record(row) }
+    static func record(_ row: Row) throws -> NodeRecord {
+        try NodeColumns(Array(row.columnNames)).record(row)
+    }
     static func document(_ row: Row) throws -> DocumentInfo { try SQLiteTransaction.document(row) }
     static func version(_ row: Row) throws -> VersionInfo { try SQLiteTransaction.version(row) }
     static func storeError(_ error: any Error, path: String, systemErrno: Int32 = 0) -> any Error {
