@@ -29,6 +29,9 @@
 #        the file + -wal + -shm; PostgreSQL: pg_database_size, the gc VACUUMs), target ≤ 20 MiB;
 #        the size before the gc and the fsx and gc times as info. One round whatever
 #        BENCH_ROUNDS is; no native side
+#   b11  copy offload: `cp` of the 1 GiB wrapper (64 MiB small) to a new name beside it and
+#        `sync` of the copy; the time (target ≤ 0.2 s; native ext4 copies the bytes) and the
+#        bytes the store grew by (as B2), target ≤ 1 MiB; the content bytes it wrote as info
 #   fuse_layer  the FUSE layer's micro-benchmark (scripts/fuse-bench.sh)
 #
 # A benchmark, not a test: missed targets never make it fail, and scripts/test.sh does not
@@ -73,7 +76,7 @@ for argument in "$@"; do
     esac
 done
 rounds=${BENCH_ROUNDS:-3}
-all_figures="b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 fuse_layer"
+all_figures="b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 b11 fuse_layer"
 only=${BENCH_ONLY:-}
 for figure in ${only//,/ }; do
     case " $all_figures " in
@@ -749,6 +752,36 @@ b10() {
     fi
 }
 
+# --- B11: copy offload ------------------------------------------------------------------------
+
+# cp (coreutils, copy_file_range) of the 1 GiB wrapper to a new name beside it, and sync of the
+# copy: in the mount the copy shares the original's chunks, so the store should grow by records,
+# not by a gigabyte. The copy is removed after each round.
+cp_synced() { # FROM TO: milliseconds of cp and the sync of the copy
+    local start end
+    start=$EPOCHREALTIME
+    cp "$1" "$2"
+    sync "$2"
+    end=$EPOCHREALTIME
+    milliseconds "$start" "$end"
+}
+
+b11() {
+    local r side
+    for r in $(seq "$rounds"); do
+        for side in $(sides "$r"); do
+            if [ "$side" = docfs ]; then
+                save_figure b11 "$r" cp_synced "$mnt/big.pkg/stream.bin" "$mnt/big.pkg/copy.bin"
+                rm -f "$mnt/big.pkg/copy.bin"
+            else
+                drop_caches
+                sample b11.ms native "$r" "$(cp_synced "$native/big.pkg/stream.bin" "$native/big.pkg/copy.bin")"
+                rm -f "$native/big.pkg/copy.bin"
+            fi
+        done
+    done
+}
+
 # --- The FUSE layer -------------------------------------------------------------------------
 
 fuse_layer() {
@@ -768,6 +801,7 @@ run_figure "B7: 1,000 documents open" b7
 run_figure "B8: two mounts of one store" b8
 run_figure "B9: whole-file save of a small edit (sed -i)" b9
 run_figure "B10: history thins and space comes back (fsx, then docfs gc)" b10
+run_figure "B11: cp of a 1 GiB wrapper inside the mount (copy offload)" b11
 run_figure "FUSE layer micro-benchmark" fuse_layer
 
 # --- The report -----------------------------------------------------------------------------

@@ -233,6 +233,20 @@ func figureCatalog(chunkSize: Double, sizes: Sizes) -> [Figure] {
             id: "b10.gc.s", label: "B10 (info) `docfs gc --keep-last 1 --keep-for 0`", unit: "s",
             target: .none),
         Figure(
+            id: "b11.ms", label: "B11 `cp` of the \(big) wrapper to a new name in the mount, + sync of the copy",
+            unit: "ms", target: .atMost(200)),
+        Figure(
+            id: "b11.bytes",
+            label: "B11 the cp: bytes written to the store (\(sizes.storeWrites))",
+            unit: "bytes", target: .atMost(1_048_576)),
+        Figure(
+            id: "b11.fpi",
+            label: "B11 (info) cp: full-page images in the WAL (first change of a page after a checkpoint)",
+            unit: "bytes", target: .none),
+        Figure(
+            id: "b11.content", label: "B11 (info) cp: content bytes the store wrote", unit: "bytes",
+            target: .none),
+        Figure(
             id: "fuse.getattr", label: "FUSE layer: no-op `getattr` (attr timeout 0)", unit: "µs",
             target: .none),
         Figure(id: "fuse.read1m", label: "FUSE layer: 1 MiB direct-I/O read", unit: "µs", target: .none),
