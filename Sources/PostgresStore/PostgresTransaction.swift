@@ -297,19 +297,25 @@ struct PostgresTransaction: StoreTransaction {
         return map
     }
 
-    func insertExtent(_ node: StoreNodeID, branch: Int64, start: Int64, version: VersionID, extent: Extent?)
-        throws
-    {
-        try db.query(
-            """
-            INSERT INTO extents(node, branch, start, version, chunk, length) VALUES ($1, $2, $3, $4, $5, $6)
-            ON CONFLICT (node, branch, start, version) DO UPDATE SET chunk = EXCLUDED.chunk, length = EXCLUDED.length
-            """,
-            [
-                .int(node.rawValue), .int(branch), .int(start), .int(version.rawValue),
-                SQLValue(extent?.chunk),
-                .int(extent?.length ?? 0),
-            ])
+    func insertExtents(
+        _ node: StoreNodeID, branch: Int64, version: VersionID, _ rows: [(start: Int64, extent: Extent?)]
+    ) throws {
+        // One statement per few thousand rows: a copy of 1 GiB is 8,192 rows, which one round
+        // trip each took 1.9 s (B11).
+        for batch in Self.batches(rows) {
+            try db.query(
+                """
+                INSERT INTO extents(node, branch, start, version, chunk, length)
+                SELECT $1, $2, r.start, $3, r.chunk, r.length
+                FROM unnest($4::text::bigint[], $5::text::bigint[], $6::text::bigint[]) AS r(start, chunk, length)
+                ON CONFLICT (node, branch, start, version) DO UPDATE SET chunk = EXCLUDED.chunk, length = EXCLUDED.length
+                """,
+                [
+                    .int(node.rawValue), .int(branch), .int(version.rawValue),
+                    Self.array(batch.map(\.start)), Self.array(batch.map { $0.extent?.chunk }),
+                    Self.array(batch.map { $0.extent?.length ?? 0 }),
+                ])
+        }
     }
 
     func extentRowKeys(of document: DocumentID) throws -> [(key: ExtentRowKey, hasChunk: Bool)] {
@@ -501,7 +507,9 @@ extension SQLRow: ColumnSource {
     }
 
     private static func required<Value>(_ value: Value?, _ column: String) throws -> Value {
-        guard let value else { throw DocumentStoreError.corrupt(path: "", reason: "column \(column) is NULL") }
+        guard let value else {
+            throw DocumentStoreError.corrupt(path: "", reason: "column \(column) is NULL")
+        }
         return value
     }
 }

@@ -322,15 +322,19 @@ struct SQLiteTransaction: StoreTransaction {
         return map
     }
 
-    func insertExtent(_ node: StoreNodeID, branch: Int64, start: Int64, version: VersionID, extent: Extent?)
-        throws
-    {
-        try db.cachedStatement(
+    func insertExtents(
+        _ node: StoreNodeID, branch: Int64, version: VersionID, _ rows: [(start: Int64, extent: Extent?)]
+    ) throws {
+        // An embedded database has no round trips to save: one cached statement per row.
+        let statement = try db.cachedStatement(
             sql:
                 "INSERT OR REPLACE INTO extents(node, branch, start, version, chunk, length) VALUES (?, ?, ?, ?, ?, ?)"
-        ).execute(arguments: [
-            node.rawValue, branch, start, version.rawValue, extent?.chunk, extent?.length ?? 0,
-        ])
+        )
+        for (start, extent) in rows {
+            try statement.execute(arguments: [
+                node.rawValue, branch, start, version.rawValue, extent?.chunk, extent?.length ?? 0,
+            ])
+        }
     }
 
     func extentRowKeys(of document: DocumentID) throws -> [(key: ExtentRowKey, hasChunk: Bool)] {

@@ -167,12 +167,12 @@ struct ContentWriter {
             }
             for (_, extents) in replaced { target.merge(extents) { _, new in new } }
         }
+        var rows: [(start: Int64, extent: Extent?)] = []
         for (start, extent) in target.sorted(by: { $0.key < $1.key }) where current[start] != extent {
-            try tx.insertExtent(node, branch: branch, start: start, version: version, extent: extent)
+            rows.append((start, extent))
         }
-        for start in current.keys.sorted() where target[start] == nil {
-            try tx.insertExtent(node, branch: branch, start: start, version: version, extent: nil)
-        }
+        for start in current.keys.sorted() where target[start] == nil { rows.append((start, nil)) }
+        if !rows.isEmpty { try tx.insertExtents(node, branch: branch, version: version, rows) }
         return (size, written.chunks, written.bytes)
     }
 

@@ -267,13 +267,16 @@ final class MemoryTransaction: StoreTransaction {
         return map
     }
 
-    func insertExtent(_ node: StoreNodeID, branch: Int64, start: Int64, version: VersionID, extent: Extent?)
-        throws
-    {
-        var entries = tables.extents[node]?[start] ?? []
-        entries.removeAll { $0.branch == branch && $0.version == version.rawValue }
-        entries.append(MemoryTables.ExtentEntry(branch: branch, version: version.rawValue, extent: extent))
-        tables.extents[node, default: [:]][start] = entries
+    func insertExtents(
+        _ node: StoreNodeID, branch: Int64, version: VersionID, _ rows: [(start: Int64, extent: Extent?)]
+    ) throws {
+        for (start, extent) in rows {
+            var entries = tables.extents[node]?[start] ?? []
+            entries.removeAll { $0.branch == branch && $0.version == version.rawValue }
+            entries.append(
+                MemoryTables.ExtentEntry(branch: branch, version: version.rawValue, extent: extent))
+            tables.extents[node, default: [:]][start] = entries
+        }
     }
 
     func extentRowKeys(of document: DocumentID) throws -> [(key: ExtentRowKey, hasChunk: Bool)] {

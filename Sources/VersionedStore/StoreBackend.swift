@@ -227,9 +227,11 @@ public protocol StoreTransaction {
     /// `limit`: the extent that begins there, or nil where one was removed.
     func extents(_ node: StoreNodeID, branch: Int64, upTo limit: Int64, starts: ClosedRange<Int64>) throws
         -> [Int64: Extent?]
-    /// Writes a row (replacing one with the same node, branch, start and version); nil removes
-    /// the extent that began at `start`.
-    func insertExtent(_ node: StoreNodeID, branch: Int64, start: Int64, version: VersionID, extent: Extent?)
+    /// Writes one row per start offset (replacing one with the same node, branch, start and
+    /// version); nil removes the extent that began there. All of a save's rows of one file come
+    /// at once, so a backend may write them in one statement (a 1 GiB copy is 8,192 rows).
+    func insertExtents(
+        _ node: StoreNodeID, branch: Int64, version: VersionID, _ rows: [(start: Int64, extent: Extent?)])
         throws
     /// Every extent row of `document`'s wrappers on the main line, and whether it holds a chunk
     /// (false for a removal), for retention.
