@@ -323,8 +323,93 @@ extension DocumentFileSystem {
         _ context: RequestContext, node: NodeID, newParent: NodeID, newName: FUSE.FileName,
         reply: ReplyEntry
     ) {
-        // A wrapper has one name (fuse-notes 3.6): POSIX allows EPERM, and vim then copies.
-        reply.error(configuration.readOnly ? .readOnlyFileSystem : .notPermitted)
+        answer(reply) { () throws(Errno) in
+            guard !configuration.readOnly else { throw .readOnlyFileSystem }
+            let text = try validate(newName)
+            // A document is a file system of its own: a link from one into another, or into the
+            // mount root (where each name is a document), is a link across file systems.
+            guard newParent != .root, let directory = try resolve(newParent, loadingChildren: true) else {
+                throw .improperLink
+            }
+            guard let file = try resolve(node) else { throw .improperLink }
+            let id = try newStoreID()
+            let alias = try state.withLock { state throws(Errno) -> ViewNode in
+                guard file.conflict == nil, directory.conflict == nil else { throw .permissionDenied }
+                guard file.kind != .directory else { throw .notPermitted }
+                guard file.linked else { throw .noSuchFileOrDirectory }
+                guard !file.atMountRoot, file.document != nil, file.document == directory.document else {
+                    throw .improperLink
+                }
+                guard directory.kind == .directory, directory.linked else { throw .noSuchFileOrDirectory }
+                guard directory.children[newName] == nil else { throw .fileExists }
+                try checkNoEquivalent(text, in: directory.children)
+                // Scratch files are never saved, so a saved name cannot stand for one, nor a
+                // scratch name for a saved file: tools that link temporary files fall back.
+                guard isPersisted(file), !configuration.scratchNames.matches(newName) else {
+                    throw .notPermitted
+                }
+                guard file.aliases.count < 65_000 else { throw .tooManyLinks }
+                var record = file.record
+                record.id = id
+                record.parent = directory.persistAs
+                record.name = text
+                record.preferredName = nil
+                record.linkOf = file.persistAs
+                let alias = ViewNode(storeID: id, document: file.document, name: newName, record: record)
+                alias.linkOf = file
+                alias.parent = directory
+                directory.children[newName] = alias
+                file.aliases[ObjectIdentifier(alias)] = alias
+                let now = Timestamp.now
+                file.record.changed = now
+                directory.record.modified = now
+                directory.record.changed = now
+                changed(&state, alias)
+                changed(&state, file)
+                changed(&state, directory)
+                return alias
+            }
+            _ = alias
+            entry(reply, file, state.withLock { _ in attributes(file) })
+        }
+    }
+
+    /// The name a file's node moves to when it leaves its own: a saved one first.
+    func heir(of file: ViewNode) -> ViewNode? {
+        let names = file.aliases.values.sorted { $0.storeID < $1.storeID }
+        return names.first { isPersisted($0) } ?? names.first
+    }
+
+    /// Takes the name `entry` out of its directory, as `unlink` or a rename over it does. A file
+    /// with other names keeps its node: it moves to one of them, so its inode and contents stay.
+    func unlinkName(_ state: inout State, _ entry: ViewNode) {
+        if let file = entry.linkOf {
+            file.aliases[ObjectIdentifier(entry)] = nil
+            file.record.changed = .now
+            changed(&state, file)
+            detach(&state, entry)
+            return
+        }
+        guard let heir = heir(of: entry), let place = heir.parent, let from = entry.parent else {
+            detach(&state, entry)
+            return
+        }
+        entry.aliases[ObjectIdentifier(heir)] = nil
+        heir.linkOf = nil
+        detach(&state, heir)
+        if from.children[entry.name] === entry { from.children[entry.name] = nil }
+        let now = Timestamp.now
+        from.record.modified = now
+        from.record.changed = now
+        changed(&state, from)
+        entry.name = heir.name
+        entry.parent = place
+        entry.record.name = heir.record.name
+        entry.record.parent = place.persistAs
+        entry.record.changed = now
+        place.children[heir.name] = entry
+        changed(&state, place)
+        changed(&state, entry)
     }
 
     /// Creates a symbolic link or a special file at the mount root: a document of its own, or a
@@ -465,7 +550,7 @@ extension DocumentFileSystem {
                 node.linked = false
                 return
             }
-            detach(&state, node)
+            unlinkName(&state, node)
         }
     }
 
@@ -502,7 +587,8 @@ extension DocumentFileSystem {
             guard from.document != nil, from.document == to.document else { throw .improperLink }
             guard let node = from.children[name] else { throw .noSuchFileOrDirectory }
             let target = to.children[newName]
-            if target === node { return nil }
+            // Two names of one file: POSIX leaves both as they are.
+            if let target, (target.linkOf ?? target) === (node.linkOf ?? node) { return nil }
             if node.kind == .directory && to.isDescendant(of: node) { throw .invalidArgument }
             if flags.contains(.noReplace) && target != nil { throw .fileExists }
             if flags.contains(.exchange) {
@@ -528,7 +614,28 @@ extension DocumentFileSystem {
                 if node.kind == .directory && target.kind != .directory { throw .notDirectory }
                 if node.kind != .directory && target.kind == .directory { throw .isDirectory }
                 if target.kind == .directory && !target.children.isEmpty { throw .directoryNotEmpty }
-                detach(&state, target)
+                unlinkName(&state, target)
+            }
+            if node.linkOf == nil, configuration.scratchNames.matches(newName), isPersisted(node),
+                let heir = heir(of: node), isPersisted(heir), let place = heir.parent
+            {
+                // A file with other names going to a scratch name (a backup, say) stays saved
+                // under another name: its node takes that name's place, and the scratch name
+                // becomes the other name, which is never saved.
+                let now = Timestamp.now
+                from.children[name] = nil
+                (node.name, heir.name) = (heir.name, newName)
+                (node.parent, heir.parent) = (place, to)
+                node.record.name = heir.record.name
+                node.record.parent = place.persistAs
+                heir.record.name = newText
+                heir.record.parent = to.persistAs
+                place.children[node.name] = node
+                to.children[newName] = heir
+                for n in [node, heir, from, to, place] { n.record.changed = now }
+                for n in [from, to, place] { n.record.modified = now }
+                for n in [node, heir, from, to, place] { changed(&state, n) }
+                return nil
             }
             let wasScratch = !isPersisted(node)
             from.children[name] = nil

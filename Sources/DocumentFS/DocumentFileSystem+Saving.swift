@@ -104,11 +104,31 @@ extension DocumentFileSystem {
         for node in touched.values.sorted(by: { $0.storeID < $1.storeID }) {
             // A node a flat document's new file took over from is no longer the document's.
             guard node.document == document.id else { continue }
-            guard isPersisted(node) else {
+            guard isPersisted(node), node.linkOf.map({ isPersisted($0) }) ?? true else {
                 if committed[node.persistAs] != nil { gone.insert(node.persistAs) }
                 continue
             }
+            if let file = node.linkOf {
+                // Another name of a file: a record of its place that names the file's node. The
+                // store reads the rest from the file, so a change of the file leaves it alone.
+                var record = file.record
+                record.id = node.persistAs
+                record.document = document.id
+                record.parent = node.parent?.persistAs
+                record.name = node.name.string
+                record.preferredName = nil
+                record.linkOf = file.persistAs
+                let stored = committed[record.id]
+                records[record.id] = record
+                if stored?.linkOf != record.linkOf || stored?.parent != record.parent
+                    || stored?.name != record.name
+                {
+                    changes.nodes.append(record)
+                }
+                continue
+            }
             var record = node.record
+            record.linkOf = nil
             record.id = node.persistAs
             record.document = document.id
             if node.atMountRoot {
@@ -372,6 +392,11 @@ extension DocumentFileSystem {
         var seen: Set<StoreNodeID> = []
         for record in records {
             seen.insert(record.id)
+            if let node = byID[record.id], (node.linkOf == nil) != (record.linkOf == nil) {
+                // A name that stopped (or started) being another name of a file: a new node.
+                node.linked = false
+                byID[record.id] = nil
+            }
             if let node = byID[record.id] {
                 let before = old[record.id]
                 if before == nil || before?.version != record.version || !node.record.sameContent(as: record)
@@ -399,7 +424,7 @@ extension DocumentFileSystem {
                     storeID: record.id, document: document.id, record: record,
                     name: FUSE.FileName(record.name))
                 byID[record.id] = node
-                state.nodes[node.ino] = node
+                if record.linkOf == nil { state.nodes[node.ino] = node }
             }
         }
         // Relink every saved node under its parent, then put scratch files back.
@@ -418,11 +443,24 @@ extension DocumentFileSystem {
         }
         for (id, node) in byID where !seen.contains(id) {
             if let parent = node.parent {
-                notices.append(.delete(parent: parent.ino, child: node.ino, name: node.name))
+                notices.append(
+                    .delete(parent: parent.ino, child: (node.linkOf ?? node).ino, name: node.name))
                 notices.append(.inode(parent.ino))
             }
             node.linked = false
-            if node.openHandles == 0 && table.node(for: node.ino) == nil { state.nodes[node.ino] = nil }
+            if node.linkOf == nil, node.openHandles == 0, table.node(for: node.ino) == nil {
+                state.nodes[node.ino] = nil
+            }
+        }
+        let before = byID.values.filter { $0.linkOf != nil || !$0.aliases.isEmpty }
+        Self.joinLinks(records, byID)
+        // Scratch names of files (never saved) are names all the same.
+        for (_, node) in scratch where node.linked {
+            if let file = node.linkOf { file.aliases[ObjectIdentifier(node)] = node }
+        }
+        // Files whose names changed show their new link counts.
+        for node in before + byID.values.filter({ !$0.aliases.isEmpty }) {
+            notices.append(.inode((node.linkOf ?? node).ino))
         }
         for (parentID, node) in scratch {
             if let parent = byID[parentID], seen.contains(parentID), parent.children[node.name] == nil {

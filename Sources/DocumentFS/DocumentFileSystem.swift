@@ -332,7 +332,7 @@ public final class DocumentFileSystem: FileSystem {
         -> ViewNode
     {
         let node = ViewNode(storeID: storeID, document: document, name: name, record: record)
-        if record.kind == .regularFile {
+        if record.kind == .regularFile && record.linkOf == nil {
             node.contents = FileContents(
                 base: ContentBase(node: record.id, version: record.version, size: record.size),
                 chunkSize: chunkSize, spillDirectory: spillDirectory)
@@ -370,7 +370,7 @@ public final class DocumentFileSystem: FileSystem {
             let node = makeNode(
                 storeID: record.id, document: document.id, record: record, name: FUSE.FileName(record.name))
             byID[record.id] = node
-            state.nodes[node.ino] = node
+            if record.linkOf == nil { state.nodes[node.ino] = node }
         }
         for record in records where record.id != document.info.root {
             guard let node = byID[record.id], let parentID = record.parent, let parent = byID[parentID] else {
@@ -379,6 +379,7 @@ public final class DocumentFileSystem: FileSystem {
             node.parent = parent
             parent.children[node.name] = node
         }
+        Self.joinLinks(records, byID)
         document.committed = committed
         document.base = version
     }
@@ -454,9 +455,29 @@ public final class DocumentFileSystem: FileSystem {
             atime: state.rootChanged, mtime: state.rootChanged, ctime: state.rootChanged)
     }
 
+    /// Points each hard link's node at its file's (records as read from the store).
+    static func joinLinks(_ records: [NodeRecord], _ byID: [StoreNodeID: ViewNode]) {
+        for record in records {
+            guard let node = byID[record.id] else { continue }
+            node.aliases = [:]
+            node.linkOf = nil
+        }
+        for record in records {
+            guard let target = record.linkOf, let node = byID[record.id], let file = byID[target],
+                file.linkOf == nil
+            else { continue }
+            node.linkOf = file
+            node.contents = nil
+            if node.linked { file.aliases[ObjectIdentifier(node)] = node }
+        }
+    }
+
     func attributes(_ node: ViewNode) -> FileAttributes {
+        // Every name of a file shows the file.
+        if let file = node.linkOf { return attributes(file) }
         let type: FUSE.FileType
-        var nlink: UInt32 = node.linked ? 1 : 0
+        // A file's link count: its own name, if it still has it, and its other names.
+        var nlink = UInt32(clamping: (node.linked ? 1 : 0) + node.aliases.count)
         switch node.kind {
         case .regularFile: type = .regular
         case .directory:
@@ -507,7 +528,9 @@ public final class DocumentFileSystem: FileSystem {
         }
         return try state.withLock { state throws(Errno) in
             guard directory.kind == .directory else { throw .notDirectory }
-            guard let node = directory.children[name] else { throw .noSuchFileOrDirectory }
+            guard let found = directory.children[name] else { throw .noSuchFileOrDirectory }
+            // The kernel knows a file by one node whatever name it is looked up by.
+            let node = found.linkOf ?? found
             return (node, attributes(node))
         }
     }
@@ -599,7 +622,8 @@ public final class DocumentFileSystem: FileSystem {
         for child in children.sorted(by: { $0.cookie < $1.cookie }) {
             entries.append(
                 DirectoryEntry(
-                    cookie: child.cookie, name: child.name, ino: child.ino, attributes: attributes(child)))
+                    cookie: child.cookie, name: child.name, ino: (child.linkOf ?? child).ino,
+                    attributes: attributes(child)))
         }
         return entries
     }

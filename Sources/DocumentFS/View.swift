@@ -27,6 +27,12 @@ final class ViewNode: @unchecked Sendable {
     var children: [FUSE.FileName: ViewNode] = [:]
     /// False once unlinked or replaced: it lives on for open handles only.
     var linked = true
+    /// For another name of a file (a hard link): the node of the file, which the kernel sees
+    /// under every name. Such a node is only a directory entry: it is never in the inode map,
+    /// has no contents, and is saved as a record that names the file's.
+    var linkOf: ViewNode?
+    /// The file's other names (hard links to it), for its link count.
+    var aliases: [ObjectIdentifier: ViewNode] = [:]
     var openHandles = 0
     /// The contents generation at the last open, for `keep_cache`.
     var openedGeneration: UInt64?

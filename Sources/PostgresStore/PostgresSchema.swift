@@ -8,7 +8,7 @@
 /// its own id as branch and apply on top of the main line as of the version it was based on.
 enum PostgresSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion: Int64 = 4
+    static let formatVersion: Int64 = 5
     /// Recorded in `store_meta` as `application`, so other databases are recognised as foreign.
     static let applicationID: Int64 = 0x446F_6346
     /// The key of the transaction-level advisory lock every write holds: writers take turns, as
@@ -66,6 +66,7 @@ enum PostgresSchema {
             xattrs BYTEA,
             removed BIGINT NOT NULL DEFAULT 0,
             device BIGINT NOT NULL DEFAULT 0,
+            link_of BIGINT,
             PRIMARY KEY (node, branch, version)
         );
         CREATE INDEX nodes_by_document ON nodes(document, branch, version);
@@ -134,6 +135,10 @@ extension PostgresSchema {
         if format < 4 {
             // Format 4: special files (fifos, sockets, devices) are wrappers; a device keeps its number.
             try db.query("ALTER TABLE nodes ADD COLUMN device BIGINT NOT NULL DEFAULT 0")
+        }
+        if format < 5 {
+            // Format 5: hard links; a record that is another name of a wrapper names it.
+            try db.query("ALTER TABLE nodes ADD COLUMN link_of BIGINT")
         }
         try db.query("UPDATE store_meta SET value = $1 WHERE key = 'format'", [.int(formatVersion)])
     }

@@ -210,21 +210,23 @@ struct PostgresTransaction: StoreTransaction {
         try db.query(
             """
             INSERT INTO nodes(node, branch, version, document, parent, name, preferred_name, kind,
-                permissions, uid, gid, mtime, ctime, atime, btime, size, link_target, xattrs, removed, device)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+                permissions, uid, gid, mtime, ctime, atime, btime, size, link_target, xattrs, removed, device,
+                link_of)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+                $21)
             ON CONFLICT (node, branch, version) DO UPDATE SET document = EXCLUDED.document,
                 parent = EXCLUDED.parent, name = EXCLUDED.name, preferred_name = EXCLUDED.preferred_name,
                 kind = EXCLUDED.kind, permissions = EXCLUDED.permissions, uid = EXCLUDED.uid, gid = EXCLUDED.gid,
                 mtime = EXCLUDED.mtime, ctime = EXCLUDED.ctime, atime = EXCLUDED.atime, btime = EXCLUDED.btime,
                 size = EXCLUDED.size, link_target = EXCLUDED.link_target, xattrs = EXCLUDED.xattrs,
-                removed = EXCLUDED.removed, device = EXCLUDED.device
+                removed = EXCLUDED.removed, device = EXCLUDED.device, link_of = EXCLUDED.link_of
             """,
             row.removed
                 ? [
                     .int(r.id.rawValue), .int(row.branch), .int(r.version.rawValue),
                     .int(r.document.rawValue),
                     SQLValue(r.parent?.rawValue), .text(r.name), .null, 0, 0, 0, 0, 0, 0, 0, 0, 0, .null,
-                    .null, 1, 0,
+                    .null, 1, 0, .null,
                 ]
                 : [
                     .int(r.id.rawValue), .int(row.branch), .int(r.version.rawValue),
@@ -234,7 +236,7 @@ struct PostgresTransaction: StoreTransaction {
                     .int(r.modified.rawValue), .int(r.changed.rawValue), .int(r.accessed.rawValue),
                     .int(r.created.rawValue), .int(r.size), SQLValue(r.linkTarget),
                     SQLValue(r.extendedAttributes.isEmpty ? nil : XattrCoding.encode(r.extendedAttributes)),
-                    0, .int(Int64(bitPattern: r.device)),
+                    0, .int(Int64(bitPattern: r.device)), SQLValue(r.linkOf?.rawValue),
                 ])
     }
 

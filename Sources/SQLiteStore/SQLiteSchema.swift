@@ -10,7 +10,7 @@ import GRDB
 /// id as branch and apply on top of the main line as of the version it was based on.
 enum SQLiteSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion = 5
+    static let formatVersion = 6
     /// `PRAGMA application_id`: "DocF", so other SQLite files are recognised as foreign.
     static let applicationID: Int32 = 0x446F_6346
 
@@ -150,6 +150,14 @@ enum SQLiteSchema {
                 sql: """
                     ALTER TABLE nodes ADD COLUMN device INTEGER NOT NULL DEFAULT 0;
                     UPDATE store_meta SET value = 5 WHERE key = 'format';
+                    """)
+        }
+        // v6: hard links; a record that is another name of a wrapper names it.
+        migrator.registerMigration("v6") { db in
+            try db.execute(
+                sql: """
+                    ALTER TABLE nodes ADD COLUMN link_of INTEGER;
+                    UPDATE store_meta SET value = 6 WHERE key = 'format';
                     """)
         }
         return migrator

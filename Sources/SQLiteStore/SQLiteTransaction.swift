@@ -259,8 +259,9 @@ struct SQLiteTransaction: StoreTransaction {
         try db.cachedStatement(
             sql: """
                 INSERT OR REPLACE INTO nodes(node, branch, version, document, parent, name, preferred_name, kind,
-                    permissions, uid, gid, mtime, ctime, atime, btime, size, link_target, xattrs, device, removed)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
+                    permissions, uid, gid, mtime, ctime, atime, btime, size, link_target, xattrs, device, link_of,
+                    removed)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
                 """
         ).execute(arguments: [
             r.id.rawValue, row.branch, r.version.rawValue, r.document.rawValue, r.parent?.rawValue, r.name,
@@ -268,7 +269,7 @@ struct SQLiteTransaction: StoreTransaction {
             r.modified.rawValue, r.changed.rawValue, r.accessed.rawValue, r.created.rawValue, r.size,
             r.linkTarget,
             r.extendedAttributes.isEmpty ? nil : XattrCoding.encode(r.extendedAttributes),
-            Int64(bitPattern: r.device),
+            Int64(bitPattern: r.device), r.linkOf?.rawValue,
         ])
     }
 

@@ -102,7 +102,7 @@ struct ContentWriter {
             own = false
             let resolved = try resolve(lookup)
             base = Layout(
-                store: store, tx: tx, node: lookup.node, lineage: resolved.lineage, size: resolved.size)
+                store: store, tx: tx, node: resolved.node, lineage: resolved.lineage, size: resolved.size)
         }
         // What must be cut again: the changed ranges, growth past the base's end (its last chunk
         // was cut by the end of the file, not by its content), and a shrink's new end.
@@ -189,13 +189,21 @@ struct ContentWriter {
 
     /// The file a copy or derived update starts from, as of this save's state when its version is
     /// nil.
-    private func resolve(_ lookup: NodeLookup) throws -> (size: Int64, lineage: Lineage) {
+    /// A hard link's bytes are those of the file it names.
+    private func resolve(_ lookup: NodeLookup) throws -> (node: StoreNodeID, size: Int64, lineage: Lineage) {
         let baseLineage = lookup.version == nil ? view : try Lineage.of(tx, lookup.version)
-        guard let record = try VersionedStore.node(tx, lookup.node, lineage: baseLineage) else {
+        guard var record = try VersionedStore.node(tx, lookup.node, lineage: baseLineage) else {
             throw DocumentStoreError.noSuchNode(lookup.node)
         }
+        if let target = record.linkOf {
+            guard let file = try VersionedStore.node(tx, target, lineage: baseLineage), file.linkOf == nil
+            else {
+                throw DocumentStoreError.noSuchNode(target)
+            }
+            record = file
+        }
         guard record.kind == .regularFile else { throw DocumentStoreError.notARegularFile(lookup.node) }
-        return (record.size, baseLineage)
+        return (record.id, record.size, baseLineage)
     }
 
     /// Ranges in order, overlapping and touching ones joined; empty ones (a shrink's end) kept

@@ -11,6 +11,8 @@ package struct NodeColumns {
     package let removed, branch: Int?
     /// Since format 5; a record without it is no device.
     package let device: Int?
+    /// Since format 6 (PostgreSQL 5); a record without it is no hard link.
+    package let linkOf: Int?
 
     package init(_ names: [String]) throws {
         var indices: [String: Int] = [:]
@@ -42,6 +44,7 @@ package struct NodeColumns {
         version = try index("version")
         removed = indices["removed"]
         device = indices["device"]
+        linkOf = indices["link_of"]
         branch = indices["branch"]
     }
 
@@ -67,6 +70,8 @@ package struct NodeColumns {
             linkTarget: try row.optionalText(c.linkTarget, "link_target"),
             device: try c.device.map { UInt64(bitPattern: try row.int64($0, "device")) } ?? 0,
             extendedAttributes: try XattrCoding.decode(try row.optionalBlob(c.xattrs, "xattrs") ?? Data()),
+            linkOf: try c.linkOf.flatMap { try row.optionalInt64($0, "link_of") }.map(
+                StoreNodeID.init(rawValue:)),
             version: VersionID(rawValue: try row.int64(c.version, "version")))
     }
 

@@ -89,8 +89,20 @@ extension VersionedStore {
                 report.problems.append(
                     "\(document.name): wrapper \(record.id.rawValue) has an invalid name: \(reason)")
             }
+            if let target = record.linkOf {
+                let file = nodes[target]
+                if file == nil || file?.linkOf != nil || file?.kind == .directory || file?.parent == nil
+                    || file?.kind != record.kind
+                {
+                    report.problems.append(
+                        "\(document.name): hard link \(record.id.rawValue) (\(record.name)) does not name a file of the document"
+                    )
+                }
+            }
         }
-        for record in nodes.values.sorted(by: { $0.id < $1.id }) where record.kind == .regularFile {
+        // A hard link has no extents of its own: its file's are checked.
+        for record in nodes.values.sorted(by: { $0.id < $1.id })
+        where record.kind == .regularFile && record.linkOf == nil {
             // Every extent, past the end included; each must lie inside the file and after the last.
             let extents = try Self.extents(tx, node: record.id, lineage: .current, starts: 0...Int64.max)
             var end: Int64 = 0

@@ -163,9 +163,8 @@ public final class VersionedStore: Sendable {
             _ = try Self.fetchDocument(tx, document)
             let lineage = try Lineage.of(tx, version)
             guard lineage.branch == 0 else {
-                return try Self.nodes(tx, document: document, lineage: lineage).values.sorted {
-                    $0.id < $1.id
-                }
+                return try Self.resolvingLinks(
+                    Self.nodes(tx, document: document, lineage: lineage).values.sorted { $0.id < $1.id })
             }
             // On the main line each node has one latest row: no dictionary needed, and the rows
             // come mostly in node order, which the sort finds in one pass.
@@ -174,8 +173,37 @@ public final class VersionedStore: Sendable {
                 records.append(row.record)
             }
             records.sort { $0.id < $1.id }
-            return records
+            return try Self.resolvingLinks(records)
         }
+    }
+
+    /// A document's records with each hard link read as the file it names (they are all in
+    /// `records`, sorted by id).
+    static func resolvingLinks(_ records: [NodeRecord]) throws -> [NodeRecord] {
+        guard records.contains(where: { $0.linkOf != nil }) else { return records }
+        var byID: [StoreNodeID: NodeRecord] = [:]
+        for record in records { byID[record.id] = record }
+        return try records.map { record in
+            guard let target = record.linkOf else { return record }
+            guard let file = byID[target], file.linkOf == nil else {
+                throw DocumentStoreError.corrupt(
+                    path: "",
+                    reason: "hard link \(record.id) (\(record.name)) names a missing wrapper \(target)")
+            }
+            return record.resolvingLink(to: file)
+        }
+    }
+
+    /// `record`, read as the file it names when it is a hard link.
+    static func resolvingLink(_ record: NodeRecord?, _ file: (StoreNodeID) throws -> NodeRecord?) throws
+        -> NodeRecord?
+    {
+        guard let record, let target = record.linkOf else { return record }
+        guard let named = try file(target), named.linkOf == nil else {
+            throw DocumentStoreError.corrupt(
+                path: "", reason: "hard link \(record.id) (\(record.name)) names a missing wrapper \(target)")
+        }
+        return record.resolvingLink(to: named)
     }
 
     /// The live records of a document as of `lineage`.
@@ -195,6 +223,11 @@ public final class VersionedStore: Sendable {
     }
 
     public func node(_ id: StoreNodeID, at version: VersionID?) throws -> NodeRecord? {
+        try Self.resolvingLink(unresolvedNode(id, at: version)) { try unresolvedNode($0, at: version) }
+    }
+
+    /// The record as stored: a hard link's own row.
+    func unresolvedNode(_ id: StoreNodeID, at version: VersionID?) throws -> NodeRecord? {
         if let version, let answer = try backend.mainLineLookups([NodeLookup(id, at: version)])?.first,
             case .record(let record) = try answer.get()
         {
@@ -215,7 +248,8 @@ public final class VersionedStore: Sendable {
                     results.append(
                         Result {
                             switch try answer.get() {
-                            case .record(let record): return record
+                            case .record(let record):
+                                return try Self.resolvingLink(record) { try node($0, at: lookup.version) }
                             case .onConflictBranch: return try node(lookup.node, at: lookup.version)
                             }
                         })
@@ -250,7 +284,8 @@ public final class VersionedStore: Sendable {
         let mainLine = try version.flatMap { version in
             try backend.mainLineLookups([NodeLookup(node, at: version)])?.first.map { try $0.get() }
         }
-        return try backend.read { tx in
+        var linked: StoreNodeID?
+        let data = try backend.read { tx -> Data in
             let lineage: Lineage
             let found: NodeRecord?
             if let version, case .record(let record) = mainLine {
@@ -261,6 +296,11 @@ public final class VersionedStore: Sendable {
             }
             guard let record = found else { throw DocumentStoreError.noSuchNode(node) }
             guard record.kind == .regularFile else { throw DocumentStoreError.notARegularFile(node) }
+            if let target = record.linkOf {
+                // A hard link's bytes are the file's it names.
+                linked = target
+                return Data()
+            }
             let end = min(record.size, offset + Int64(count))
             guard offset < end else { return Data() }
             // An extent that covers `offset` begins at most one extent length before it. At a
@@ -279,6 +319,13 @@ public final class VersionedStore: Sendable {
             if let version { pinned.withLock { $0.learn(PinnedKey(node: node, version: version), learned) } }
             return try assemble(offset: offset, end: end, extents: overlapping, chunks: chunks)
         }
+        if let linked {
+            guard linked != node else {
+                throw DocumentStoreError.corrupt(path: location, reason: "hard link \(node) names itself")
+            }
+            return try readContents(of: linked, at: version, offset: offset, count: count)
+        }
+        return data
     }
 
     /// Bytes of extent starts a first read at a saved version learns (256 MiB).
@@ -507,6 +554,10 @@ public final class VersionedStore: Sendable {
             let previous = try Self.node(tx, id, lineage: before)
             guard var record = records[id] ?? previous else { throw DocumentStoreError.noSuchNode(id) }
             guard record.kind == .regularFile else { throw DocumentStoreError.notARegularFile(id) }
+            guard record.linkOf == nil else {
+                throw DocumentStoreError.invalidChange(
+                    "\(id) is a hard link: its contents are those of \(record.linkOf.map { "\($0)" } ?? "")")
+            }
             let writer = ContentWriter(
                 store: self, tx: tx, node: id,
                 previousSize: previous?.kind == .regularFile ? previous?.size : nil,
@@ -608,6 +659,22 @@ public final class VersionedStore: Sendable {
                 throw DocumentStoreError.invalidChange(
                     "link \(record.name.debugDescription) has no destination")
             }
+            if let target = record.linkOf {
+                // A hard link names a file of this document that is not itself a link, and
+                // stays of its kind.
+                guard target != record.id, !removed.contains(target),
+                    let file = try records[target] ?? Self.node(tx, target, lineage: lineage),
+                    file.document == document.id, file.linkOf == nil, file.kind != .directory,
+                    file.parent != nil
+                else {
+                    throw DocumentStoreError.invalidChange(
+                        "hard link \(record.name.debugDescription) does not name a file of its document")
+                }
+                guard record.kind == file.kind else {
+                    throw DocumentStoreError.invalidChange(
+                        "hard link \(record.name.debugDescription) is not of its file's kind")
+                }
+            }
             if record.device != 0 && record.kind != .characterDevice && record.kind != .blockDevice {
                 throw DocumentStoreError.invalidChange(
                     "\(record.name.debugDescription) has a device number but is not a device")
@@ -653,7 +720,7 @@ public final class VersionedStore: Sendable {
                 var unchanged = record
                 unchanged.version = current[id]?.version ?? unchanged.version
                 if current[id] != unchanged { changes.nodes.append(record) }
-                guard record.kind == .regularFile else { continue }
+                guard record.kind == .regularFile, record.linkOf == nil else { continue }
                 // Only files whose extents differ change: a restore costs the change.
                 if let now = current[id], now.kind == .regularFile, now.size == record.size {
                     let all = 0...Int64.max

@@ -74,6 +74,11 @@ extension DocumentStore {
         let now = Timestamp.now
         let umask = POSIX.currentUmask()
         var conflictVersions: Set<VersionID>?
+        // The kind each kept node has after the save, for hard links to the files they name.
+        var keptKinds: [StoreNodeID: FileWrapper.Kind] = [:]
+        for (index, item) in items.enumerated() {
+            if let id = plan.assigned[index] { keptKinds[id] = item.kind }
+        }
         for (index, item) in items.enumerated() {
             guard let id = plan.assigned[index] else { continue }
             let previous = stored.records[id]
@@ -82,16 +87,36 @@ extension DocumentStore {
                 parent: item.parent.flatMap { plan.assigned[$0] },
                 name: id == info.root ? (previous?.name ?? info.name) : item.key,
                 previous: previous, now: now, umask: umask)
+            let unchangedContents = try item.source.map { source in
+                guard let previous, previous.kind == .regularFile else { return false }
+                return try plan.holdsStoredContents(
+                    source, of: previous, base: base, conflicts: &conflictVersions)
+            }
+            if let previous, let file = previous.linkOf {
+                // A hard link reads as a wrapper of its own. Left as it was, it stays a link; once
+                // its wrapper differs, or its file is gone, it becomes a file of its own with the
+                // same bytes (a wrapper tree has no shared files).
+                record.linkOf = file
+                if record == previous, unchangedContents ?? true, keptKinds[file] == previous.kind {
+                    continue
+                }
+                record.linkOf = nil
+                record.changed = now
+                changes.nodes.append(record)
+                if item.kind == .regularFile {
+                    changes.contents[id] =
+                        unchangedContents == true
+                        ? .copy(of: NodeLookup(id, at: base))
+                        : item.source.map { .replace($0) } ?? .chunks(size: 0, [:])
+                }
+                continue
+            }
             if record != previous {
                 record.changed = now
                 changes.nodes.append(record)
             }
             guard let source = item.source else { continue }
-            if let previous, previous.kind == .regularFile,
-                try plan.holdsStoredContents(source, of: previous, base: base, conflicts: &conflictVersions)
-            {
-                continue
-            }
+            if unchangedContents == true { continue }
             if let stored = source as? StoreContentsSource, stored.store === self, stored.count >= 0 {
                 // Bytes this store holds (a copied or moved wrapper) are shared, not read back
                 // and written again, and the save never reads its own store meanwhile.

@@ -131,6 +131,10 @@ public struct NodeRecord: Sendable, Equatable {
     public var device: UInt64
     /// `user.` extended attributes.
     public var extendedAttributes: [String: Data]
+    /// The wrapper whose file this record is another name of (a hard link), in the same
+    /// document; nil for a wrapper's own record. Such a record keeps only its place (parent and
+    /// name): the store reads everything else, contents included, from the wrapper it names.
+    public var linkOf: StoreNodeID?
     /// The version that last changed this record (ignored when saving).
     public var version: VersionID
 
@@ -142,7 +146,7 @@ public struct NodeRecord: Sendable, Equatable {
         modified: Timestamp = .now, changed: Timestamp? = nil, accessed: Timestamp? = nil,
         created: Timestamp? = nil,
         size: Int64 = 0, linkTarget: String? = nil, device: UInt64 = 0,
-        extendedAttributes: [String: Data] = [:],
+        extendedAttributes: [String: Data] = [:], linkOf: StoreNodeID? = nil,
         version: VersionID = VersionID(rawValue: 0)
     ) {
         self.id = id
@@ -162,7 +166,22 @@ public struct NodeRecord: Sendable, Equatable {
         self.linkTarget = linkTarget
         self.device = device
         self.extendedAttributes = extendedAttributes
+        self.linkOf = linkOf
         self.version = version
+    }
+
+    /// This hard link's record as it reads: its own place and identity, everything else
+    /// (kind, attributes, size) from `file`, the record it is another name of.
+    public func resolvingLink(to file: NodeRecord) -> NodeRecord {
+        var resolved = file
+        resolved.id = id
+        resolved.document = document
+        resolved.parent = parent
+        resolved.name = name
+        resolved.preferredName = preferredName
+        resolved.linkOf = linkOf
+        resolved.version = version
+        return resolved
     }
 }
 

@@ -83,8 +83,11 @@ extension DocumentStore {
                 record.document = info.id
                 record.parent = item.parent.map { nodeIDs[$0] }
                 if index == 0 { record.name = name }
+                record.linkOf = item.linkOf.map { nodeIDs[$0] }
                 changes.nodes.append(record)
-                if item.kind == .regularFile, record.size > 0 {
+                if record.linkOf != nil {
+                    meter.itemDone(item.relativePath)
+                } else if item.kind == .regularFile, record.size > 0 {
                     let disk: DiskContentsSource
                     do { disk = try DiskContentsSource(path: item.path) } catch {
                         throw DocumentStoreError.io(String(describing: error))
@@ -113,8 +116,8 @@ extension DocumentStore {
     /// folder, a flat one as a file, replacing what is at `url` atomically.
     ///
     /// Byte-identical contents, permissions (exactly, not less the umask), owners where
-    /// permitted, modification and access times to the nanosecond, `user.` extended attributes
-    /// and symbolic links. A name that could leave the target folder ("..", "/") is refused, as
+    /// permitted, modification and access times to the nanosecond, `user.` extended attributes,
+    /// symbolic links and hard links. A name that could leave the target folder ("..", "/") is refused, as
     /// is a destination whose parent folder is a symbolic link.
     public func exportDocument(
         _ id: DocumentID, at version: VersionID? = nil, to url: URL,
@@ -158,6 +161,11 @@ extension DocumentStore {
             return path
         }
         let wrapper = try tree.makeWrapper { record in
+            if record.linkOf != nil {
+                // Written as a link to its file below, not as a second copy of the bytes.
+                meter.itemDone(relativePath(record))
+                return (DataContentsSource(Data()), nil)
+            }
             let source = StoreContentsSource(
                 store: self, node: record.id, version: pinned, count: record.size)
             if record.kind == .regularFile && record.size > 0 {
@@ -173,6 +181,16 @@ extension DocumentStore {
                 throw DocumentStoreError.invalidName(bad, reason: reason)
             }
             throw DocumentStoreError.io(error.description)
+        }
+        // Hard links: each extra name becomes a link to its file, as `cp -a` would make it.
+        for record in records.sorted(by: { $0.id < $1.id }) {
+            guard let target = record.linkOf, let file = tree.records[target] else { continue }
+            let linkPath = url.path + "/" + relativePath(record)
+            let filePath = url.path + "/" + relativePath(file)
+            if unlink(linkPath) != 0 || Glibc.link(filePath, linkPath) != 0 {
+                throw DocumentStoreError.io(
+                    "cannot link \(linkPath) to \(filePath): \(String(cString: strerror(errno)))")
+            }
         }
         // A Date cannot hold every nanosecond, and the writer applies the umask: set both exactly.
         try ExactAttributes.apply(tree, parentPath: parentPath, name: name)
@@ -242,9 +260,18 @@ struct ImportScan {
         var kind: FileWrapper.Kind
         /// Metadata with placeholder ids.
         var record: NodeRecord
+        /// The item this one is another name of (a hard link inside the imported tree).
+        var linkOf: Int?
     }
 
     var items: [Item] = []
+    /// The first item seen of each file with more than one name, by device and inode.
+    private var firstNames: [FileIdentity: Int] = [:]
+
+    private struct FileIdentity: Hashable {
+        var device: UInt64
+        var inode: UInt64
+    }
 
     init(path: String) throws {
         try add(
@@ -287,7 +314,20 @@ struct ImportScan {
             device: kind == .characterDevice || kind == .blockDevice ? UInt64(st.st_rdev) : 0,
             extendedAttributes: xattrs)
         let index = items.count
-        items.append(Item(path: path, relativePath: relativePath, parent: parent, kind: kind, record: record))
+        var linkOf: Int?
+        if kind != .directory, parent != nil, st.st_nlink > 1 {
+            // Names of one file inside the tree stay one file, as `cp -a` and `rsync -H` keep them.
+            let identity = FileIdentity(device: UInt64(st.st_dev), inode: UInt64(st.st_ino))
+            if let first = firstNames[identity], items[first].kind == kind {
+                linkOf = first
+            } else {
+                firstNames[identity] = index
+            }
+        }
+        items.append(
+            Item(
+                path: path, relativePath: relativePath, parent: parent, kind: kind, record: record,
+                linkOf: linkOf))
         guard kind == .directory else { return }
         let (fd, names): (Int32, [String])
         do { (fd, names) = try FileWrapper.entries(ofDirectoryAt: path) } catch {
