@@ -565,9 +565,10 @@ extension DocumentFileSystem {
             guard !flags.contains(.whiteout), flags != [.noReplace, .exchange] else { throw .invalidArgument }
             try checkLength(name)
             let newText = try validate(newName)
-            if parent == .root || newParent == .root {
-                guard parent == newParent else { throw .improperLink }
+            if parent == .root && newParent == .root {
                 try renameAtRoot(name, newName, newText, flags: flags)
+            } else if parent == .root || newParent == .root {
+                try moveAcross(parent, name, newParent, newName, newText, flags: flags)
             } else {
                 try renameInPackage(parent, name, newParent, newName, newText, flags: flags)
             }
@@ -583,6 +584,13 @@ extension DocumentFileSystem {
         guard let from = try resolve(parent, loadingChildren: true),
             let to = try resolve(newParent, loadingChildren: true)
         else { throw .noSuchFileOrDirectory }
+        let across = state.withLock { _ in
+            from.document != to.document && from.conflict == nil && to.conflict == nil
+        }
+        if across {
+            try moveAcross(parent, name, newParent, newName, newText, flags: flags)
+            return
+        }
         let saveDocument = try state.withLock { state throws(Errno) -> DocumentState? in
             guard from.document != nil, from.document == to.document else { throw .improperLink }
             guard let node = from.children[name] else { throw .noSuchFileOrDirectory }

@@ -54,6 +54,10 @@ extension VersionedDocumentStore {
         try versionedStore.makeNodeIDs(count: count)
     }
     public func save(_ changes: DocumentChanges) throws -> SaveResult { try versionedStore.save(changes) }
+    public func transaction<T>(durable: Bool, _ body: (any DocumentStoreTransaction) throws -> T) throws -> T
+    {
+        try versionedStore.transaction(durable: durable, body)
+    }
     public func synchronize() throws { try versionedStore.synchronize() }
 
     public func versions(of document: DocumentID) throws -> [VersionInfo] {

@@ -72,6 +72,14 @@ public final class VersionedStore: Sendable {
     public func createDocument(named name: String, root: DocumentRoot, type: String?, origin: String) throws
         -> DocumentInfo
     {
+        try write(durable: true) { tx in
+            try createDocument(tx, named: name, root: root, type: type, origin: origin)
+        }
+    }
+
+    func createDocument(
+        _ tx: any StoreTransaction, named name: String, root: DocumentRoot, type: String?, origin: String
+    ) throws -> DocumentInfo {
         try Self.validateDocumentName(name)
         if root.kind == .symbolicLink && root.linkTarget == nil {
             throw DocumentStoreError.invalidChange("link \(name.debugDescription) has no destination")
@@ -79,27 +87,25 @@ public final class VersionedStore: Sendable {
         let kind = root.documentKind
         let isDevice = root.kind == .characterDevice || root.kind == .blockDevice
         let defaultPermissions = root.kind == .directory ? 0o755 : root.kind == .symbolicLink ? 0o777 : 0o644
-        return try write(durable: true) { tx in
-            try Self.requireFreeName(tx, name)
-            let now = Timestamp.now
-            let rootID = StoreNodeID(rawValue: try tx.reserveNodeIDs(count: 1))
-            let document = try tx.insertDocument(
-                name: name, type: type ?? DocumentInfo.typeIdentifier(forName: name), kind: kind,
-                root: rootID,
-                created: now)
-            let version = try tx.insertVersion(document: document, base: nil, origin: origin, created: now)
-            let record = NodeRecord(
-                id: rootID, document: document, parent: nil, name: name, kind: root.kind,
-                permissions: root.permissions ?? defaultPermissions, modified: now,
-                linkTarget: root.kind == .symbolicLink ? root.linkTarget : nil,
-                device: isDevice ? root.device : 0)
-            try tx.insertNode(StoredNode(record: record.at(version), branch: 0, removed: false))
-            try tx.updateDocument(document, .currentVersion(version, modified: now))
-            try tx.insertEvent(
-                .created, document: document, version: version, name: name, origin: origin, time: now)
-            counters.withLock { $0.nodesWritten += 1 }
-            return try Self.fetchDocument(tx, document)
-        }
+        try Self.requireFreeName(tx, name)
+        let now = Timestamp.now
+        let rootID = StoreNodeID(rawValue: try tx.reserveNodeIDs(count: 1))
+        let document = try tx.insertDocument(
+            name: name, type: type ?? DocumentInfo.typeIdentifier(forName: name), kind: kind,
+            root: rootID,
+            created: now)
+        let version = try tx.insertVersion(document: document, base: nil, origin: origin, created: now)
+        let record = NodeRecord(
+            id: rootID, document: document, parent: nil, name: name, kind: root.kind,
+            permissions: root.permissions ?? defaultPermissions, modified: now,
+            linkTarget: root.kind == .symbolicLink ? root.linkTarget : nil,
+            device: isDevice ? root.device : 0)
+        try tx.insertNode(StoredNode(record: record.at(version), branch: 0, removed: false))
+        try tx.updateDocument(document, .currentVersion(version, modified: now))
+        try tx.insertEvent(
+            .created, document: document, version: version, name: name, origin: origin, time: now)
+        counters.withLock { $0.nodesWritten += 1 }
+        return try Self.fetchDocument(tx, document)
     }
 
     public func renameDocument(_ id: DocumentID, to name: String) throws -> DocumentInfo {
@@ -117,14 +123,38 @@ public final class VersionedStore: Sendable {
     }
 
     public func deleteDocument(_ id: DocumentID, origin: String) throws {
-        try write(durable: true) { tx in
-            let current = try Self.fetchDocument(tx, id)
-            let now = Timestamp.now
-            if current.deleted == nil { try tx.updateDocument(id, .deleted(now)) }
-            try tx.insertEvent(
-                .deleted, document: id, version: current.currentVersion, name: current.name, origin: origin,
-                time: now)
+        try write(durable: true) { tx in try Self.deleteDocument(tx, id, origin: origin) }
+    }
+
+    static func deleteDocument(_ tx: any StoreTransaction, _ id: DocumentID, origin: String) throws {
+        let current = try Self.fetchDocument(tx, id)
+        let now = Timestamp.now
+        if current.deleted == nil { try tx.updateDocument(id, .deleted(now)) }
+        try tx.insertEvent(
+            .deleted, document: id, version: current.currentVersion, name: current.name, origin: origin,
+            time: now)
+    }
+
+    public func transaction<T>(durable: Bool, _ body: (any DocumentStoreTransaction) throws -> T) throws -> T
+    {
+        try write(durable: durable) { tx in try body(Transaction(store: self, tx: tx)) }
+    }
+
+    /// A ``DocumentStoreTransaction`` over one write transaction of the backend.
+    struct Transaction: DocumentStoreTransaction {
+        let store: VersionedStore
+        let tx: any StoreTransaction
+
+        func document(_ id: DocumentID) throws -> DocumentInfo { try VersionedStore.fetchDocument(tx, id) }
+        func createDocument(named name: String, root: DocumentRoot, type: String?, origin: String) throws
+            -> DocumentInfo
+        {
+            try store.createDocument(tx, named: name, root: root, type: type, origin: origin)
         }
+        func deleteDocument(_ id: DocumentID, origin: String) throws {
+            try VersionedStore.deleteDocument(tx, id, origin: origin)
+        }
+        func save(_ changes: DocumentChanges) throws -> SaveResult { try store.save(tx, changes, event: nil) }
     }
 
     public func undeleteDocument(_ id: DocumentID, as name: String?) throws -> DocumentInfo {

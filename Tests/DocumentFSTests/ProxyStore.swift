@@ -74,7 +74,9 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     func renameDocument(_ id: DocumentID, to name: String) throws -> DocumentInfo {
         try inner.renameDocument(id, to: name)
     }
-    func deleteDocument(_ id: DocumentID, origin: String) throws { try inner.deleteDocument(id, origin: origin) }
+    func deleteDocument(_ id: DocumentID, origin: String) throws {
+        try inner.deleteDocument(id, origin: origin)
+    }
     func deletedDocuments() throws -> [DocumentInfo] { try inner.deletedDocuments() }
     func undeleteDocument(_ id: DocumentID, as name: String?) throws -> DocumentInfo {
         try inner.undeleteDocument(id, as: name)
@@ -82,8 +84,11 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     func nodes(of document: DocumentID, at version: VersionID?) throws -> [NodeRecord] {
         try inner.nodes(of: document, at: version)
     }
-    func node(_ id: StoreNodeID, at version: VersionID?) throws -> NodeRecord? { try inner.node(id, at: version) }
-    func readContents(of node: StoreNodeID, at version: VersionID?, offset: Int64, count: Int) throws -> Data {
+    func node(_ id: StoreNodeID, at version: VersionID?) throws -> NodeRecord? {
+        try inner.node(id, at: version)
+    }
+    func readContents(of node: StoreNodeID, at version: VersionID?, offset: Int64, count: Int) throws -> Data
+    {
         gate.lock()
         heldReads += 1
         while holdReads { gate.wait() }
@@ -92,6 +97,9 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
         return try inner.readContents(of: node, at: version, offset: offset, count: count)
     }
     func makeNodeIDs(count: Int) throws -> [StoreNodeID] { try inner.makeNodeIDs(count: count) }
+    func transaction<T>(durable: Bool, _ body: (any DocumentStoreTransaction) throws -> T) throws -> T {
+        try inner.transaction(durable: durable, body)
+    }
     func save(_ changes: DocumentChanges) throws -> SaveResult {
         if failSaves.load(ordering: .sequentiallyConsistent) {
             failedSaves.add(1, ordering: .sequentiallyConsistent)
@@ -111,7 +119,9 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     }
     func resolveConflict(_ version: VersionID) throws { try inner.resolveConflict(version) }
     func unresolvedConflicts() throws -> [VersionInfo] { try inner.unresolvedConflicts() }
-    func collectGarbage(_ policy: RetentionPolicy, protecting protected: Set<VersionID>) throws -> CollectionReport {
+    func collectGarbage(_ policy: RetentionPolicy, protecting protected: Set<VersionID>) throws
+        -> CollectionReport
+    {
         try inner.collectGarbage(policy, protecting: protected)
     }
     func setting(_ key: String) throws -> String? { try inner.setting(key) }

@@ -480,6 +480,10 @@ public protocol DocumentStore: AnyObject, Sendable {
     func makeNodeIDs(count: Int) throws -> [StoreNodeID]
     /// Saves changes atomically as one new version.
     func save(_ changes: DocumentChanges) throws -> SaveResult
+    /// Runs `body` as one atomic write: the documents it creates, saves and deletes are
+    /// committed together, or, when it throws, not at all. `body` must not call the store
+    /// itself. Durable when `durable`, as ``DocumentChanges/durable``.
+    func transaction<T>(durable: Bool, _ body: (any DocumentStoreTransaction) throws -> T) throws -> T
     /// Makes every save committed before the call durable, including deferred ones
     /// (``DocumentChanges/durable`` false).
     func synchronize() throws
@@ -514,6 +518,18 @@ public protocol DocumentStore: AnyObject, Sendable {
     /// Drops chunks cached in memory, so the next reads come from the database (for tests and
     /// benchmarks that measure cold reads).
     func purgeCache()
+}
+
+/// The changes one ``DocumentStore/transaction(durable:_:)`` can make; each is what the store's
+/// method of the same name does, and all of them commit together.
+public protocol DocumentStoreTransaction {
+    func document(_ id: DocumentID) throws -> DocumentInfo
+    func createDocument(named name: String, root: DocumentRoot, type: String?, origin: String) throws
+        -> DocumentInfo
+    func deleteDocument(_ id: DocumentID, origin: String) throws
+    /// Saves one document's changes as a new version of it (the changes' ``DocumentChanges/durable``
+    /// is the transaction's).
+    func save(_ changes: DocumentChanges) throws -> SaveResult
 }
 
 extension DocumentStore {

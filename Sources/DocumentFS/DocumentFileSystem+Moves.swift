@@ -1,0 +1,506 @@
+import DocumentEngine
+import FUSE
+import Foundation
+import SystemPackage
+
+/// Renames that move a file or folder from one document into another, or between a package and
+/// the mount root. Each is one store transaction that gives both documents a new version (a
+/// document moved into a package is deleted in it, a wrapper moved to the root becomes a
+/// document in it), so `rename(2)` never answers `EXDEV` for them.
+///
+/// The moved wrappers get new store nodes in the document they join (a node belongs to one
+/// document); their contents are shared, not copied. The kernel's inode for them stays the same
+/// for as long as the mount runs.
+extension DocumentFileSystem {
+    /// What one move commits, planned under the lock from saved state.
+    private struct MovePlan {
+        var source: DocumentState
+        /// The package it goes into; nil when it goes to the root as a document of its own.
+        var destination: DocumentState?
+        var node: ViewNode
+        /// The persisted nodes that move, the moved node first, each with its new store id.
+        var moved: [(node: ViewNode, newID: StoreNodeID)]
+        /// The source's changes (nil when the moved node is the source's root: the document goes).
+        var sourceChanges: DocumentChanges?
+        /// The destination package's changes, without the moved records (added in the
+        /// transaction, when a new document's ids are known).
+        var destinationChanges: DocumentChanges?
+        /// A document at the root that the move replaces.
+        var replacedDocument: DocumentState?
+        /// A scratch file at the root that the move replaces.
+        var replacedScratch: ViewNode?
+        /// Names in the source that named a moved file, or moved names of files that stay,
+        /// which become files of their own (a link cannot cross documents): the name's node,
+        /// the store id it keeps, and the file whose bytes it takes.
+        var copies: [(name: ViewNode, file: ViewNode)]
+    }
+
+    /// `rename(2)` of `name` in `parent` to `newName` in `newParent` where the two are not in one
+    /// document. Scratch files move in the mount only.
+    func moveAcross(
+        _ parent: NodeID, _ name: FUSE.FileName, _ newParent: NodeID, _ newName: FUSE.FileName,
+        _ newText: String, flags: RenameFlags
+    ) throws(Errno) {
+        if parent == .root || newParent == .root { try ensureListing() }
+        let from = try resolve(parent, loadingChildren: true)
+        let to = try resolve(newParent, loadingChildren: true)
+        try refuseConflict(from)
+        try refuseConflict(to)
+        if flags.contains(.exchange) {
+            // Two moves crossing each other: not one of the shapes a document can take atomically.
+            throw .improperLink
+        }
+        if try moveScratch(from, name, to, newName, newText, flags: flags) { return }
+        // Saved state on both sides first, so that the move is the only change it commits.
+        let (source, destination) = try state.withLock {
+            state throws(Errno) -> (DocumentState, DocumentState?) in
+            guard let node = from?.children[name] ?? (from == nil ? state.rootEntries[name] : nil) else {
+                throw .noSuchFileOrDirectory
+            }
+            guard let source = document(&state, of: node), !isHidden(source.root, of: source) else {
+                throw .improperLink
+            }
+            return (source, to.flatMap { document(&state, of: $0) })
+        }
+        for attempt in 0..<3 {
+            try save(source, durable: false)
+            if let destination { try save(destination, durable: false) }
+            if let destination { try ensureLoaded(destination) }
+            try ensureLoaded(source)
+            guard let plan = try planMove(from, name, to, newName, newText, flags: flags) else {
+                if attempt == 2 { throw .resourceBusy }
+                continue
+            }
+            try commit(plan, newName: newName, newText: newText, to: to)
+            return
+        }
+    }
+
+    /// A scratch file (never saved) moves between documents in the mount only; returns whether
+    /// it was one.
+    private func moveScratch(
+        _ from: ViewNode?, _ name: FUSE.FileName, _ to: ViewNode?, _ newName: FUSE.FileName,
+        _ newText: String,
+        flags: RenameFlags
+    ) throws(Errno) -> Bool {
+        let publish = try state.withLock { state throws(Errno) -> DocumentState?? in
+            guard let node = from?.children[name] ?? (from == nil ? state.rootEntries[name] : nil) else {
+                throw .noSuchFileOrDirectory
+            }
+            let scratch =
+                from == nil
+                ? (node.document == nil || document(&state, of: node).map { isHidden(node, of: $0) } == true)
+                : !isPersisted(node)
+            guard scratch, node.kind != .directory else { return .none }
+            guard let to else {
+                // Into the root under its scratch name; the root's own rename publishes it.
+                guard state.rootEntries[name] == nil, configuration.scratchNames.matches(name) else {
+                    throw .improperLink
+                }
+                from?.children[name] = nil
+                node.parent = nil
+                node.document = nil
+                node.atMountRoot = true
+                state.rootEntries[name] = node
+                state.rootChanged = .now
+                return .some(nil)
+            }
+            guard to.kind == .directory, to.linked else { throw .noSuchFileOrDirectory }
+            let target = to.children[newName]
+            if flags.contains(.noReplace) && target != nil { throw .fileExists }
+            if let target {
+                if target.kind == .directory { throw .isDirectory }
+                unlinkName(&state, target)
+            }
+            try checkNoEquivalent(newText, in: to.children, except: target)
+            if let from { from.children[name] = nil } else { state.rootEntries[name] = nil }
+            node.document = to.document
+            node.parent = to
+            node.atMountRoot = false
+            node.name = newName
+            node.record.name = newText
+            node.record.parent = to.persistAs
+            node.record.document = to.record.document
+            if node.storeID != node.persistAs { node.persistAs = node.storeID }
+            to.children[newName] = node
+            state.nodes[node.ino] = node
+            let now = Timestamp.now
+            node.record.changed = now
+            to.record.modified = now
+            to.record.changed = now
+            if from == nil { state.rootChanged = .now }
+            changed(&state, node)
+            changed(&state, to)
+            // Published under a wrapper's name: a save point, as a rename within a package.
+            return isPersisted(node) ? .some(document(&state, of: node)) : .some(nil)
+        }
+        switch publish {
+        case .none: return false
+        case .some(.none):
+            if to == nil { try renameAtRoot(name, newName, newText, flags: flags) }
+            return true
+        case .some(.some(let document)):
+            try save(document, durable: false)
+            return true
+        }
+    }
+
+    /// Plans the move from saved state; nil when something changed since the saves (try again).
+    private func planMove(
+        _ from: ViewNode?, _ name: FUSE.FileName, _ to: ViewNode?, _ newName: FUSE.FileName,
+        _ newText: String,
+        flags: RenameFlags
+    ) throws(Errno) -> MovePlan? {
+        // New store ids for every node that moves, taken before the lock.
+        let count = try state.withLock { state throws(Errno) -> Int in
+            guard let node = from?.children[name] ?? (from == nil ? state.rootEntries[name] : nil) else {
+                throw .noSuchFileOrDirectory
+            }
+            return subtree(node).count
+        }
+        var ids: [StoreNodeID] = []
+        for _ in 0..<count { ids.append(try newStoreID()) }
+        return try state.withLock { state throws(Errno) -> MovePlan? in
+            guard let node = from?.children[name] ?? (from == nil ? state.rootEntries[name] : nil),
+                let source = document(&state, of: node)
+            else { throw .noSuchFileOrDirectory }
+            let destination = to.flatMap { document(&state, of: $0) }
+            guard source.id != destination?.id else { throw .improperLink }
+            let nodes = subtree(node)
+            guard nodes.count == ids.count else { return nil }
+            // Anything unsaved since the saves (a write racing the rename): save again first.
+            if source.dirty || destination?.dirty == true || nodes.contains(where: \.contentsModified) {
+                return nil
+            }
+            if let to {
+                guard to.kind == .directory, to.linked else { throw .noSuchFileOrDirectory }
+                if node.kind == .directory && to.isDescendant(of: node) { throw .invalidArgument }
+            }
+            let target = to.map { $0.children[newName] } ?? state.rootEntries[newName]
+            if let target, target.conflict != nil { throw .notPermitted }
+            if flags.contains(.noReplace) && target != nil { throw .fileExists }
+            if let target {
+                if node.kind == .directory && target.kind != .directory { throw .notDirectory }
+                if node.kind != .directory && target.kind == .directory { throw .isDirectory }
+                if target.kind == .directory && !target.children.isEmpty { throw .directoryNotEmpty }
+            }
+            if let to { try checkNoEquivalent(newText, in: to.children, except: target) }
+            let now = Timestamp.now
+            var plan = MovePlan(
+                source: source, destination: destination, node: node,
+                moved: Array(zip(nodes, ids)).map { (node: $0.0, newID: $0.1) }, copies: [])
+            let movedSet = Set(nodes.map { ObjectIdentifier($0) })
+
+            // The source loses the node (or, for its root, the whole document).
+            if !node.atMountRoot {
+                var changes = DocumentChanges(document: source.id, base: source.base)
+                changes.origin = origin
+                changes.conflictPolicy = .rebaseIfDisjoint
+                changes.removedNodes = [node.persistAs]
+                if let parent = node.parent, var record = source.committed?[parent.persistAs] {
+                    record.modified = now
+                    record.changed = now
+                    changes.nodes.append(record)
+                }
+                // Names left behind that name a moved file become files of their own, sharing
+                // one node: the first keeps its store id, the others name it.
+                for moved in nodes where moved.linkOf == nil {
+                    let staying = moved.aliases.values.filter { !movedSet.contains(ObjectIdentifier($0)) }
+                        .sorted { $0.storeID < $1.storeID }
+                    guard let heir = staying.first, var record = source.committed?[heir.persistAs] else {
+                        continue
+                    }
+                    record.linkOf = nil
+                    changes.nodes.append(record)
+                    changes.contents[record.id] = .copy(of: NodeLookup(moved.persistAs, at: source.base))
+                    for other in staying.dropFirst() {
+                        guard var link = source.committed?[other.persistAs] else { continue }
+                        link.linkOf = heir.persistAs
+                        changes.nodes.append(link)
+                    }
+                    plan.copies.append((heir, moved))
+                }
+                plan.sourceChanges = changes
+            }
+            // The destination package: the name the move replaces goes.
+            if let destination {
+                var changes = DocumentChanges(document: destination.id, base: destination.base)
+                changes.origin = origin
+                changes.conflictPolicy = .rebaseIfDisjoint
+                if let target {
+                    if target.linkOf == nil, let heir = heir(of: target),
+                        var record = destination.committed?[
+                            target.persistAs]
+                    {
+                        // A file with other names keeps its node under one of them.
+                        record.parent = heir.parent?.persistAs
+                        record.name = heir.name.string
+                        changes.nodes.append(record)
+                        changes.removedNodes.append(heir.persistAs)
+                    } else {
+                        changes.removedNodes.append(target.persistAs)
+                    }
+                }
+                if let to, var record = destination.committed?[to.persistAs] {
+                    record.modified = now
+                    record.changed = now
+                    changes.nodes.append(record)
+                }
+                plan.destinationChanges = changes
+            } else if let target {
+                if let replaced = document(&state, of: target), !isHidden(target, of: replaced) {
+                    plan.replacedDocument = replaced
+                } else {
+                    plan.replacedScratch = target
+                }
+            }
+            return plan
+        }
+    }
+
+    /// The node and its persisted descendants, the node first.
+    private func subtree(_ node: ViewNode) -> [ViewNode] {
+        var result: [ViewNode] = []
+        var frontier = [node]
+        while let next = frontier.popLast() {
+            guard next === node || isPersistedName(next) else { continue }
+            result.append(next)
+            frontier += next.children.values.sorted { $0.storeID > $1.storeID }
+        }
+        return result
+    }
+
+    private func isPersistedName(_ node: ViewNode) -> Bool {
+        node.kind == .directory || !configuration.scratchNames.matches(node.name)
+    }
+
+    /// Commits `plan` as one store transaction, then shows it.
+    private func commit(_ plan: MovePlan, newName: FUSE.FileName, newText: String, to: ViewNode?)
+        throws(Errno)
+    {
+        plan.source.saving.lock()
+        defer { plan.source.saving.unlock() }
+        plan.destination?.saving.lock()
+        defer { plan.destination?.saving.unlock() }
+        // The moved records, read under the lock; their ids are fixed except a new document's root.
+        let (records, oldIDs) = state.withLock { _ -> ([NodeRecord], [StoreNodeID]) in
+            var newIDs: [ObjectIdentifier: StoreNodeID] = [:]
+            for item in plan.moved { newIDs[ObjectIdentifier(item.node)] = item.newID }
+            var records: [NodeRecord] = []
+            for (index, item) in plan.moved.enumerated() {
+                var record =
+                    item.node.linkOf.map { file -> NodeRecord in
+                        var record = file.record
+                        record.linkOf = newIDs[ObjectIdentifier(file)]
+                        return record
+                    } ?? item.node.record
+                record.id = item.newID
+                record.preferredName = nil
+                if index == 0 {
+                    record.parent = to?.persistAs
+                    record.name = newText
+                } else {
+                    record.parent = item.node.parent.flatMap { newIDs[ObjectIdentifier($0)] }
+                    record.name = item.node.name.string
+                }
+                records.append(record)
+            }
+            return (records, plan.moved.map { $0.node.persistAs })
+        }
+        let sourceBase = plan.source.base
+        let results: (source: SaveResult?, destination: SaveResult, info: DocumentInfo?)
+        do {
+            results = try storeCall {
+                try store.transaction(durable: false) { tx -> (SaveResult?, SaveResult, DocumentInfo?) in
+                    var sourceResult: SaveResult?
+                    if let changes = plan.sourceChanges {
+                        sourceResult = try tx.save(changes)
+                    } else {
+                        try tx.deleteDocument(plan.source.id, origin: origin)
+                    }
+                    if let replaced = plan.replacedDocument {
+                        try tx.deleteDocument(replaced.id, origin: origin)
+                    }
+                    var changes: DocumentChanges
+                    var created: DocumentInfo?
+                    var rootID: StoreNodeID?
+                    if let prepared = plan.destinationChanges {
+                        changes = prepared
+                    } else {
+                        let root = records[0]
+                        let info = try tx.createDocument(
+                            named: newText,
+                            root: DocumentRoot(
+                                kind: root.kind, permissions: root.permissions, linkTarget: root.linkTarget,
+                                device: root.device),
+                            type: nil, origin: origin)
+                        created = info
+                        rootID = info.root
+                        changes = DocumentChanges(document: info.id, base: info.currentVersion)
+                        changes.origin = origin
+                        changes.conflictPolicy = .fail
+                    }
+                    for (index, var record) in records.enumerated() {
+                        record.document = changes.document
+                        if index == 0, let rootID { record.id = rootID }
+                        if let rootID, record.parent == records[0].id { record.parent = rootID }
+                        if let rootID, record.linkOf == records[0].id { record.linkOf = rootID }
+                        if record.kind == .regularFile && record.linkOf == nil {
+                            // The bytes are shared: the store names the old node's, nothing is copied.
+                            changes.contents[record.id] = .copy(of: NodeLookup(oldIDs[index], at: sourceBase))
+                        }
+                        changes.nodes.append(record)
+                    }
+                    let result = try tx.save(changes)
+                    if result.isConflict || sourceResult?.isConflict == true {
+                        throw DocumentStoreError.conflict(
+                            document: changes.document, base: changes.base, current: result.version.id)
+                    }
+                    return (sourceResult, result, created)
+                }
+            }
+        } catch {
+            logger.error("moving \(plan.source.info.name)/\(plan.node.name) failed: \(error)")
+            throw error
+        }
+        let notices = state.withLock { state -> [Notice] in
+            show(&state, plan, results: results, records: records, newName: newName, newText: newText, to: to)
+        }
+        send(notices)
+    }
+
+    /// Puts the committed move into the view.
+    private func show(
+        _ state: inout State, _ plan: MovePlan,
+        results: (source: SaveResult?, destination: SaveResult, info: DocumentInfo?),
+        records: [NodeRecord], newName: FUSE.FileName, newText: String, to: ViewNode?
+    ) -> [Notice] {
+        var notices: [Notice] = []
+        let node = plan.node
+        let source = plan.source
+        let version = results.destination.version.id
+        // Out of the source.
+        if node.atMountRoot {
+            if state.rootEntries[node.name] === node { state.rootEntries[node.name] = nil }
+            state.documents[source.id] = nil
+            state.rootGeneration &+= 1
+        } else {
+            if let parent = node.parent, parent.children[node.name] === node {
+                parent.children[node.name] = nil
+            }
+            var committed = source.committed ?? [:]
+            for item in plan.moved { committed[item.node.persistAs] = nil }
+            if let changes = plan.sourceChanges, let result = results.source {
+                for var record in changes.nodes {
+                    record.version = result.version.id
+                    committed[record.id] = record
+                }
+                source.base = result.version.id
+            }
+            source.committed = committed
+            if let parent = node.parent, let record = committed[parent.persistAs] { parent.record = record }
+        }
+        // Names that stay and named a moved file are a file of their own now.
+        for (heir, file) in plan.copies {
+            let others = file.aliases.values.filter {
+                $0 !== heir && $0.parent != nil && !$0.isDescendant(of: node)
+            }
+            let copy = makeNode(
+                storeID: heir.storeID, document: source.id,
+                record: source.committed?[heir.persistAs] ?? file.record, name: heir.name)
+            copy.persistAs = heir.persistAs
+            copy.parent = heir.parent
+            copy.record = file.record
+            copy.record.id = heir.persistAs
+            copy.record.parent = heir.parent?.persistAs
+            copy.record.name = heir.name.string
+            copy.record.linkOf = nil
+            copy.contents?.reset(
+                to: ContentBase(node: heir.persistAs, version: results.source?.version.id, size: file.size))
+            heir.linked = false
+            file.aliases[ObjectIdentifier(heir)] = nil
+            heir.parent?.children[heir.name] = copy
+            state.nodes[copy.ino] = copy
+            for other in others {
+                file.aliases[ObjectIdentifier(other)] = nil
+                other.linkOf = copy
+                copy.aliases[ObjectIdentifier(other)] = other
+                if let parent = other.parent { notices.append(.entry(parent: parent.ino, name: other.name)) }
+            }
+            if let parent = copy.parent { notices.append(.entry(parent: parent.ino, name: copy.name)) }
+        }
+        // Into the destination.
+        let destination: DocumentState
+        if let existing = plan.destination {
+            destination = existing
+            if let to {
+                if let target = to.children[newName], target !== node { unlinkName(&state, target) }
+            }
+        } else {
+            var info = results.info ?? source.info
+            info.currentVersion = version
+            destination = DocumentState(info: info, root: node)
+            state.documents[info.id] = destination
+            if let replaced = plan.replacedDocument {
+                if state.rootEntries[replaced.root.name] === replaced.root { detach(&state, replaced.root) }
+                state.documents[replaced.id] = nil
+            }
+            if let scratch = plan.replacedScratch, state.rootEntries[scratch.name] === scratch {
+                detach(&state, scratch)
+            }
+            state.rootGeneration &+= 1
+        }
+        var committed = destination.committed ?? [:]
+        for (index, item) in plan.moved.enumerated() {
+            var record = records[index]
+            if index == 0, let info = results.info { record.id = info.root }
+            record.document = destination.id
+            if let info = results.info, record.parent == records[0].id { record.parent = info.root }
+            if let info = results.info, record.linkOf == records[0].id { record.linkOf = info.root }
+            record.version = version
+            committed[record.id] = record
+            let moved = item.node
+            moved.persistAs = record.id
+            moved.document = destination.id
+            moved.record.document = destination.id
+            moved.record.id = record.id
+            if moved.linkOf == nil, let contents = moved.contents {
+                contents.base = ContentBase(node: record.id, version: version, size: contents.base.size)
+            }
+            // A moved name of a file that stays is a file of its own: a new node for the kernel.
+            if let file = moved.linkOf, !plan.moved.contains(where: { $0.node === file }) {
+                file.aliases[ObjectIdentifier(moved)] = nil
+                let copy = makeNode(
+                    storeID: record.id, document: destination.id, record: record, name: moved.name)
+                copy.record.linkOf = nil
+                copy.parent = moved.parent
+                moved.parent?.children[moved.name] = copy
+                moved.linked = false
+                state.nodes[copy.ino] = copy
+                if let parent = moved.parent { notices.append(.entry(parent: parent.ino, name: moved.name)) }
+            }
+        }
+        if let to {
+            to.children[newName] = node
+            node.parent = to
+            node.atMountRoot = false
+            node.name = newName
+            node.record.name = newText
+            node.record.parent = to.persistAs
+            if let record = committed[to.persistAs] { to.record = record }
+            node.reportedIno = nil
+        } else {
+            node.parent = nil
+            node.atMountRoot = true
+            node.name = newName
+            node.record.name = newText
+            node.record.parent = nil
+            state.rootEntries[newName] = node
+            state.rootChanged = .now
+        }
+        destination.committed = committed
+        destination.base = version
+        notices.append(.inode(node.ino))
+        return notices
+    }
+}
