@@ -12,9 +12,11 @@ import SystemPackage
 /// - Rename it onto the document's name (`mv "name (conflict N).ext" name.ext`) to keep it: the
 ///   conflict version becomes the current one (a new save; the mount's own unsaved changes are
 ///   saved first, so nothing is lost) and the conflict is resolved.
-/// - Renaming it anywhere else is `EXDEV`, so `mv` copies it (keeping both) and then removes it
-///   (resolving). Removing files inside it only hides them in this mount; nothing else inside
-///   can change (`EACCES`), and its files are shown without write permission.
+/// - Renaming it to another name at the root keeps both: the conflict version becomes a new
+///   document of that name and the conflict is resolved, in one store transaction. Moving it
+///   into a package is `EXDEV`, so `mv` copies it there and then removes it (resolving).
+///   Removing files inside it only hides them in this mount; nothing else inside can change
+///   (`EACCES`), and its files are shown without write permission.
 final class ConflictEntry: @unchecked Sendable {
     let version: VersionInfo
     /// The node at the mount root; its tree is read on first use.
@@ -210,6 +212,72 @@ extension DocumentFileSystem {
             dropConflict(&state, entry)
             state.rootChanged = .now
         }
+    }
+
+    /// A rename of a conflict entry to another name: keep both. The conflict version becomes a new
+    /// document of that name (replacing `replaced`), sharing its chunks, and the conflict is
+    /// resolved, in one store transaction.
+    func copyConflict(
+        _ entry: ConflictEntry, as newName: FUSE.FileName, _ newText: String,
+        replacing replaced: DocumentState?
+    ) throws(Errno) {
+        let version = entry.version.id
+        let records = try storeCall { try store.nodes(of: entry.version.document, at: version) }
+        guard let root = records.first(where: { $0.parent == nil }) else { throw .ioError }
+        let ids = try storeCall { try store.makeNodeIDs(count: records.count - 1) }
+        var newIDs: [StoreNodeID: StoreNodeID] = [:]
+        for (record, id) in zip(records.filter { $0.id != root.id }, ids) { newIDs[record.id] = id }
+        let (info, saved) = try storeCall {
+            try store.transaction(durable: false) { tx -> (DocumentInfo, SaveResult) in
+                if let replaced { try tx.deleteDocument(replaced.id, origin: origin) }
+                let info = try tx.createDocument(
+                    named: newText,
+                    root: DocumentRoot(
+                        kind: root.kind, permissions: root.permissions, linkTarget: root.linkTarget,
+                        device: root.device),
+                    type: nil, origin: origin)
+                newIDs[root.id] = info.root
+                var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+                changes.origin = origin
+                changes.conflictPolicy = .fail
+                for var record in records {
+                    let old = record.id
+                    record.id = newIDs[old] ?? old
+                    record.document = info.id
+                    record.parent = record.parent.flatMap { newIDs[$0] }
+                    record.linkOf = record.linkOf.flatMap { newIDs[$0] }
+                    if old == root.id { record.name = newText }
+                    changes.nodes.append(record)
+                    if record.kind == .regularFile && record.linkOf == nil {
+                        changes.contents[record.id] = .copy(of: NodeLookup(old, at: version))
+                    }
+                }
+                let saved = try tx.save(changes)
+                try tx.resolveConflict(version)
+                return (info, saved)
+            }
+        }
+        var rootRecord = root
+        rootRecord.id = info.root
+        rootRecord.document = info.id
+        rootRecord.name = newText
+        rootRecord.version = saved.version.id
+        var current = info
+        current.currentVersion = saved.version.id
+        let notices = state.withLock { state -> [Notice] in
+            if let replaced {
+                if state.rootEntries[replaced.root.name] === replaced.root { detach(&state, replaced.root) }
+                state.documents[replaced.id] = nil
+            }
+            dropConflict(&state, entry)
+            let document = install(&state, info: current, rootRecord: rootRecord)
+            // The kernel moved the entry's dentry onto the new name: until it asks again, the
+            // entry's inode stands for the new document.
+            if table.node(for: entry.root.ino) != nil { state.nodes[entry.root.ino] = document.root }
+            state.rootChanged = .now
+            return [.entry(parent: mountRootInode, name: newName), .inode(mountRootInode)]
+        }
+        send(notices)
     }
 
     /// A rename of a conflict entry onto its document's name: the conflict version becomes the

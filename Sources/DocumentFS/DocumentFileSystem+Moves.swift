@@ -87,6 +87,9 @@ extension DocumentFileSystem {
             guard let node = from?.children[name] ?? (from == nil ? state.rootEntries[name] : nil) else {
                 throw .noSuchFileOrDirectory
             }
+            // A conflict entry goes into a package as a copy (`mv` copies on EXDEV), which keeps
+            // its own tree as it was.
+            if node.conflict != nil { throw .improperLink }
             let scratch =
                 from == nil
                 ? (node.document == nil || document(&state, of: node).map { isHidden(node, of: $0) } == true)

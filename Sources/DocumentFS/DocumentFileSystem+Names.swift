@@ -26,19 +26,11 @@ extension DocumentFileSystem {
     }
 
     /// Fails if `directory` has a child whose name is the same text in another Unicode form: the
-    /// store compares names as text, so both could not be saved.
-    func checkNoEquivalent(_ text: String, in children: [FUSE.FileName: ViewNode], except: ViewNode? = nil)
-        throws(Errno)
-    {
-        let bytes = Array(text.utf8)
-        // Two ASCII names are the same text only when their bytes are equal, so they are passed
-        // over undecoded: decoding every name took 4.3% of the daemon's CPU creating 2,000 files in
-        // one folder (now 2.4%), and more as the folder grows (issue 7, B5).
-        let asciiText = bytes.allSatisfy { $0 < 0x80 }
-        for (name, node) in children where node !== except {
-            if asciiText && name.bytes.allSatisfy({ $0 < 0x80 }) { continue }
-            if name.string == text && name.bytes != bytes { throw .fileExists }
-        }
+    /// store compares names as text, so both could not be saved. One lookup, whatever the size of
+    /// the directory.
+    func checkNoEquivalent(_ text: String, in children: Children, except: ViewNode? = nil) throws(Errno) {
+        guard let other = children.entry(equivalentTo: text), other !== except else { return }
+        if !other.name.bytes.elementsEqual(text.utf8) { throw .fileExists }
     }
 
     /// A new node record for a creation by `context`.
@@ -681,6 +673,7 @@ extension DocumentFileSystem {
             case exchangeDocuments(DocumentState, DocumentState)
             case createDocument(ViewNode)
             case keepConflict(ConflictEntry, DocumentState)
+            case copyConflict(ConflictEntry, replacing: DocumentState?)
         }
         let plan = try state.withLock { state throws(Errno) -> Plan in
             guard let node = state.rootEntries[name] else { throw .noSuchFileOrDirectory }
@@ -688,12 +681,27 @@ extension DocumentFileSystem {
             if target === node { return .done }
             if let target, target.conflict != nil { throw .notPermitted }
             if let entry = conflictEntry(&state, of: node) {
-                // Onto its own document: keep that version. Anywhere else: `mv` copies it.
-                guard flags.isEmpty, let target, let document = state.documents[entry.version.document],
-                    document.root === target, !isHidden(target, of: document)
-                else { throw .improperLink }
-                if node.kind != target.kind { throw node.kind == .directory ? .notDirectory : .isDirectory }
-                return .keepConflict(entry, document)
+                // Onto its own document: keep that version. Anywhere else: keep both, as a new
+                // document of that name.
+                if flags.contains(.exchange) { throw .improperLink }
+                if let target {
+                    if node.kind != target.kind {
+                        throw node.kind == .directory ? .notDirectory : .isDirectory
+                    }
+                    if let document = state.documents[entry.version.document], document.root === target,
+                        !isHidden(target, of: document)
+                    {
+                        guard flags.isEmpty else { throw .fileExists }
+                        return .keepConflict(entry, document)
+                    }
+                    if flags.contains(.noReplace) { throw .fileExists }
+                    if target.kind == .directory && !target.children.isEmpty { throw .directoryNotEmpty }
+                }
+                let replaced = target.flatMap { self.document(&state, of: $0) }.flatMap {
+                    isHidden($0.root, of: $0) ? nil : $0
+                }
+                if let target, replaced == nil { detach(&state, target) }
+                return .copyConflict(entry, replacing: replaced)
             }
             if flags.contains(.noReplace) && target != nil { throw .fileExists }
             let scratchTarget = configuration.scratchNames.matches(newName)
@@ -766,6 +774,8 @@ extension DocumentFileSystem {
             return
         case .keepConflict(let entry, let document):
             try keepConflict(entry, as: document)
+        case .copyConflict(let entry, let replaced):
+            try copyConflict(entry, as: newName, newText, replacing: replaced)
         case .save(let document):
             try save(document, durable: false)
         case .renameDocument(let document, let replaced):

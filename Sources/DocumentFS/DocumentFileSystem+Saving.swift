@@ -472,7 +472,10 @@ extension DocumentFileSystem {
         var committed: [StoreNodeID: NodeRecord] = [:]
         for record in records { committed[record.id] = record }
         for record in records where old[record.id] == nil {
-            if let parent = record.parent.flatMap({ byID[$0] }) { notices.append(.inode(parent.ino)) }
+            guard let parent = record.parent.flatMap({ byID[$0] }) else { continue }
+            notices.append(.inode(parent.ino))
+            // The kernel may have cached the name as missing.
+            notices.append(.entry(parent: parent.ino, name: FUSE.FileName(record.name)))
         }
         document.committed = committed
         document.base = version

@@ -112,7 +112,7 @@ public final class DocumentFileSystem: FileSystem {
         var conflicts: [VersionID: ConflictEntry] = [:]
         var nextConflictInode: UInt64 = 0
         /// What the mount root shows: documents' nodes, conflict entries and scratch files.
-        var rootEntries: [FUSE.FileName: ViewNode] = [:]
+        var rootEntries = Children()
         /// Every node the kernel may name, by inode number.
         var nodes: [UInt64: ViewNode] = [:]
         var files: [UInt64: OpenFile] = [:]
@@ -447,7 +447,7 @@ public final class DocumentFileSystem: FileSystem {
     // MARK: - Attributes
 
     func rootAttributes(_ state: inout State) -> FileAttributes {
-        let packages = state.rootEntries.values.reduce(0) { $0 + ($1.kind == .directory ? 1 : 0) }
+        let packages = state.rootEntries.directoryCount
         return FileAttributes(
             ino: mountRootInode, type: .directory,
             permissions: FilePermissions(rawValue: 0o755), nlink: UInt32(clamping: 2 + packages),
@@ -511,7 +511,18 @@ public final class DocumentFileSystem: FileSystem {
         _ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: ReplyEntry
     ) {
         answer(reply) { () throws(Errno) in
-            let (found, attrs) = try child(named: name, of: parent)
+            let found: ViewNode
+            let attrs: FileAttributes
+            do throws(Errno) {
+                (found, attrs) = try child(named: name, of: parent)
+            } catch {
+                guard error == .noSuchFileOrDirectory else { throw error }
+                // The kernel may remember that the name is missing (editors and shells probe many
+                // names): a name that appears through anyone but the kernel (another process's
+                // save, a listing) is invalidated by name, as changed names are.
+                reply.negative(timeout: configuration.entryTimeout)
+                return
+            }
             entry(reply, found, attrs)
         }
     }

@@ -24,7 +24,7 @@ final class ViewNode: @unchecked Sendable {
     /// Regular files only.
     var contents: FileContents?
     /// Directories only.
-    var children: [FUSE.FileName: ViewNode] = [:]
+    var children = Children()
     /// False once unlinked or replaced: it lives on for open handles only.
     var linked = true
     /// For another name of a file (a hard link): the node of the file, which the kernel sees
@@ -76,7 +76,7 @@ final class ViewNode: @unchecked Sendable {
         }
     }
 
-    var subdirectoryCount: Int { children.values.reduce(0) { $0 + ($1.kind == .directory ? 1 : 0) } }
+    var subdirectoryCount: Int { children.directoryCount }
 
     /// Whether `ancestor` is this node or above it.
     func isDescendant(of ancestor: ViewNode) -> Bool {

@@ -155,6 +155,7 @@ public final class VersionedStore: Sendable {
             try VersionedStore.deleteDocument(tx, id, origin: origin)
         }
         func save(_ changes: DocumentChanges) throws -> SaveResult { try store.save(tx, changes, event: nil) }
+        func resolveConflict(_ version: VersionID) throws { try VersionedStore.resolveConflict(tx, version) }
     }
 
     public func undeleteDocument(_ id: DocumentID, as name: String?) throws -> DocumentInfo {
@@ -765,15 +766,17 @@ public final class VersionedStore: Sendable {
     }
 
     public func resolveConflict(_ version: VersionID) throws {
-        try write(durable: true) { tx in
-            guard let info = try tx.version(version) else { throw DocumentStoreError.noSuchVersion(version) }
-            guard info.isConflict, !info.isResolved else { return }  // FV-2: not a conflict, or resolved
-            try tx.updateVersion(version, .resolved)
-            let document = try Self.fetchDocument(tx, info.document)
-            try tx.insertEvent(
-                .resolved, document: info.document, version: version, name: document.name, origin: "resolve",
-                time: .now)
-        }
+        try write(durable: true) { tx in try Self.resolveConflict(tx, version) }
+    }
+
+    static func resolveConflict(_ tx: any StoreTransaction, _ version: VersionID) throws {
+        guard let info = try tx.version(version) else { throw DocumentStoreError.noSuchVersion(version) }
+        guard info.isConflict, !info.isResolved else { return }  // FV-2: not a conflict, or resolved
+        try tx.updateVersion(version, .resolved)
+        let document = try Self.fetchDocument(tx, info.document)
+        try tx.insertEvent(
+            .resolved, document: info.document, version: version, name: document.name, origin: "resolve",
+            time: .now)
     }
 
     public func unresolvedConflicts() throws -> [VersionInfo] {

@@ -157,7 +157,7 @@ struct ConflictEntryTests {
     }
 
     @Test(
-        "mv of a conflict entry onto its document keeps that version; mv anywhere else copies it and resolves",
+        "mv of a conflict entry onto its document keeps that version; a rename to another name keeps both and resolves",
         arguments: StoreKind.all)
     func keeping(_ kind: StoreKind) async throws {
         let (fixture, engine, work, flatVersion) = try Self.conflicted(kind)
@@ -193,14 +193,15 @@ struct ConflictEntryTests {
             #expect(
                 try engine.document("Work.pkg").currentVersion == (try engine.versions("Work.pkg").last?.id))
 
-            // Elsewhere: mv copies (EXDEV) and removes the entry, which resolves it.
+            // Elsewhere at the root: rename(2) keeps both, the conflict version as a new document,
+            // and resolves the conflict, in one step (no EXDEV).
             let again = try Self.makeConflict(
                 engine, "Flat.txt", current: "newest\n", conflict: "lost again\n")
             let againEntry = "Flat (conflict \(again.rawValue)).txt"
             #expect(
                 try await waitUntil(timeout: 3) { try entries(in: mount.path).contains(againEntry) } != nil)
-            let copied = try await sh("mv \(quoted(againEntry)) Copy.txt", in: mount.path)
-            #expect(copied.status == 0, "\(copied)")
+            let p = mount.path
+            #expect(try await offThread { errnoOf(rename(p + "/" + againEntry, p + "/Copy.txt")) } == 0)
             #expect(try readText(mount.url("Copy.txt")) == "lost again\n")
             #expect(try readText(mount.url("Flat.txt")) == "newest\n")
             #expect(try engine.text("Copy.txt") == "lost again\n")

@@ -530,6 +530,7 @@ public protocol DocumentStoreTransaction {
     /// Saves one document's changes as a new version of it (the changes' ``DocumentChanges/durable``
     /// is the transaction's).
     func save(_ changes: DocumentChanges) throws -> SaveResult
+    func resolveConflict(_ version: VersionID) throws
 }
 
 extension DocumentStore {
