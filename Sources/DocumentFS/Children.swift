@@ -1,4 +1,5 @@
 import FUSE
+import Synchronization
 
 /// The entries of a directory in the mount, by name, with what per-operation checks need kept up
 /// to date as entries come and go: the entry whose name is a given text (the store compares names
@@ -9,8 +10,13 @@ struct Children: Sequence {
     /// Swift compares and hashes strings by canonical equivalence: one key per text.
     private var byText: [String: ViewNode] = [:]
     private(set) var directoryCount = 0
+    /// Changes whenever an entry comes, goes or is replaced; unique across all directories, so a
+    /// listing cached for one generation is never taken for another's.
+    private(set) var generation: UInt64
 
-    init() {}
+    private static let generations = Atomic<UInt64>(0)
+
+    init() { generation = Self.generations.add(1, ordering: .relaxed).newValue }
 
     subscript(name: FUSE.FileName) -> ViewNode? {
         get { byName[name] }
@@ -21,6 +27,7 @@ struct Children: Sequence {
                 if byText[text] === old { byText[text] = nil }
             }
             byName[name] = newValue
+            generation = Self.generations.add(1, ordering: .relaxed).newValue
             if let newValue {
                 if newValue.kind == .directory { directoryCount += 1 }
                 byText[name.string] = newValue

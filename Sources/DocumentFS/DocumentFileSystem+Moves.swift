@@ -391,17 +391,18 @@ extension DocumentFileSystem {
             if let parent = node.parent, parent.children[node.name] === node {
                 parent.children[node.name] = nil
             }
-            var committed = source.committed ?? [:]
-            for item in plan.moved { committed[item.node.persistAs] = nil }
+            if source.committed == nil { source.committed = [:] }
+            for item in plan.moved { source.committed?[item.node.persistAs] = nil }
             if let changes = plan.sourceChanges, let result = results.source {
                 for var record in changes.nodes {
                     record.version = result.version.id
-                    committed[record.id] = record
+                    source.committed?[record.id] = record
                 }
                 source.base = result.version.id
             }
-            source.committed = committed
-            if let parent = node.parent, let record = committed[parent.persistAs] { parent.record = record }
+            if let parent = node.parent, let record = source.committed?[parent.persistAs] {
+                parent.record = record
+            }
         }
         // Names that stay and named a moved file are a file of their own now.
         for (heir, file) in plan.copies {
@@ -453,7 +454,7 @@ extension DocumentFileSystem {
             }
             state.rootGeneration &+= 1
         }
-        var committed = destination.committed ?? [:]
+        if destination.committed == nil { destination.committed = [:] }
         for (index, item) in plan.moved.enumerated() {
             var record = records[index]
             if index == 0, let info = results.info { record.id = info.root }
@@ -461,7 +462,7 @@ extension DocumentFileSystem {
             if let info = results.info, record.parent == records[0].id { record.parent = info.root }
             if let info = results.info, record.linkOf == records[0].id { record.linkOf = info.root }
             record.version = version
-            committed[record.id] = record
+            destination.committed?[record.id] = record
             let moved = item.node
             moved.persistAs = record.id
             moved.document = destination.id
@@ -490,7 +491,7 @@ extension DocumentFileSystem {
             node.name = newName
             node.record.name = newText
             node.record.parent = to.persistAs
-            if let record = committed[to.persistAs] { to.record = record }
+            if let record = destination.committed?[to.persistAs] { to.record = record }
             node.reportedIno = nil
         } else {
             node.parent = nil
@@ -501,7 +502,6 @@ extension DocumentFileSystem {
             state.rootEntries[newName] = node
             state.rootChanged = .now
         }
-        destination.committed = committed
         destination.base = version
         notices.append(.inode(node.ino))
         return notices

@@ -59,11 +59,14 @@ extension DocumentFileSystem {
                 for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
                     item.snapshot.contents.saved(item.snapshot, as: item.id, version: result.version.id)
                 }
-                var committed = document.committed ?? [:]
-                for (id, record) in prepared.records { committed[id] = record }
-                for id in prepared.changes.nodes.map(\.id) { committed[id]?.version = result.version.id }
-                for id in prepared.changes.removedNodes { committed[id] = nil }
-                document.committed = committed
+                // In place: a copy of a big package's records would make every save cost the
+                // size of the package.
+                if document.committed == nil { document.committed = [:] }
+                for (id, record) in prepared.records { document.committed?[id] = record }
+                for id in prepared.changes.nodes.map(\.id) {
+                    document.committed?[id]?.version = result.version.id
+                }
+                for id in prepared.changes.removedNodes { document.committed?[id] = nil }
                 document.base = result.version.id
                 return false
             }

@@ -100,7 +100,9 @@ public final class DocumentFileSystem: FileSystem {
 
     struct OpenDirectory {
         var ino: UInt64
-        var entries: [DirectoryEntry]
+        /// Taken at the first readdir, so that opening a directory (to fsync it, say) costs
+        /// nothing however big it is.
+        var entries: [DirectoryEntry]?
         /// Set once a readdir served this snapshot; a later offset-0 read (rewinddir) rebuilds.
         var served = false
     }
@@ -119,7 +121,7 @@ public final class DocumentFileSystem: FileSystem {
         var directories: [UInt64: OpenDirectory] = [:]
         var nextHandle: UInt64 = 1
         /// A signature of each directory's last listing, for `keep_cache` on `opendir`.
-        var listedSignatures: [UInt64: Int] = [:]
+        var listedGenerations: [UInt64: UInt64] = [:]
         var rootChanged: Timespec = .now
         /// Counts this mount's changes to the set of documents and their names (install, rename,
         /// delete), so that ``refreshListing()`` can tell that a store listing it took is older
@@ -584,30 +586,22 @@ public final class DocumentFileSystem: FileSystem {
             let directory = try resolve(node, loadingChildren: true)
             if let directory { try revalidate(directory) }
             let (handle, keep) = try state.withLock { state throws(Errno) in
-                let entries = try listDirectory(&state, directory)
+                if let directory, directory.kind != .directory { throw .notDirectory }
                 let ino = directory?.ino ?? mountRootInode
-                let signature = Self.signature(entries)
-                let keep = state.listedSignatures[ino] == signature
-                state.listedSignatures[ino] = signature
+                // The kernel's cached listing is still right if no entry came or went since the
+                // last open: every change of a directory's entries gives it a new generation.
+                let generation = directory?.children.generation ?? state.rootEntries.generation
+                let keep = state.listedGenerations[ino] == generation
+                state.listedGenerations[ino] = generation
                 let handle = state.nextHandle
                 state.nextHandle += 1
-                state.directories[handle] = OpenDirectory(ino: ino, entries: entries)
+                state.directories[handle] = OpenDirectory(ino: ino, entries: nil)
                 return (handle, keep)
             }
             // The kernel may cache the listing; a change invalidates the directory's inode.
             reply.opened(
                 FUSE.FileHandle(handle), options: keep ? [.cacheDirectory, .keepCache] : [.cacheDirectory])
         }
-    }
-
-    /// What decides whether a cached listing is still right: names and node ids in order.
-    static func signature(_ entries: [DirectoryEntry]) -> Int {
-        var hasher = Hasher()
-        for entry in entries {
-            hasher.combine(entry.cookie)
-            hasher.combine(entry.name)
-        }
-        return hasher.finalize()
     }
 
     /// A directory's entries with their attributes, `.` and `..` first, then in the order of
@@ -643,20 +637,29 @@ public final class DocumentFileSystem: FileSystem {
     private func entries(
         _ node: NodeID, _ handle: FUSE.FileHandle, after offset: UInt64
     ) throws(Errno) -> [DirectoryEntry] {
-        var entries = try state.withLock { state throws(Errno) -> [DirectoryEntry] in
-            if var open = state.directories[handle.rawValue], !(offset == 0 && open.served) {
+        let entries = try state.withLock { state throws(Errno) -> [DirectoryEntry] in
+            if var open = state.directories[handle.rawValue], let entries = open.entries,
+                !(offset == 0 && open.served)
+            {
                 open.served = true
                 state.directories[handle.rawValue] = open
-                return open.entries
+                return entries
             }
-            // No handle (or a rewinddir): list afresh.
+            // The first readdir (or a rewinddir, or no handle): list afresh.
             let fresh = try listDirectory(&state, try self.node(&state, node))
             state.directories[handle.rawValue]?.entries = fresh
             state.directories[handle.rawValue]?.served = true
             return fresh
         }
-        entries.removeAll { $0.cookie <= offset }
-        return entries
+        // Entries are in cookie order: the ones after `offset` start where a binary search says,
+        // so that reading a big directory a buffer at a time is not quadratic.
+        var low = 0
+        var high = entries.count
+        while low < high {
+            let middle = (low + high) / 2
+            if entries[middle].cookie <= offset { low = middle + 1 } else { high = middle }
+        }
+        return Array(entries[low...])
     }
 
     public func readdir(
