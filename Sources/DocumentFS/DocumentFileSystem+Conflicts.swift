@@ -12,9 +12,9 @@ import SystemPackage
 /// - Rename it onto the document's name (`mv "name (conflict N).ext" name.ext`) to keep it: the
 ///   conflict version becomes the current one (a new save; the mount's own unsaved changes are
 ///   saved first, so nothing is lost) and the conflict is resolved.
-/// - Renaming it to another name at the root keeps both: the conflict version becomes a new
-///   document of that name and the conflict is resolved, in one store transaction. Moving it
-///   into a package is `EXDEV`, so `mv` copies it there and then removes it (resolving).
+/// - Renaming it to another name keeps both: the conflict version becomes a new document of that
+///   name at the root, or wrappers of that name in a package, and the conflict is resolved, in
+///   one store transaction.
 ///   Removing files inside it only hides them in this mount; nothing else inside can change
 ///   (`EACCES`), and its files are shown without write permission.
 final class ConflictEntry: @unchecked Sendable {
@@ -276,6 +276,123 @@ extension DocumentFileSystem {
             if table.node(for: entry.root.ino) != nil { state.nodes[entry.root.ino] = document.root }
             state.rootChanged = .now
             return [.entry(parent: mountRootInode, name: newName), .inode(mountRootInode)]
+        }
+        send(notices)
+    }
+
+    /// A conflict entry moved into a package: the conflict version's tree becomes wrappers of the
+    /// package under `newName` (sharing its chunks), and the conflict is resolved, in one store
+    /// transaction, as a move of anything else would be.
+    func copyConflict(
+        _ entry: ConflictEntry, into directory: ViewNode, as newName: FUSE.FileName, _ newText: String,
+        flags: RenameFlags
+    ) throws(Errno) {
+        guard let destination = state.withLock({ document(&$0, of: directory) }) else {
+            throw .noSuchFileOrDirectory
+        }
+        try save(destination, durable: false)
+        let version = entry.version.id
+        let records = try storeCall { try store.nodes(of: entry.version.document, at: version) }
+        guard let root = records.first(where: { $0.parent == nil }) else { throw .ioError }
+        let ids = try storeCall { try store.makeNodeIDs(count: records.count) }
+        var newIDs: [StoreNodeID: StoreNodeID] = [:]
+        for (record, id) in zip(records, ids) { newIDs[record.id] = id }
+        destination.saving.lock()
+        defer { destination.saving.unlock() }
+        let changes = try state.withLock { state throws(Errno) -> DocumentChanges in
+            guard directory.kind == .directory, directory.linked else { throw .noSuchFileOrDirectory }
+            guard !destination.dirty else { throw .resourceBusy }
+            let target = directory.children[newName]
+            if flags.contains(.noReplace) && target != nil { throw .fileExists }
+            if let target {
+                if root.kind == .directory && target.kind != .directory { throw .notDirectory }
+                if root.kind != .directory && target.kind == .directory { throw .isDirectory }
+                if target.kind == .directory && !target.children.isEmpty { throw .directoryNotEmpty }
+            }
+            try checkNoEquivalent(newText, in: directory.children, except: target)
+            var changes = DocumentChanges(document: destination.id, base: destination.base)
+            changes.origin = origin
+            changes.conflictPolicy = .rebaseIfDisjoint
+            if let target {
+                if target.linkOf == nil, let heir = heir(of: target),
+                    var record = destination.committed?[target.persistAs]
+                {
+                    record.parent = heir.parent?.persistAs
+                    record.name = heir.name.string
+                    changes.nodes.append(record)
+                    changes.removedNodes.append(heir.persistAs)
+                } else {
+                    changes.removedNodes.append(target.persistAs)
+                }
+            }
+            if var record = destination.committed?[directory.persistAs] {
+                record.modified = .now
+                record.changed = record.modified
+                changes.nodes.append(record)
+            }
+            for var record in records {
+                let old = record.id
+                record.id = newIDs[old] ?? old
+                record.document = destination.id
+                record.parent = old == root.id ? directory.persistAs : record.parent.flatMap { newIDs[$0] }
+                record.linkOf = record.linkOf.flatMap { newIDs[$0] }
+                if old == root.id {
+                    record.name = newText
+                    record.preferredName = nil
+                }
+                changes.nodes.append(record)
+                if record.kind == .regularFile && record.linkOf == nil {
+                    changes.contents[record.id] = .copy(of: NodeLookup(old, at: version))
+                }
+            }
+            return changes
+        }
+        let saved = try storeCall {
+            try store.transaction(durable: false) { tx -> SaveResult in
+                let saved = try tx.save(changes)
+                if saved.isConflict {
+                    throw DocumentStoreError.conflict(
+                        document: changes.document, base: changes.base, current: saved.version.id)
+                }
+                try tx.resolveConflict(version)
+                return saved
+            }
+        }
+        let notices = state.withLock { state -> [Notice] in
+            if let target = directory.children[newName] { unlinkName(&state, target) }
+            var nodes: [StoreNodeID: ViewNode] = [:]
+            var shown: [NodeRecord] = []
+            for var record in changes.nodes {
+                record.version = saved.version.id
+                destination.committed?[record.id] = record
+                if record.id == directory.persistAs { directory.record = record }
+                guard records.contains(where: { newIDs[$0.id] == record.id }) else { continue }
+                let node = makeNode(
+                    storeID: record.id, document: destination.id, record: record,
+                    name: FUSE.FileName(record.name))
+                nodes[record.id] = node
+                shown.append(record)
+                if record.linkOf == nil { state.nodes[node.ino] = node }
+            }
+            for record in shown {
+                guard let node = nodes[record.id] else { continue }
+                let parent =
+                    record.parent == directory.persistAs ? directory : record.parent.flatMap { nodes[$0] }
+                node.parent = parent
+                parent?.children[node.name] = node
+            }
+            Self.joinLinks(shown, nodes)
+            destination.base = saved.version.id
+            dropConflict(&state, entry)
+            state.rootChanged = .now
+            // The kernel moved the entry's dentry into the package: until it asks again, the
+            // entry's inode stands for the new wrapper.
+            if let moved = newIDs[root.id].flatMap({ nodes[$0] }), table.node(for: entry.root.ino) != nil {
+                state.nodes[entry.root.ino] = moved
+            }
+            return [
+                .entry(parent: directory.ino, name: newName), .inode(directory.ino), .inode(mountRootInode),
+            ]
         }
         send(notices)
     }

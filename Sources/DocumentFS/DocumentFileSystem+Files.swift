@@ -289,7 +289,18 @@ extension DocumentFileSystem {
                 state.files[handle.rawValue]?.wrote = false
                 return self.document(&state, of: open.node)
             }
-            if let document { try save(document, durable: false) }
+            if let document {
+                // The save is the committer's (group commit): close returns without waiting for
+                // the store. A save of the document that failed since the last report is what
+                // close reports, once; the changes stay pending and are saved again.
+                let failure = state.withLock { state -> Errno? in
+                    state.closeSaves[document.id] = document
+                    defer { document.lastError = nil }
+                    return document.lastError
+                }
+                committerWake.signal()
+                if let failure { throw failure }
+            }
             reply.ok()
         }
     }

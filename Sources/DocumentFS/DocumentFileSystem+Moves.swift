@@ -50,6 +50,15 @@ extension DocumentFileSystem {
             // Two moves crossing each other: not one of the shapes a document can take atomically.
             throw .improperLink
         }
+        if from == nil, let to,
+            let entry = state.withLock({ state in
+                state.rootEntries[name].flatMap { conflictEntry(&state, of: $0) }
+            })
+        {
+            // Keep both: the conflict version becomes wrappers of the package.
+            try copyConflict(entry, into: to, as: newName, newText, flags: flags)
+            return
+        }
         if try moveScratch(from, name, to, newName, newText, flags: flags) { return }
         // Saved state on both sides first, so that the move is the only change it commits.
         let (source, destination) = try state.withLock {
@@ -87,9 +96,7 @@ extension DocumentFileSystem {
             guard let node = from?.children[name] ?? (from == nil ? state.rootEntries[name] : nil) else {
                 throw .noSuchFileOrDirectory
             }
-            // A conflict entry goes into a package as a copy (`mv` copies on EXDEV), which keeps
-            // its own tree as it was.
-            if node.conflict != nil { throw .improperLink }
+            if node.conflict != nil { return .none }
             let scratch =
                 from == nil
                 ? (node.document == nil || document(&state, of: node).map { isHidden(node, of: $0) } == true)

@@ -25,59 +25,134 @@ extension DocumentFileSystem {
             return try prepare(&state, document, durable: durable)
         }
         if let prepared {
-            let result: SaveResult
+            let result: Result<SaveResult, Errno>
             do {
-                result = try storeCall { try store.save(prepared.changes) }
+                result = .success(try storeCall { try store.save(prepared.changes) })
             } catch {
-                state.withLock { _ in
-                    for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
-                        item.snapshot.contents.saveFailed()
-                    }
-                    document.dirty = true
-                    document.lastError = error
-                    document.touched.merge(prepared.touched) { current, _ in current }
-                }
-                logger.error("saving \(document.info.name) failed: \(error)")
-                throw error
+                result = .failure(error)
             }
-            let conflict = state.withLock { _ -> Bool in
-                document.lastError = nil
-                if result.isConflict {
-                    // Kept as a conflict version beside the current one; the mount shows the
-                    // current version again, and the conflict as an entry beside it (once the
-                    // observer sees the event), as `docfs versions` lists it.
-                    logger.warning(
-                        "\(document.info.name): another process saved first; this save is kept as conflict \(result.version.id)"
-                    )
-                    document.needsReload = true
-                    for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
-                        item.snapshot.contents.saveFailed()
-                    }
-                    document.touched.merge(prepared.touched) { current, _ in current }
-                    return true
-                }
-                for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
-                    item.snapshot.contents.saved(item.snapshot, as: item.id, version: result.version.id)
-                }
-                // In place: a copy of a big package's records would make every save cost the
-                // size of the package.
-                if document.committed == nil { document.committed = [:] }
-                for (id, record) in prepared.records { document.committed?[id] = record }
-                for id in prepared.changes.nodes.map(\.id) {
-                    document.committed?[id]?.version = result.version.id
-                }
-                for id in prepared.changes.removedNodes { document.committed?[id] = nil }
-                document.base = result.version.id
-                return false
-            }
-            if conflict {
-                state.withLock { _ in document.dirty = false }
-                try reloadLocked(document, force: true)
-                return
-            }
+            try finish(document, prepared, result)
         }
         if state.withLock({ _ in document.needsReload && !document.dirty }) {
             try reloadLocked(document, force: false)
+        }
+    }
+
+    /// Saves several documents as one store transaction (group commit): one commit, and one disk
+    /// sync when `durable`, for all of them. A document whose save fails is saved on its own
+    /// again, so that one bad save does not hold the others back. Returns the documents whose
+    /// save failed.
+    @discardableResult
+    func save(group documents: [DocumentState], durable: Bool) -> [DocumentID] {
+        let documents = documents.sorted { $0.id < $1.id }
+        var ready: [(document: DocumentState, prepared: PreparedSave)] = []
+        var locked: [DocumentState] = []
+        var failed: [DocumentID] = []
+        for document in documents {
+            do { try ensureLoaded(document) } catch {
+                failed.append(document.id)
+                continue
+            }
+            // In id order, as every holder of several of these locks takes them.
+            document.saving.lock()
+            locked.append(document)
+            do {
+                if let prepared = try state.withLock({ state throws(Errno) -> PreparedSave? in
+                    guard state.documents[document.id] === document else { return nil }
+                    return try prepare(&state, document, durable: durable)
+                }) {
+                    ready.append((document, prepared))
+                }
+            } catch {
+                failed.append(document.id)
+            }
+        }
+        var results: [Result<SaveResult, Errno>]
+        do {
+            let saved = try storeCall {
+                try store.transaction(durable: durable) { tx in
+                    try ready.map { try tx.save($0.prepared.changes) }
+                }
+            }
+            results = saved.map { .success($0) }
+        } catch {
+            results = Array(repeating: .failure(error), count: ready.count)
+        }
+        var retry: [DocumentState] = []
+        for (item, result) in zip(ready, results) {
+            do { try finish(item.document, item.prepared, result) } catch { retry.append(item.document) }
+        }
+        for document in locked { document.saving.unlock() }
+        if ready.count > 1 {
+            for document in retry {
+                do { try save(document, durable: durable) } catch { failed.append(document.id) }
+            }
+        } else {
+            failed += retry.map(\.id)
+        }
+        for document in documents where state.withLock({ _ in document.needsReload && !document.dirty }) {
+            document.saving.lock()
+            try? reloadLocked(document, force: false)
+            document.saving.unlock()
+        }
+        return failed
+    }
+
+    /// Takes in what the store answered to a prepared save. The caller holds `document.saving`.
+    private func finish(
+        _ document: DocumentState, _ prepared: PreparedSave, _ outcome: Result<SaveResult, Errno>
+    )
+        throws(Errno)
+    {
+        let result: SaveResult
+        switch outcome {
+        case .failure(let error):
+            state.withLock { _ in
+                for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
+                    item.snapshot.contents.saveFailed()
+                }
+                document.dirty = true
+                document.lastError = error
+                document.touched.merge(prepared.touched) { current, _ in current }
+            }
+            logger.error("saving \(document.info.name) failed: \(error)")
+            throw error
+        case .success(let saved):
+            result = saved
+        }
+        let conflict = state.withLock { _ -> Bool in
+            document.lastError = nil
+            if result.isConflict {
+                // Kept as a conflict version beside the current one; the mount shows the
+                // current version again, and the conflict as an entry beside it (once the
+                // observer sees the event), as `docfs versions` lists it.
+                logger.warning(
+                    "\(document.info.name): another process saved first; this save is kept as conflict \(result.version.id)"
+                )
+                document.needsReload = true
+                for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
+                    item.snapshot.contents.saveFailed()
+                }
+                document.touched.merge(prepared.touched) { current, _ in current }
+                return true
+            }
+            for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
+                item.snapshot.contents.saved(item.snapshot, as: item.id, version: result.version.id)
+            }
+            // In place: a copy of a big package's records would make every save cost the
+            // size of the package.
+            if document.committed == nil { document.committed = [:] }
+            for (id, record) in prepared.records { document.committed?[id] = record }
+            for id in prepared.changes.nodes.map(\.id) {
+                document.committed?[id]?.version = result.version.id
+            }
+            for id in prepared.changes.removedNodes { document.committed?[id] = nil }
+            document.base = result.version.id
+            return false
+        }
+        if conflict {
+            state.withLock { _ in document.dirty = false }
+            try reloadLocked(document, force: true)
         }
     }
 
@@ -205,14 +280,36 @@ extension DocumentFileSystem {
                     && now - document.lastChange >= configuration.quietInterval
             }
         }
-        for document in due {
-            do {
-                try save(document, durable: true)
-            } catch {
-                // Retried after the next quiet interval; close and fsync report it meanwhile.
-                state.withLock { _ in document.lastChange = ContinuousClock.now }
+        guard !due.isEmpty else { return }
+        let failed = Set(save(group: due, durable: true))
+        for document in due where failed.contains(document.id) {
+            // Retried after the next quiet interval; close and fsync report it meanwhile.
+            state.withLock { _ in document.lastChange = ContinuousClock.now }
+        }
+    }
+
+    // MARK: - Group commit of closes
+
+    /// Saves what closes asked for, in the background: the close returns at once, and the
+    /// closes that come while a commit runs, or within two milliseconds of the first, are
+    /// committed together as one store transaction (``save(group:durable:)``).
+    func startCommitter() {
+        let thread = Thread { [weak self] in
+            while true {
+                guard let wake = self?.committerWake else { return }
+                _ = wake.wait(timeout: .now() + 0.25)
+                guard let self, !self.state.withLock({ $0.stopping }) else { return }
+                guard self.state.withLock({ !$0.closeSaves.isEmpty }) else { continue }
+                usleep(2_000)
+                let group = self.state.withLock { state -> [DocumentState] in
+                    defer { state.closeSaves = [:] }
+                    return Array(state.closeSaves.values)
+                }
+                self.save(group: group, durable: false)
             }
         }
+        thread.name = "docfs.committer"
+        thread.start()
     }
 
     // MARK: - History that thins itself

@@ -70,6 +70,8 @@ public final class DocumentFileSystem: FileSystem {
     /// The folder of the store file; empty for a store that is not a local file.
     let storeDirectory: String
     let chunkSize: Int
+    /// Wakes the committer when a close asks for a save.
+    let committerWake = DispatchSemaphore(value: 0)
     /// File systems made by this process, to tell their origins apart.
     private static let instances = Atomic<Int>(0)
     /// Who saved, in the store's history: unique to this mount, so its own events are told
@@ -135,6 +137,8 @@ public final class DocumentFileSystem: FileSystem {
         var observer: StoreObserver?
         var saver: Thread?
         var stopping = false
+        /// Documents a close asked to save, for the committer (``startCommitter()``).
+        var closeSaves: [DocumentID: DocumentState] = [:]
     }
 
     /// - Parameters:
@@ -212,6 +216,7 @@ public final class DocumentFileSystem: FileSystem {
             logger.error("cannot observe the store for changes: \(error)")
         }
         startSaver()
+        startCommitter()
         startCollector()
     }
 
@@ -222,6 +227,7 @@ public final class DocumentFileSystem: FileSystem {
             return state.observer
         }
         observer?.stop()
+        committerWake.signal()
         // Every pending change is saved before the session ends (and the process exits).
         saveAll(durable: true)
     }
@@ -230,16 +236,12 @@ public final class DocumentFileSystem: FileSystem {
     @discardableResult
     public func saveAll(durable: Bool) -> [DocumentID] {
         let pending = state.withLock { state in
-            state.documents.values.filter { $0.dirty || $0.lastError != nil }
+            state.closeSaves = [:]
+            return state.documents.values.filter { $0.dirty || $0.lastError != nil }
         }
-        var failed: [DocumentID] = []
-        for document in pending {
-            do {
-                try save(document, durable: durable)
-            } catch {
-                failed.append(document.id)
-                logger.error("cannot save \(document.info.name): \(error)")
-            }
+        let failed = save(group: pending, durable: durable)
+        for document in pending where failed.contains(document.id) {
+            logger.error("cannot save \(document.info.name)")
         }
         return failed
     }

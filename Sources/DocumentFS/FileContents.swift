@@ -323,6 +323,9 @@ final class FileContents: @unchecked Sendable {
         let base: ContentBase
         let size: Int64
         let chunkSize: Int
+        /// The contents' generation when frozen: a reset since (another file's bytes shared
+        /// into it, another process's save) makes this save's outcome no longer the file's.
+        let generation: UInt64
 
         /// Chunks written since the base, plus those a truncation zeroed below `storedSize` (the
         /// size the store has for the node).
@@ -365,11 +368,16 @@ final class FileContents: @unchecked Sendable {
     /// Freezes the current layers for a save; later writes go to a new layer.
     func freeze() -> Snapshot {
         frozen = layers.count
-        return Snapshot(contents: self, layers: layers, base: base, size: size, chunkSize: chunkSize)
+        return Snapshot(
+            contents: self, layers: layers, base: base, size: size, chunkSize: chunkSize,
+            generation: generation)
     }
 
     /// The save of `snapshot` is in the store as `version` of `node`: the frozen layers go.
     func saved(_ snapshot: Snapshot, as node: StoreNodeID, version: VersionID) {
+        // Replaced while the save ran (its layers and base are gone): what was saved is an older
+        // state, and the file's node is marked changed, so the next save stores the new one.
+        guard snapshot.generation == generation else { return }
         layers.removeFirst(min(frozen, layers.count))
         frozen = 0
         base = ContentBase(node: node, version: version, size: snapshot.size)

@@ -207,6 +207,19 @@ struct ConflictEntryTests {
             #expect(try engine.text("Copy.txt") == "lost again\n")
             #expect(try engine.store.unresolvedConflicts().isEmpty)
             #expect(try entries(in: mount.path) == ["Copy.txt", "Flat.txt", "Other.pkg", "Work.pkg"])
+
+            // Into a package: the conflict version becomes a wrapper there, in one step too.
+            let third = try Self.makeConflict(
+                engine, "Flat.txt", current: "newest again\n", conflict: "lost thrice\n")
+            let thirdEntry = "Flat (conflict \(third.rawValue)).txt"
+            #expect(
+                try await waitUntil(timeout: 3) { try entries(in: mount.path).contains(thirdEntry) } != nil)
+            #expect(
+                try await offThread { errnoOf(rename(p + "/" + thirdEntry, p + "/Work.pkg/kept.txt")) } == 0)
+            #expect(try readText(mount.url("Work.pkg/kept.txt")) == "lost thrice\n")
+            #expect(try engine.text("Work.pkg", "kept.txt") == "lost thrice\n")
+            #expect(try engine.store.unresolvedConflicts().isEmpty)
+            #expect(try entries(in: mount.path) == ["Copy.txt", "Flat.txt", "Other.pkg", "Work.pkg"])
         }
     }
 

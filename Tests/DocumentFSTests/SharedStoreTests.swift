@@ -2,8 +2,8 @@ import DocumentEngine
 import DocumentFS
 import Foundation
 import StoreTestSupport
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
     import Glibc
@@ -42,7 +42,10 @@ final class AppPackageDocument: Document {
     override func load(fromContents contents: Any, ofType typeName: String?) throws {
         guard let package = contents as? FileWrapper else { throw CocoaError(.fileReadCorruptFile) }
         wrapper = package
-        notes = package.fileWrappers?["notes.txt"]?.regularFileContents.map { String(decoding: $0, as: UTF8.self) } ?? ""
+        notes =
+            package.fileWrappers?["notes.txt"]?.regularFileContents.map {
+                String(decoding: $0, as: UTF8.self)
+            } ?? ""
     }
 }
 
@@ -98,11 +101,15 @@ struct SharedStoreTests {
                 try writeAll(fd, "and ours\n")
                 try sys(close(fd), "close")
             }
-            #expect(try other.text("Work.pkg", "notes.txt") == "theirs, longer\nand ours\n")
+            try await expectEventually("our write on top of theirs") {
+                try other.text("Work.pkg", "notes.txt") == "theirs, longer\nand ours\n"
+            }
         }
     }
 
-    @Test("a mount's save and another process's save of one document: disjoint changes both apply, a clash keeps both", arguments: StoreKind.all)
+    @Test(
+        "a mount's save and another process's save of one document: disjoint changes both apply, a clash keeps both",
+        arguments: StoreKind.all)
     func concurrentSaves(_ kind: StoreKind) async throws {
         let fixture = try Fixture.small(kind)
         defer { fixture.remove() }
@@ -126,7 +133,9 @@ struct SharedStoreTests {
             try await offThread { try appender.send("write mount") }
             try otherSaves("sub/inner.txt", "other\n")
             try await offThread { try appender.send("close") }
-            #expect(try other.text("Work.pkg", "notes.txt") == Fixture.notesText + "mount")
+            try await expectEventually("the mount's save on top") {
+                try other.text("Work.pkg", "notes.txt") == Fixture.notesText + "mount"
+            }
             #expect(try other.text("Work.pkg", "sub/inner.txt") == "other\n")
 
             // The same wrapper: nothing is lost; one of the two is a conflict version.
@@ -136,6 +145,9 @@ struct SharedStoreTests {
             try otherSaves("notes.txt", "other's version")
             try await offThread { try writer.send("close") }
             let work = try other.document("Work.pkg")
+            try await expectEventually("the mount's save of the same wrapper") {
+                try other.store.versions(of: work.id).contains { $0.isConflict }
+            }
             let versions = try other.store.versions(of: work.id)
             let texts = try versions.map { try other.text(of: work.id, "notes.txt", at: $0.id) }
             #expect(texts.contains("mount's version"), "\(texts)")
@@ -176,7 +188,8 @@ struct SharedStoreTests {
         let other = try Engine(fixture)
         try await withMount(proxy, configure: kernelCachesForAMinute) { mount in
             let root = mount.path
-            #expect(try await offThread { try FileManager.default.contentsOfDirectory(atPath: root) }.count > 0)
+            #expect(
+                try await offThread { try FileManager.default.contentsOfDirectory(atPath: root) }.count > 0)
             // One failed listing: the mount lists again a little later.
             proxy.failListings.store(1, ordering: .sequentiallyConsistent)
             _ = try other.store.createDocument(
@@ -222,7 +235,8 @@ struct SharedStoreTests {
             // The documents' own monitoring finds the new versions. The model changes inside
             // `revert`, before the reload is announced, so wait for the announcement too.
             var waited = 0
-            while (text.text != "from the mount\n" || package.notes != "notes from the mount\n" || text.reloads < 1)
+            while (text.text != "from the mount\n" || package.notes != "notes from the mount\n"
+                || text.reloads < 1)
                 && waited < 200
             {
                 try await Task.sleep(for: .milliseconds(50))
@@ -250,6 +264,9 @@ struct SharedStoreTests {
             doc.text = "unsaved in the app\n"
             doc.updateChangeCount(.done)
             try await offThread { try writeText(mount.url("Flat.txt"), "saved through the mount\n") }
+            try await expectEventually("the mount's save") {
+                try other.text("Flat.txt") == "saved through the mount\n"
+            }
             #expect(await doc.checkForExternalChanges())
             #expect(doc.documentState.contains(.inConflict))
             #expect(doc.text == "saved through the mount\n")

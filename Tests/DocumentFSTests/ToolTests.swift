@@ -225,9 +225,12 @@ struct ToolTests {
             #expect(copied.status == 0, "\(copied.error)")
             var patched = bytes
             patched.replaceSubrange(1_048_570..<1_048_575, with: Data("PATCH".utf8))
-            #expect(try engine.contents("Work.pkg", "cp.bin") == bytes)
-            #expect(try engine.contents("Work.pkg", "dd.bin") == patched)
-            #expect(try engine.contents("Big.bin") == bytes)
+            let expected = patched
+            try await expectEventually("the copies in the store") {
+                try engine.contents("Work.pkg", "cp.bin") == bytes
+                    && engine.contents("Work.pkg", "dd.bin") == expected
+                    && engine.contents("Big.bin") == bytes
+            }
             let back = try await shBytes("cat Work.pkg/dd.bin", in: mount.path)
             #expect(back == patched)
         }
