@@ -32,7 +32,15 @@
 #   b11  copy offload: `cp` of the 1 GiB wrapper (64 MiB small) to a new name beside it and
 #        `sync` of the copy; the time (target ≤ 0.2 s; native ext4 copies the bytes) and the
 #        bytes the store grew by (as B2), target ≤ 1 MiB; the content bytes it wrote as info
+#   b12  safe-save (a temporary file, 4 KiB, fsync, rename over a file, fsync of the folder) and
+#        unlink + create + write + fsync of a name, in a folder of BENCH_FILES files: medians of
+#        30 each, on the mount (in a package), natively and on the peer
 #   fuse_layer  the FUSE layer's micro-benchmark (scripts/fuse-bench.sh)
+#
+# The peer (issue 16): B5 and B12 also run on a FUSE passthrough file system beside the native
+# folder, libfuse's own `passthrough_ll`, compiled from the examples folder of Debian's
+# libfuse3-dev (its default options: no writeback cache, its own timeouts), so that the table's
+# "DocFS ÷ peer" shows what is FUSE's cost and what is DocFS's.
 #
 # A benchmark, not a test: missed targets never make it fail, and scripts/test.sh does not
 # run it. Needs root (or sudo) to drop the page cache for the cold figures; without it the
@@ -76,7 +84,7 @@ for argument in "$@"; do
     esac
 done
 rounds=${BENCH_ROUNDS:-3}
-all_figures="b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 b11 fuse_layer"
+all_figures="b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 b11 b12 fuse_layer"
 only=${BENCH_ONLY:-}
 for figure in ${only//,/ }; do
     case " $all_figures " in
@@ -177,6 +185,24 @@ daemon_log=$XDG_STATE_HOME/docfs/docfs.log
 mkdir -p "$native" "$native_roots" "$work/store" "$mnt" "$mnt_roots" "$mnt_second" "$mnt_history" \
     "$work/engine-native" "$XDG_STATE_HOME"
 : >"$samples"
+
+# The FUSE passthrough peer: libfuse's passthrough_ll from Debian's libfuse3-dev examples, over a
+# folder beside the native one (so both use the same disk), mounted for B5 and B12.
+peer_src=$work/peer-source
+mnt_peer=$work/mnt-peer
+peer=""
+if selected b5 || selected b12; then
+    examples=/usr/share/doc/libfuse3-dev/examples
+    mkdir -p "$peer_src" "$mnt_peer"
+    if [ -f "$examples/passthrough_ll.c" ] &&
+        cc -O2 -Wall -I"$examples" "$examples/passthrough_ll.c" $(pkg-config fuse3 --cflags --libs) \
+            -o "$work/passthrough_ll" >&2 &&
+        "$work/passthrough_ll" -o source="$peer_src" "$mnt_peer" >&2; then
+        peer=$mnt_peer
+    else
+        log "the passthrough peer could not be built or mounted; B5 and B12 run without it"
+    fi
+fi
 
 stamp=$(date +%Y%m%d-%H%M%S)
 # The machine may be shared: the load around the run says how much to trust its figures.
@@ -361,6 +387,7 @@ run_figure() { # NAME FUNCTION
 failed=()
 
 cleanup() {
+    if [ -n "${peer:-}" ]; then fusermount3 -u "$mnt_peer" 2>/dev/null || fusermount3 -u -z "$mnt_peer" 2>/dev/null; fi
     unmount_store "$mnt"
     unmount_store "$mnt_roots"
     unmount_store "$mnt_second"
@@ -616,11 +643,25 @@ b4() {
 
 # --- B5: small files ------------------------------------------------------------------------
 
+# The sides of round $1 with the peer when there is one, in an order that turns with the round.
+sides_with_peer() {
+    if [ -z "$peer" ]; then sides "$1"; return; fi
+    case $(($1 % 3)) in
+    1) echo "docfs native peer" ;;
+    2) echo "native peer docfs" ;;
+    *) echo "peer docfs native" ;;
+    esac
+}
+
 b5() {
     local r side dir rates
     for r in $(seq "$rounds"); do
-        for side in $(sides "$r"); do
-            if [ "$side" = docfs ]; then dir=$mnt/small-$r.pkg; else dir=$native/small-$r.pkg; fi
+        for side in $(sides_with_peer "$r"); do
+            case $side in
+            docfs) dir=$mnt/small-$r.pkg ;;
+            native) dir=$native/small-$r.pkg ;;
+            peer) dir=$peer/small-$r.pkg ;;
+            esac
             sync
             mkdir "$dir"
             rates=$("$helper" smallfiles "$dir" "$files" 4096)
@@ -782,6 +823,58 @@ b11() {
     done
 }
 
+# --- B12: safe-save in a big folder ----------------------------------------------------------
+
+# A folder of $files files, then 30 safe-saves and 30 unlink + re-creates of one name in it,
+# each timed whole; prints the two medians in ms.
+safe_saves() { # DIR
+    python3 - "$1" "$files" <<'PY'
+import os, sys, time
+d, n = sys.argv[1], int(sys.argv[2])
+os.makedirs(d, exist_ok=True)
+for i in range(n):
+    with open(f"{d}/f{i:06d}", "w") as f:
+        f.write("x" * 100)
+def safe(r):
+    tmp = f"{d}/.goutputstream-{r:06d}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, b"y" * 4096); os.fsync(fd); os.close(fd)
+    os.rename(tmp, f"{d}/f000005")
+    dfd = os.open(d, os.O_RDONLY); os.fsync(dfd); os.close(dfd)
+def recreate(r):
+    p = f"{d}/f000007"
+    os.unlink(p)
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, b"z" * 4096); os.fsync(fd); os.close(fd)
+medians = []
+for op in (safe, recreate):
+    times = []
+    for r in range(30):
+        t = time.perf_counter(); op(r); times.append(time.perf_counter() - t)
+    times.sort()
+    medians.append(times[len(times) // 2] * 1000)
+print(f"{medians[0]:.3f} {medians[1]:.3f}")
+PY
+}
+
+b12() {
+    local r side dir result
+    for r in $(seq "$rounds"); do
+        for side in $(sides_with_peer "$r"); do
+            case $side in
+            docfs) dir=$mnt/saves-$r.pkg ;;
+            native) dir=$native/saves-$r ;;
+            peer) dir=$peer/saves-$r ;;
+            esac
+            sync
+            result=$(safe_saves "$dir")
+            sample b12.safesave "$side" "$r" "$(echo "$result" | awk '{print $1}')"
+            sample b12.recreate "$side" "$r" "$(echo "$result" | awk '{print $2}')"
+            rm -rf "$dir"
+        done
+    done
+}
+
 # --- The FUSE layer -------------------------------------------------------------------------
 
 fuse_layer() {
@@ -802,6 +895,7 @@ run_figure "B8: two mounts of one store" b8
 run_figure "B9: whole-file save of a small edit (sed -i)" b9
 run_figure "B10: history thins and space comes back (fsx, then docfs gc)" b10
 run_figure "B11: cp of a 1 GiB wrapper inside the mount (copy offload)" b11
+run_figure "B12: safe-save in a big folder" b12
 run_figure "FUSE layer micro-benchmark" fuse_layer
 
 # --- The report -----------------------------------------------------------------------------

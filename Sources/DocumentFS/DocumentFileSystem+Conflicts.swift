@@ -230,16 +230,10 @@ extension DocumentFileSystem {
         let (info, saved) = try storeCall {
             try store.transaction(durable: false) { tx -> (DocumentInfo, SaveResult) in
                 if let replaced { try tx.deleteDocument(replaced.id, origin: origin) }
-                let info = try tx.createDocument(
-                    named: newText,
-                    root: DocumentRoot(
-                        kind: root.kind, permissions: root.permissions, linkTarget: root.linkTarget,
-                        device: root.device),
-                    type: nil, origin: origin)
+                let info: DocumentInfo
+                var changes: DocumentChanges
+                (info, changes) = try createDocument(tx, like: root, named: newText)
                 newIDs[root.id] = info.root
-                var changes = DocumentChanges(document: info.id, base: info.currentVersion)
-                changes.origin = origin
-                changes.conflictPolicy = .fail
                 for var record in records {
                     let old = record.id
                     record.id = newIDs[old] ?? old
@@ -310,21 +304,7 @@ extension DocumentFileSystem {
                 if target.kind == .directory && !target.children.isEmpty { throw .directoryNotEmpty }
             }
             try checkNoEquivalent(newText, in: directory.children, except: target)
-            var changes = DocumentChanges(document: destination.id, base: destination.base)
-            changes.origin = origin
-            changes.conflictPolicy = .rebaseIfDisjoint
-            if let target {
-                if target.linkOf == nil, let heir = heir(of: target),
-                    var record = destination.committed?[target.persistAs]
-                {
-                    record.parent = heir.parent?.persistAs
-                    record.name = heir.name.string
-                    changes.nodes.append(record)
-                    changes.removedNodes.append(heir.persistAs)
-                } else {
-                    changes.removedNodes.append(target.persistAs)
-                }
-            }
+            var changes = replacing(target, in: destination)
             if var record = destination.committed?[directory.persistAs] {
                 record.modified = .now
                 record.changed = record.modified

@@ -234,23 +234,7 @@ extension DocumentFileSystem {
             }
             // The destination package: the name the move replaces goes.
             if let destination {
-                var changes = DocumentChanges(document: destination.id, base: destination.base)
-                changes.origin = origin
-                changes.conflictPolicy = .rebaseIfDisjoint
-                if let target {
-                    if target.linkOf == nil, let heir = heir(of: target),
-                        var record = destination.committed?[
-                            target.persistAs]
-                    {
-                        // A file with other names keeps its node under one of them.
-                        record.parent = heir.parent?.persistAs
-                        record.name = heir.name.string
-                        changes.nodes.append(record)
-                        changes.removedNodes.append(heir.persistAs)
-                    } else {
-                        changes.removedNodes.append(target.persistAs)
-                    }
-                }
+                var changes = replacing(target, in: destination)
                 if let to, var record = destination.committed?[to.persistAs] {
                     record.modified = now
                     record.changed = now
@@ -337,18 +321,10 @@ extension DocumentFileSystem {
                     if let prepared = plan.destinationChanges {
                         changes = prepared
                     } else {
-                        let root = records[0]
-                        let info = try tx.createDocument(
-                            named: newText,
-                            root: DocumentRoot(
-                                kind: root.kind, permissions: root.permissions, linkTarget: root.linkTarget,
-                                device: root.device),
-                            type: nil, origin: origin)
+                        let info: DocumentInfo
+                        (info, changes) = try createDocument(tx, like: records[0], named: newText)
                         created = info
                         rootID = info.root
-                        changes = DocumentChanges(document: info.id, base: info.currentVersion)
-                        changes.origin = origin
-                        changes.conflictPolicy = .fail
                     }
                     for (index, var record) in records.enumerated() {
                         record.document = changes.document
@@ -512,5 +488,39 @@ extension DocumentFileSystem {
         destination.base = version
         notices.append(.inode(node.ino))
         return notices
+    }
+
+    /// A move's changes to `destination` that take away `target`, the name it replaces: a file
+    /// with other names keeps its node under one of them.
+    func replacing(_ target: ViewNode?, in destination: DocumentState) -> DocumentChanges {
+        var changes = DocumentChanges(document: destination.id, base: destination.base)
+        changes.origin = origin
+        changes.conflictPolicy = .rebaseIfDisjoint
+        guard let target else { return changes }
+        if target.linkOf == nil, let heir = heir(of: target), var record = destination.committed?[target.persistAs] {
+            record.parent = heir.parent?.persistAs
+            record.name = heir.name.string
+            changes.nodes.append(record)
+            changes.removedNodes.append(heir.persistAs)
+        } else {
+            changes.removedNodes.append(target.persistAs)
+        }
+        return changes
+    }
+
+    /// A new document named `name` whose root is of `root`'s kind, made in `tx`, and the changes
+    /// that fill it in.
+    func createDocument(_ tx: any DocumentStoreTransaction, like root: NodeRecord, named name: String) throws
+        -> (DocumentInfo, DocumentChanges)
+    {
+        let info = try tx.createDocument(
+            named: name,
+            root: DocumentRoot(
+                kind: root.kind, permissions: root.permissions, linkTarget: root.linkTarget, device: root.device),
+            type: nil, origin: origin)
+        var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+        changes.origin = origin
+        changes.conflictPolicy = .fail
+        return (info, changes)
     }
 }
