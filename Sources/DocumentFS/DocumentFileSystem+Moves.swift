@@ -47,8 +47,8 @@ extension DocumentFileSystem {
         try refuseConflict(from)
         try refuseConflict(to)
         if flags.contains(.exchange) {
-            // Two moves crossing each other: not one of the shapes a document can take atomically.
-            throw .improperLink
+            try exchangeAcross(from, name, to, newName, newText)
+            return
         }
         if from == nil, let to,
             let entry = state.withLock({ state in
@@ -80,7 +80,45 @@ extension DocumentFileSystem {
                 if attempt == 2 { throw .resourceBusy }
                 continue
             }
-            try commit(plan, newName: newName, newText: newText, to: to)
+            try commit([MoveLeg(plan: plan, newName: newName, newText: newText, to: to)], exchanging: false)
+            return
+        }
+    }
+
+    /// `renameat2(RENAME_EXCHANGE)` of two names in different documents: two moves, each into
+    /// the other's place, as one store transaction.
+    private func exchangeAcross(
+        _ from: ViewNode?, _ name: FUSE.FileName, _ to: ViewNode?, _ newName: FUSE.FileName, _ newText: String
+    ) throws(Errno) {
+        let names = try state.withLock { state throws(Errno) -> (DocumentState, DocumentState) in
+            guard let node = from?.children[name] ?? (from == nil ? state.rootEntries[name] : nil),
+                let other = to?.children[newName] ?? (to == nil ? state.rootEntries[newName] : nil)
+            else { throw .noSuchFileOrDirectory }
+            // Scratch files and conflict entries have no document to trade places with.
+            guard let first = document(&state, of: node), let second = document(&state, of: other),
+                isPersisted(node), isPersisted(other), node.conflict == nil, other.conflict == nil
+            else { throw .improperLink }
+            if let to, node.kind == .directory, to.isDescendant(of: node) { throw .invalidArgument }
+            if let from, other.kind == .directory, from.isDescendant(of: other) { throw .invalidArgument }
+            return (first, second)
+        }
+        let oldText = name.string
+        for attempt in 0..<3 {
+            try save(names.0, durable: false)
+            try save(names.1, durable: false)
+            try ensureLoaded(names.0)
+            try ensureLoaded(names.1)
+            guard let there = try planMove(from, name, to, newName, newText, flags: [], exchanging: true),
+                let back = try planMove(to, newName, from, name, oldText, flags: [], exchanging: true)
+            else {
+                if attempt == 2 { throw .resourceBusy }
+                continue
+            }
+            try commit(
+                [
+                    MoveLeg(plan: there, newName: newName, newText: newText, to: to),
+                    MoveLeg(plan: back, newName: name, newText: oldText, to: from),
+                ], exchanging: true)
             return
         }
     }
@@ -159,7 +197,7 @@ extension DocumentFileSystem {
     private func planMove(
         _ from: ViewNode?, _ name: FUSE.FileName, _ to: ViewNode?, _ newName: FUSE.FileName,
         _ newText: String,
-        flags: RenameFlags
+        flags: RenameFlags, exchanging: Bool = false
     ) throws(Errno) -> MovePlan? {
         // New store ids for every node that moves, taken before the lock.
         let count = try state.withLock { state throws(Errno) -> Int in
@@ -186,7 +224,8 @@ extension DocumentFileSystem {
                 guard to.kind == .directory, to.linked else { throw .noSuchFileOrDirectory }
                 if node.kind == .directory && to.isDescendant(of: node) { throw .invalidArgument }
             }
-            let target = to.map { $0.children[newName] } ?? state.rootEntries[newName]
+            // In an exchange the name's holder moves the other way, in the same transaction.
+            let target = exchanging ? nil : to.map { $0.children[newName] } ?? state.rootEntries[newName]
             if let target, target.conflict != nil { throw .notPermitted }
             if flags.contains(.noReplace) && target != nil { throw .fileExists }
             if let target {
@@ -194,7 +233,7 @@ extension DocumentFileSystem {
                 if node.kind != .directory && target.kind == .directory { throw .isDirectory }
                 if target.kind == .directory && !target.children.isEmpty { throw .directoryNotEmpty }
             }
-            if let to { try checkNoEquivalent(newText, in: to.children, except: target) }
+            if let to, !exchanging { try checkNoEquivalent(newText, in: to.children, except: target) }
             let now = Timestamp.now
             var plan = MovePlan(
                 source: source, destination: destination, node: node,
@@ -268,98 +307,152 @@ extension DocumentFileSystem {
         node.kind == .directory || !configuration.scratchNames.matches(node.name)
     }
 
-    /// Commits `plan` as one store transaction, then shows it.
-    private func commit(_ plan: MovePlan, newName: FUSE.FileName, newText: String, to: ViewNode?)
-        throws(Errno)
-    {
-        plan.source.saving.lock()
-        defer { plan.source.saving.unlock() }
-        plan.destination?.saving.lock()
-        defer { plan.destination?.saving.unlock() }
-        // The moved records, read under the lock; their ids are fixed except a new document's root.
-        let (records, oldIDs) = state.withLock { _ -> ([NodeRecord], [StoreNodeID]) in
-            var newIDs: [ObjectIdentifier: StoreNodeID] = [:]
-            for item in plan.moved { newIDs[ObjectIdentifier(item.node)] = item.newID }
-            var records: [NodeRecord] = []
-            for (index, item) in plan.moved.enumerated() {
-                var record =
-                    item.node.linkOf.map { file -> NodeRecord in
-                        var record = file.record
-                        record.linkOf = newIDs[ObjectIdentifier(file)]
-                        return record
-                    } ?? item.node.record
-                record.id = item.newID
-                record.preferredName = nil
-                if index == 0 {
-                    record.parent = to?.persistAs
-                    record.name = newText
-                } else {
-                    record.parent = item.node.parent.flatMap { newIDs[ObjectIdentifier($0)] }
-                    record.name = item.node.name.string
-                }
-                records.append(record)
-            }
-            return (records, plan.moved.map { $0.node.persistAs })
+    /// One move of a commit: its plan and where it goes.
+    private struct MoveLeg {
+        var plan: MovePlan
+        var newName: FUSE.FileName
+        var newText: String
+        var to: ViewNode?
+    }
+
+    /// What the store answered for one leg.
+    private typealias LegResults = (source: SaveResult?, destination: SaveResult, info: DocumentInfo?)
+
+    /// Commits the legs (one move, or the two of an exchange) as one store transaction, then
+    /// shows them. Each document changed is saved once, with every leg's changes to it.
+    private func commit(_ legs: [MoveLeg], exchanging: Bool) throws(Errno) {
+        var documents: [DocumentID: DocumentState] = [:]
+        for leg in legs {
+            documents[leg.plan.source.id] = leg.plan.source
+            if let destination = leg.plan.destination { documents[destination.id] = destination }
         }
-        let sourceBase = plan.source.base
-        let results: (source: SaveResult?, destination: SaveResult, info: DocumentInfo?)
+        // In id order, as every holder of several of these locks takes them.
+        let locked = documents.values.sorted { $0.id < $1.id }
+        for document in locked { document.saving.lock() }
+        defer { for document in locked { document.saving.unlock() } }
+        // The moved records, read under the lock; their ids are fixed except a new document's root.
+        let moved = state.withLock { _ -> [(records: [NodeRecord], oldIDs: [StoreNodeID], base: VersionID)] in
+            legs.map { leg in
+                var newIDs: [ObjectIdentifier: StoreNodeID] = [:]
+                for item in leg.plan.moved { newIDs[ObjectIdentifier(item.node)] = item.newID }
+                var records: [NodeRecord] = []
+                for (index, item) in leg.plan.moved.enumerated() {
+                    var record =
+                        item.node.linkOf.map { file -> NodeRecord in
+                            var record = file.record
+                            record.linkOf = newIDs[ObjectIdentifier(file)]
+                            return record
+                        } ?? item.node.record
+                    record.id = item.newID
+                    record.preferredName = nil
+                    if index == 0 {
+                        record.parent = leg.to?.persistAs
+                        record.name = leg.newText
+                    } else {
+                        record.parent = item.node.parent.flatMap { newIDs[ObjectIdentifier($0)] }
+                        record.name = item.node.name.string
+                    }
+                    records.append(record)
+                }
+                return (records, leg.plan.moved.map { $0.node.persistAs }, leg.plan.source.base)
+            }
+        }
+        let results: [LegResults]
         do {
             results = try storeCall {
-                try store.transaction(durable: false) { tx -> (SaveResult?, SaveResult, DocumentInfo?) in
-                    var sourceResult: SaveResult?
-                    if let changes = plan.sourceChanges {
-                        sourceResult = try tx.save(changes)
-                    } else {
-                        try tx.deleteDocument(plan.source.id, origin: origin)
+                try store.transaction(durable: false) { tx -> [LegResults] in
+                    // Documents that go first, so that a document made under one of their
+                    // names (an exchange with the root) finds it free.
+                    for leg in legs where leg.plan.sourceChanges == nil {
+                        try tx.deleteDocument(leg.plan.source.id, origin: origin)
                     }
-                    if let replaced = plan.replacedDocument {
-                        try tx.deleteDocument(replaced.id, origin: origin)
-                    }
-                    var changes: DocumentChanges
-                    var created: DocumentInfo?
-                    var rootID: StoreNodeID?
-                    if let prepared = plan.destinationChanges {
-                        changes = prepared
-                    } else {
-                        let info: DocumentInfo
-                        (info, changes) = try createDocument(tx, like: records[0], named: newText)
-                        created = info
-                        rootID = info.root
-                    }
-                    for (index, var record) in records.enumerated() {
-                        record.document = changes.document
-                        if index == 0, let rootID { record.id = rootID }
-                        if let rootID, record.parent == records[0].id { record.parent = rootID }
-                        if let rootID, record.linkOf == records[0].id { record.linkOf = rootID }
-                        if record.kind == .regularFile && record.linkOf == nil {
-                            // The bytes are shared: the store names the old node's, nothing is copied.
-                            changes.contents[record.id] = .copy(of: NodeLookup(oldIDs[index], at: sourceBase))
+                    for leg in legs {
+                        if let replaced = leg.plan.replacedDocument {
+                            try tx.deleteDocument(replaced.id, origin: origin)
                         }
-                        changes.nodes.append(record)
                     }
-                    let result = try tx.save(changes)
-                    if result.isConflict || sourceResult?.isConflict == true {
-                        throw DocumentStoreError.conflict(
-                            document: changes.document, base: changes.base, current: result.version.id)
+                    var order: [DocumentID] = []
+                    var merged: [DocumentID: DocumentChanges] = [:]
+                    func merge(_ changes: DocumentChanges) {
+                        guard var existing = merged[changes.document] else {
+                            order.append(changes.document)
+                            merged[changes.document] = changes
+                            return
+                        }
+                        existing.nodes += changes.nodes
+                        existing.removedNodes += changes.removedNodes
+                        existing.contents.merge(changes.contents) { _, new in new }
+                        merged[changes.document] = existing
                     }
-                    return (sourceResult, result, created)
+                    for leg in legs { if let changes = leg.plan.sourceChanges { merge(changes) } }
+                    var destinations: [DocumentID] = []
+                    var created: [DocumentInfo?] = []
+                    for (leg, (records, oldIDs, sourceBase)) in zip(legs, moved) {
+                        var changes: DocumentChanges
+                        var info: DocumentInfo?
+                        if let prepared = leg.plan.destinationChanges {
+                            changes = prepared
+                        } else {
+                            let made: DocumentInfo
+                            (made, changes) = try createDocument(tx, like: records[0], named: leg.newText)
+                            info = made
+                        }
+                        let rootID = info?.root
+                        for (index, var record) in records.enumerated() {
+                            record.document = changes.document
+                            if index == 0, let rootID { record.id = rootID }
+                            if let rootID, record.parent == records[0].id { record.parent = rootID }
+                            if let rootID, record.linkOf == records[0].id { record.linkOf = rootID }
+                            if record.kind == .regularFile && record.linkOf == nil {
+                                // The bytes are shared: the store names the old node's, nothing is copied.
+                                changes.contents[record.id] = .copy(
+                                    of: NodeLookup(oldIDs[index], at: sourceBase))
+                            }
+                            changes.nodes.append(record)
+                        }
+                        merge(changes)
+                        destinations.append(changes.document)
+                        created.append(info)
+                    }
+                    var saved: [DocumentID: SaveResult] = [:]
+                    for id in order {
+                        guard let changes = merged[id] else { continue }
+                        let result = try tx.save(changes)
+                        if result.isConflict {
+                            throw DocumentStoreError.conflict(
+                                document: changes.document, base: changes.base, current: result.version.id)
+                        }
+                        saved[id] = result
+                    }
+                    return try zip(legs, zip(destinations, created)).map { leg, destination in
+                        guard let result = saved[destination.0] else {
+                            throw DocumentStoreError.invalidChange(
+                                "a move saved nothing into its destination")
+                        }
+                        return (saved[leg.plan.source.id], result, destination.1)
+                    }
                 }
             }
         } catch {
-            logger.error("moving \(plan.source.info.name)/\(plan.node.name) failed: \(error)")
+            logger.error("moving \(legs[0].plan.source.info.name)/\(legs[0].plan.node.name) failed: \(error)")
             throw error
         }
         let notices = state.withLock { state -> [Notice] in
-            show(&state, plan, results: results, records: records, newName: newName, newText: newText, to: to)
+            var notices: [Notice] = []
+            for (leg, (result, records)) in zip(legs, zip(results, moved.map(\.records))) {
+                notices += show(
+                    &state, leg.plan, results: result, records: records, newName: leg.newName,
+                    newText: leg.newText, to: leg.to, exchanging: exchanging)
+            }
+            return notices
         }
         send(notices)
     }
 
     /// Puts the committed move into the view.
     private func show(
-        _ state: inout State, _ plan: MovePlan,
-        results: (source: SaveResult?, destination: SaveResult, info: DocumentInfo?),
-        records: [NodeRecord], newName: FUSE.FileName, newText: String, to: ViewNode?
+        _ state: inout State, _ plan: MovePlan, results: LegResults, records: [NodeRecord],
+        newName: FUSE.FileName, newText: String, to: ViewNode?, exchanging: Bool
     ) -> [Notice] {
         var notices: [Notice] = []
         let node = plan.node
@@ -420,7 +513,8 @@ extension DocumentFileSystem {
         let destination: DocumentState
         if let existing = plan.destination {
             destination = existing
-            if let to {
+            // In an exchange the name's holder is the other leg's node, which moves, not goes.
+            if let to, !exchanging {
                 if let target = to.children[newName], target !== node { unlinkName(&state, target) }
             }
         } else {
@@ -497,7 +591,9 @@ extension DocumentFileSystem {
         changes.origin = origin
         changes.conflictPolicy = .rebaseIfDisjoint
         guard let target else { return changes }
-        if target.linkOf == nil, let heir = heir(of: target), var record = destination.committed?[target.persistAs] {
+        if target.linkOf == nil, let heir = heir(of: target),
+            var record = destination.committed?[target.persistAs]
+        {
             record.parent = heir.parent?.persistAs
             record.name = heir.name.string
             changes.nodes.append(record)
@@ -516,7 +612,8 @@ extension DocumentFileSystem {
         let info = try tx.createDocument(
             named: name,
             root: DocumentRoot(
-                kind: root.kind, permissions: root.permissions, linkTarget: root.linkTarget, device: root.device),
+                kind: root.kind, permissions: root.permissions, linkTarget: root.linkTarget,
+                device: root.device),
             type: nil, origin: origin)
         var changes = DocumentChanges(document: info.id, base: info.currentVersion)
         changes.origin = origin

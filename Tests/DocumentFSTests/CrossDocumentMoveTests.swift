@@ -138,6 +138,55 @@ struct CrossDocumentMoveTests {
         #expect(try engine.store.checkIntegrity().isClean)
     }
 
+    @Test(
+        "renameat2 RENAME_EXCHANGE across documents and with the root: both move, one transaction, inodes kept",
+        arguments: StoreKind.all)
+    func exchange(_ kind: StoreKind) async throws {
+        let fixture = try Fixture.small(kind)
+        let engine = try Engine(fixture)
+        let workVersions = try engine.versions("Work.pkg").count
+        try await withMount(fixture.store) { mount in
+            let p = mount.path
+            let (notes, other) = try await offThread {
+                (try statOf(p + "/Work.pkg/notes.txt").st_ino, try statOf(p + "/Other.pkg/other.txt").st_ino)
+            }
+            let results = try await offThread {
+                [
+                    // Two files in two packages.
+                    errnoOf(
+                        docfs_renameat2(
+                            AT_FDCWD, p + "/Work.pkg/notes.txt", AT_FDCWD, p + "/Other.pkg/other.txt",
+                            renameExchange)),
+                    // A folder and a file.
+                    errnoOf(
+                        docfs_renameat2(
+                            AT_FDCWD, p + "/Work.pkg/sub", AT_FDCWD, p + "/Other.pkg/other.txt",
+                            renameExchange)),
+                    // A document at the root and a file in a package.
+                    errnoOf(
+                        docfs_renameat2(
+                            AT_FDCWD, p + "/Flat.txt", AT_FDCWD, p + "/Work.pkg/notes.txt", renameExchange)),
+                ]
+            }
+            #expect(results == [0, 0, 0])
+            // notes.txt's file is at Work.pkg/sub now, and other.txt's at the root as Flat.txt.
+            #expect(try await offThread { try statOf(p + "/Work.pkg/sub").st_ino } == notes)
+            #expect(try await offThread { try statOf(p + "/Flat.txt").st_ino } == other)
+            #expect(try await text(p + "/Work.pkg/sub") == Fixture.notesText)
+            #expect(try await text(p + "/Flat.txt") == Fixture.otherText)
+            #expect(try await text(p + "/Work.pkg/notes.txt") == Fixture.flatText)
+            #expect(try await text(p + "/Other.pkg/other.txt/inner.txt") == Fixture.innerText)
+        }
+        #expect(try engine.paths("Work.pkg") == ["link", "notes.txt", "sub"])
+        #expect(try engine.paths("Other.pkg") == ["other.txt", "other.txt/inner.txt"])
+        #expect(try engine.text("Work.pkg", "sub") == Fixture.notesText)
+        #expect(try engine.text("Work.pkg", "notes.txt") == Fixture.flatText)
+        #expect(try engine.text("Flat.txt") == Fixture.otherText)
+        // Three exchanges, one new version of Work.pkg each.
+        #expect(try engine.versions("Work.pkg").count == workVersions + 3)
+        #expect(try engine.store.checkIntegrity().isClean)
+    }
+
     @Test("mv moves between documents without copying", arguments: StoreKind.all)
     func mv(_ kind: StoreKind) async throws {
         let fixture = try Fixture.small(kind)
