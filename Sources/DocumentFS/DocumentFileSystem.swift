@@ -33,10 +33,12 @@ import SystemPackage
 public final class DocumentFileSystem: FileSystem {
     /// Tunables.
     public struct Configuration: Sendable {
-        /// How long the kernel may cache attributes.
-        public var attributeTimeout: Duration = .seconds(1)
-        /// How long the kernel may cache names.
-        public var entryTimeout: Duration = .seconds(1)
+        /// How long the kernel may cache attributes. Long: every change the kernel did not make
+        /// itself (another process's save, a listing's news) is invalidated, so a long timeout
+        /// saves round trips without showing stale attributes.
+        public var attributeTimeout: Duration = .seconds(60)
+        /// How long the kernel may cache names, and that a name is missing; long for the same reason.
+        public var entryTimeout: Duration = .seconds(60)
         /// How often the store's event log is polled for other processes' changes.
         public var pollInterval: Duration = .milliseconds(100)
         /// A document with unsaved changes is saved once this long has passed without a change.

@@ -35,7 +35,7 @@ struct Mount: DocfsCommand {
             the store's path), nonempty (mount over a folder that is not empty), \
             quiet_interval=SECONDS (save a changed document this long after its last change even \
             while its files stay open; default 1), attr_timeout=SECONDS and \
-            entry_timeout=SECONDS (how long the kernel caches attributes and names; default 1; \
+            entry_timeout=SECONDS (how long the kernel caches attributes and names; default 60; \
             other processes' and mounts' saves invalidate them regardless), \
             collect_interval=SECONDS (how often the store's retention policy is applied in the \
             background, see `docfs retention`; default 3600, 0 never). mount(8)'s \
