@@ -1,3 +1,4 @@
+import CLinuxSupport
 import DocumentEngine
 import DocumentFS
 import Foundation
@@ -144,7 +145,9 @@ import Testing
 
 /// The mount applies the store's retention policy in the background, without being asked.
 @Suite struct BackgroundRetentionTests {
-    @Test("a mount thins history by the store's policy, sparing the versions it reads from", arguments: StoreKind.all)
+    @Test(
+        "a mount thins history by the store's policy, sparing the versions it reads from",
+        arguments: StoreKind.all)
     func mountCollects(_ kind: StoreKind) async throws {
         let fixture = try Fixture.small(kind)
         defer { fixture.remove() }
@@ -155,7 +158,8 @@ import Testing
         // (and the base it reads from).
         try await withMount(store, configure: { $0.fileSystem.collectionInterval = .seconds(1) }) { mount in
             for i in 0..<4 {
-                let result = try await sh("printf 'save \(i)\\n' >> notes.txt && sync notes.txt", in: mount.url("Work.pkg"))
+                let result = try await sh(
+                    "printf 'save \(i)\\n' >> notes.txt && sync notes.txt", in: mount.url("Work.pkg"))
                 #expect(result.status == 0, "\(result.error)")
             }
             let thinned = try await expectEventually("history thinned by the mount", timeout: 20) {
@@ -169,19 +173,64 @@ import Testing
     }
 }
 
+/// A save that is still committing when `copy_file_range` makes the file it saved a copy of
+/// another: when it finishes it must not take the file back to what it saved (an empty file),
+/// or the copy reads as zeros and its next save stores them.
+@Suite struct SaveRacingCopyTests {
+    @Test("a group commit that finishes after copy_file_range replaced the file keeps the copy")
+    func saveRacingCopy() async throws {
+        let fixture = try Fixture.small(.memory)
+        defer { fixture.remove() }
+        let proxy = ProxyStore(fixture.store)
+        let engine = try Engine(fixture)
+        try await withMount(proxy) { mount in
+            let w = mount.url("Work.pkg")
+            let target = try await offThread {
+                try sys(open(w + "/copy.txt", O_WRONLY | O_CREAT | O_EXCL, 0o644))
+            }
+            defer { close(target) }
+            // A close of another file of the package: its group commit takes in the new, empty
+            // copy.txt too, and waits at the gate.
+            proxy.holdAllTransactions()
+            try await offThread { try writeText(w + "/notes.txt", "changed\n") }
+            let waiting = try await waitUntil(timeout: 3) { proxy.waitingTransactions > 0 }
+            #expect(waiting != nil, "the committer never started its save")
+            // Meanwhile copy.txt becomes a copy of sub/inner.txt, sharing its chunks.
+            let copied = try await offThread { () throws -> Int in
+                let source = try sys(open(w + "/sub/inner.txt", O_RDONLY))
+                defer { close(source) }
+                return docfs_copy_file_range(source, target, 1 << 20)
+            }
+            #expect(copied == Fixture.innerText.utf8.count)
+            proxy.releaseTransactions()
+            try await expectEventually("notes.txt saved") {
+                try engine.text("Work.pkg", "notes.txt") == "changed\n"
+            }
+            #expect(try await offThread { try readText(w + "/copy.txt") } == Fixture.innerText)
+            try await offThread { try sys(fsync(target)) }
+            #expect(try engine.text("Work.pkg", "copy.txt") == Fixture.innerText)
+        }
+    }
+}
+
 /// `copy_file_range(2)` inside a mount (issue 17, point 5): a whole saved file copied into a new
 /// one shares its chunks; any other range is copied right.
 @Suite struct CopyOffloadTests {
-    @Test("cp of a large wrapper to another name shares its chunks; partial copies are exact", arguments: StoreKind.all)
+    @Test(
+        "cp of a large wrapper to another name shares its chunks; partial copies are exact",
+        arguments: StoreKind.all)
     func copyShares(_ kind: StoreKind) async throws {
         let fixture = try StoreFixture(kind, chunkSize: 256 * 1024, name: "Copy")
         let store = fixture.store
-        let package = try store.createDocument(named: "Big.pkg", kind: .package, type: nil, permissions: 0o755, origin: "")
+        let package = try store.createDocument(
+            named: "Big.pkg", kind: .package, type: nil, permissions: 0o755, origin: "")
         let id = try store.makeNodeIDs(count: 1)[0]
         let bytes = sampleBytes(32 << 20, seed: 11)
         var changes = DocumentChanges(document: package.id, base: package.currentVersion)
         changes.nodes = [
-            NodeRecord(id: id, document: package.id, parent: package.root, name: "big.bin", kind: .regularFile, permissions: 0o644)
+            NodeRecord(
+                id: id, document: package.id, parent: package.root, name: "big.bin", kind: .regularFile,
+                permissions: 0o644)
         ]
         changes.contents[id] = .replace(DataContentsSource(bytes))
         _ = try store.save(changes)
@@ -194,8 +243,12 @@ import Testing
             #expect(copied.status == 0, "\(copied.error)")
             #expect(copied.output == "\(bytes.count)\n")
             let after = store.statistics
-            #expect(after.bytesWritten - before.bytesWritten <= 1 << 20, "the copies wrote \(after.bytesWritten - before.bytesWritten) content bytes")
-            #expect(after.bytesRead - before.bytesRead <= 1 << 20, "the copies read \(after.bytesRead - before.bytesRead) content bytes")
+            #expect(
+                after.bytesWritten - before.bytesWritten <= 1 << 20,
+                "the copies wrote \(after.bytesWritten - before.bytesWritten) content bytes")
+            #expect(
+                after.bytesRead - before.bytesRead <= 1 << 20,
+                "the copies read \(after.bytesRead - before.bytesRead) content bytes")
             let same = try await sh("cmp big.bin copy.bin && cmp big.bin cp.bin && echo same", in: directory)
             #expect(same.output == "same\n", "\(same.error)")
 
@@ -248,8 +301,10 @@ import Testing
                 expected += bytes(6000)
                 print(r, data == bytes(expected))
                 """
-            try script.write(toFile: NSTemporaryDirectory() + "/docfs-fallocate.py", atomically: true, encoding: .utf8)
-            let result = try await sh("python3 \(NSTemporaryDirectory())/docfs-fallocate.py", in: mount.url("Work.pkg"))
+            try script.write(
+                toFile: NSTemporaryDirectory() + "/docfs-fallocate.py", atomically: true, encoding: .utf8)
+            let result = try await sh(
+                "python3 \(NSTemporaryDirectory())/docfs-fallocate.py", in: mount.url("Work.pkg"))
             #expect(result.status == 0, "\(result.error)")
             print("fallocate: \(result.output)")
             // COLLAPSE_RANGE and INSERT_RANGE: the kernel's FUSE answers EOPNOTSUPP (95) itself.

@@ -22,6 +22,8 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     private let gate = NSCondition()
     private var holdReads = false
     private var heldReads = 0
+    private var holdTransactions = false
+    private var heldTransactions = 0
 
     init(_ inner: any DocumentStore) { self.inner = inner }
 
@@ -98,7 +100,34 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     }
     func makeNodeIDs(count: Int) throws -> [StoreNodeID] { try inner.makeNodeIDs(count: count) }
     func transaction<T>(durable: Bool, _ body: (any DocumentStoreTransaction) throws -> T) throws -> T {
-        try inner.transaction(durable: durable, body)
+        gate.lock()
+        heldTransactions += 1
+        while holdTransactions { gate.wait() }
+        heldTransactions -= 1
+        gate.unlock()
+        return try inner.transaction(durable: durable, body)
+    }
+
+    /// Makes every `transaction` (the group committer's saves) wait until
+    /// ``releaseTransactions()``.
+    func holdAllTransactions() {
+        gate.lock()
+        holdTransactions = true
+        gate.unlock()
+    }
+
+    func releaseTransactions() {
+        gate.lock()
+        holdTransactions = false
+        gate.broadcast()
+        gate.unlock()
+    }
+
+    /// Transactions waiting at the gate now.
+    var waitingTransactions: Int {
+        gate.lock()
+        defer { gate.unlock() }
+        return heldTransactions
     }
     func save(_ changes: DocumentChanges) throws -> SaveResult {
         if failSaves.load(ordering: .sequentiallyConsistent) {
