@@ -530,13 +530,34 @@ extension DocumentFileSystem {
 }
 
 /// The process (thread group) of a thread: FUSE requests carry the calling thread's id.
+///
+/// Asked on every write and close, so it reads bytes, not text: splitting the status file into
+/// lines of `String` was the daemon's busiest code while creating small files (issue 16, B5).
 func threadGroup(of thread: Int32) -> Int32 {
-    guard thread > 0, let status = readSystemFile("/proc/\(thread)/status")
-    else {
-        return thread
-    }
-    for line in status.split(separator: "\n") where line.hasPrefix("Tgid:") {
-        return Int32(line.dropFirst(5).trimmingCharacters(in: .whitespaces)) ?? thread
+    guard thread > 0 else { return thread }
+    let fd = open("/proc/\(thread)/status", O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return thread }
+    defer { close(fd) }
+    // "Tgid:" is the status file's fourth line, after the name (at most 64 bytes escaped 4 times).
+    var buffer = [UInt8](repeating: 0, count: 1024)
+    let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+    guard count > 0 else { return thread }
+    let key = Array("\nTgid:".utf8)
+    var index = 0
+    while index + key.count <= count {
+        if buffer[index] == key[0], Array(buffer[index..<(index + key.count)]) == key {
+            var position = index + key.count
+            while position < count, buffer[position] == 0x20 || buffer[position] == 0x09 { position += 1 }
+            var value: Int32 = 0
+            var digits = 0
+            while position < count, buffer[position] >= 0x30, buffer[position] <= 0x39, digits < 10 {
+                value = value &* 10 &+ Int32(buffer[position] - 0x30)
+                position += 1
+                digits += 1
+            }
+            return digits > 0 ? value : thread
+        }
+        index += 1
     }
     return thread
 }
