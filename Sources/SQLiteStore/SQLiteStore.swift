@@ -209,7 +209,15 @@ final class SQLiteBackend: StoreBackend {
             return DocumentStoreError.notAStore(path: path, reason: "it is not an SQLite database")
         case .SQLITE_CORRUPT:
             return DocumentStoreError.corrupt(path: path, reason: error.message ?? "malformed database")
-        case .SQLITE_FULL: return DocumentStoreError.noSpace(path)
+        case .SQLITE_FULL:
+            // SQLite also says "full" for a damaged file whose page numbers run past its limit: a
+            // disk with room left means the file is at fault, not the disk.
+            if systemErrno != ENOSPC && systemErrno != EDQUOT, Self.diskHasRoom(path) {
+                return DocumentStoreError.corrupt(
+                    path: path,
+                    reason: "SQLite finds it full although its disk has room: its pages are damaged")
+            }
+            return DocumentStoreError.noSpace(path)
         // Growing the -shm file or syncing reports the errno only as SQLITE_IOERR.
         case .SQLITE_IOERR where systemErrno == ENOSPC || systemErrno == EDQUOT:
             return DocumentStoreError.noSpace(path)
@@ -218,6 +226,14 @@ final class SQLiteBackend: StoreBackend {
                 "cannot open the store \(path): \(error.message ?? "permission denied")")
         default: return error
         }
+    }
+
+    /// Whether the file system holding `path` has more than 16 MiB free for this user.
+    static func diskHasRoom(_ path: String) -> Bool {
+        var st = statvfs()
+        let folder = (path as NSString).deletingLastPathComponent
+        guard statvfs(folder.isEmpty ? "." : folder, &st) == 0 else { return false }
+        return UInt64(st.f_bavail) * UInt64(st.f_frsize) > 16 << 20
     }
 
     /// An error for a system call on the store's files that failed with `code`.

@@ -99,7 +99,9 @@ struct FlatFile {
 @Suite struct SparseUpdateTests {
     let c = FlatFile.chunk
 
-    @Test("Appending to a multi-chunk file reads its last page and writes at most a chunk", arguments: StoreKind.all)
+    @Test(
+        "Appending to a multi-chunk file reads its last page and writes at most a chunk",
+        arguments: StoreKind.all)
     func appendIntoLastChunk(_ kind: StoreKind) throws {
         let file = try FlatFile(kind)
         let old = sampleBytes(10 * c + 100, seed: 1)
@@ -121,7 +123,9 @@ struct FlatFile {
         #expect(try file.store.checkIntegrity().isClean)
     }
 
-    @Test("Listing a middle chunk changes it alone; a listed chunk with the same bytes writes no row", arguments: StoreKind.all)
+    @Test(
+        "Listing a middle chunk changes it alone; a listed chunk with the same bytes writes no row",
+        arguments: StoreKind.all)
     func middleChunk(_ kind: StoreKind) throws {
         let file = try FlatFile(kind)
         let old = sampleBytes(5 * c, seed: 3)
@@ -153,7 +157,9 @@ struct FlatFile {
         #expect(try file.store.checkIntegrity().isClean)
     }
 
-    @Test("Shrinking into an unlisted chunk cuts it; growing again reads zeros past the old end", arguments: StoreKind.all)
+    @Test(
+        "Shrinking into an unlisted chunk cuts it; growing again reads zeros past the old end",
+        arguments: StoreKind.all)
     func shrinkThenGrow(_ kind: StoreKind) throws {
         let file = try FlatFile(kind)
         let old = sampleBytes(3 * c, seed: 5)
@@ -162,7 +168,8 @@ struct FlatFile {
 
         let shrunk = try file.save(.sparse(size: Int64(c + 1000), chunks: [], source: unread))
         #expect(try file.contents() == old.prefix(c + 1000))
-        #expect(try file.rows(of: shrunk.version.id).count >= 2, "the chunk at the new end cut, the rest removed")
+        #expect(
+            try file.rows(of: shrunk.version.id).count >= 2, "the chunk at the new end cut, the rest removed")
         #expect(try file.store.checkIntegrity().isClean)
 
         try file.save(.sparse(size: Int64(3 * c + 10), chunks: [], source: unread))
@@ -218,7 +225,8 @@ struct FlatFile {
         #expect(try file.store.checkIntegrity().isClean)
     }
 
-    @Test("A removed file restored or re-added shows no chunk from its earlier life", arguments: StoreKind.all)
+    @Test(
+        "A removed file restored or re-added shows no chunk from its earlier life", arguments: StoreKind.all)
     func restoreOfARemovedFile(_ kind: StoreKind) throws {
         let fixture = try StoreFixture(kind, chunkSize: c)
         let store = fixture.store
@@ -411,7 +419,9 @@ struct LiveBufferSource: ContentsSource {
 }
 
 @Suite struct FullDiskTests {
-    @Test("SQLITE_FULL, and I/O errors SQLite met as ENOSPC or EDQUOT, are noSpace; other I/O errors not")
+    @Test(
+        "SQLITE_FULL on a full disk, and I/O errors SQLite met as ENOSPC or EDQUOT, are noSpace; SQLITE_FULL on a disk with room is a damaged store; other I/O errors pass"
+    )
     func mapping() {
         let path = "/somewhere/S.docstore"
         func mapped(_ code: ResultCode, _ systemErrno: Int32) -> DocumentStoreError? {
@@ -423,6 +433,18 @@ struct LiveBufferSource: ContentsSource {
         #expect(mapped(.SQLITE_IOERR_SHMSIZE, EDQUOT) == .noSpace(path))
         #expect(mapped(.SQLITE_IOERR_WRITE, EIO) == nil)
         #expect(DocumentStoreError.noSpace(path).description == "the disk holding the store \(path) is full")
+        // A damaged file can make SQLite say "full" too: on a disk with room, it is the file.
+        let roomy = NSTemporaryDirectory() + "/S.docstore"
+        let damaged = SQLiteStore.storeError(
+            DatabaseError(resultCode: .SQLITE_FULL), path: roomy, systemErrno: 0)
+        if case .corrupt(let at, _)? = damaged as? DocumentStoreError {
+            #expect(at == roomy)
+        } else {
+            Issue.record("SQLITE_FULL on a disk with room was \(damaged), not corrupt")
+        }
+        #expect(
+            SQLiteStore.storeError(DatabaseError(resultCode: .SQLITE_FULL), path: roomy, systemErrno: ENOSPC)
+                as? DocumentStoreError == .noSpace(roomy))
     }
 
     @Test(

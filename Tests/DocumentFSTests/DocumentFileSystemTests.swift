@@ -3,11 +3,11 @@ import DocumentFS
 import FUSE
 import Foundation
 import SampleDocuments
-import Synchronization
 import StoreTestSupport
+import Synchronization
 import SystemPackage
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
     import Glibc
@@ -19,7 +19,9 @@ import TestSupport
 /// reads.
 @Suite(.serialized)
 struct DocumentFileSystemTests {
-    @Test("the root lists documents, packages list wrappers, with real kinds, modes, sizes, times", arguments: StoreKind.all)
+    @Test(
+        "the root lists documents, packages list wrappers, with real kinds, modes, sizes, times",
+        arguments: StoreKind.all)
     func listing(_ kind: StoreKind) async throws {
         let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
@@ -128,7 +130,9 @@ struct DocumentFileSystemTests {
         }
     }
 
-    @Test("inode numbers are stable across an unmount and a remount with a new store instance", arguments: StoreKind.all)
+    @Test(
+        "inode numbers are stable across an unmount and a remount with a new store instance",
+        arguments: StoreKind.all)
     func stableInodes(_ kind: StoreKind) async throws {
         let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
@@ -147,7 +151,9 @@ struct DocumentFileSystemTests {
         #expect(Set(inodes).count == inodes.count, "inode numbers are unique")
     }
 
-    @Test("cat returns the engine's bytes; a ranged dd reads only the chunk that covers it", arguments: StoreKind.all)
+    @Test(
+        "cat returns the engine's bytes; a ranged dd reads only the chunk that covers it",
+        arguments: StoreKind.all)
     func reads(_ kind: StoreKind) async throws {
         let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
@@ -211,7 +217,9 @@ struct DocumentFileSystemTests {
         }
     }
 
-    @Test("readlink shows the target; getfattr shows the user. xattrs; others are absent", arguments: StoreKind.all)
+    @Test(
+        "readlink shows the target; getfattr shows the user. xattrs; others are absent",
+        arguments: StoreKind.all)
     func linksAndXattrs(_ kind: StoreKind) async throws {
         let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
@@ -298,16 +306,22 @@ struct DocumentFileSystemTests {
         let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
-            let made = try await sh("echo written > new.txt && echo more >> Project.pkg/notes.txt", in: mount.path)
+            let made = try await sh(
+                "echo written > new.txt && echo more >> Project.pkg/notes.txt", in: mount.path)
             #expect(made.status == 0, "\(made.error)")
             let other = try fixture.reopen()
             let info = try #require(try other.document(named: "new.txt"))
             #expect(info.kind == .flat)
-            let record = try #require(try other.node(info.root, at: nil))
-            #expect(try other.readContents(of: record.id, at: nil, offset: 0, count: 100) == Data("written\n".utf8))
             let notes = try fixture.record("Project.pkg", "notes.txt")
-            let contents = try other.readContents(of: notes.id, at: nil, offset: 0, count: 1000)
-            #expect(String(decoding: contents, as: UTF8.self) == "Notes with ünïcode.\nSecond line.\nmore\n")
+            // Closes are committed by the group committer, moments after they return.
+            try await expectEventually("both saves in the store") {
+                let record = try other.node(info.root, at: nil)
+                let contents = try other.readContents(of: notes.id, at: nil, offset: 0, count: 1000)
+                return try record.map { try other.readContents(of: $0.id, at: nil, offset: 0, count: 100) }
+                    == Data("written\n".utf8)
+                    && String(decoding: contents, as: UTF8.self)
+                        == "Notes with ünïcode.\nSecond line.\nmore\n"
+            }
         }
     }
 
@@ -396,7 +410,8 @@ struct DocumentFileSystemTests {
         }
     }
 
-    @Test("a handle reads the version it was opened at; a new open sees the new one", arguments: StoreKind.all)
+    @Test(
+        "a handle reads the version it was opened at; a new open sees the new one", arguments: StoreKind.all)
     func handlesKeepTheirVersion(_ kind: StoreKind) async throws {
         let fixture = try await Fixture.make(kind)
         defer { fixture.remove() }
