@@ -1,10 +1,10 @@
+import CLinuxSupport
 import DocumentEngine
 import DocumentFS
 import Foundation
 import StoreTestSupport
-import Testing
 import TestSupport
-import CLinuxSupport
+import Testing
 
 #if canImport(Glibc)
     import Glibc
@@ -15,7 +15,9 @@ import CLinuxSupport
 @Suite(.serialized)
 struct HostileInputTests {
     /// `errno` of a call through `directory/name`, `name` as raw bytes (0 when it succeeded).
-    static func errnoOf(_ directory: String, _ name: [UInt8], _ call: (UnsafePointer<CChar>) -> Int32) -> Int32 {
+    static func errnoOf(_ directory: String, _ name: [UInt8], _ call: (UnsafePointer<CChar>) -> Int32)
+        -> Int32
+    {
         let bytes = Array(directory.utf8) + [0x2F] + name + [0]
         let rc = bytes.withUnsafeBufferPointer { buffer in
             buffer.withMemoryRebound(to: CChar.self) { call($0.baseAddress!) }
@@ -39,7 +41,9 @@ struct HostileInputTests {
         errnoOf(directory, name) { rename(from, $0) }
     }
 
-    @Test("names: over 255 bytes ENAMETOOLONG, not UTF-8 EILSEQ, control characters kept, in a package and at the root")
+    @Test(
+        "names: over 255 bytes ENAMETOOLONG, not UTF-8 EILSEQ, control characters kept, in a package and at the root"
+    )
     func hostileNames() async throws {
         let fixture = try Fixture.small()
         defer { fixture.remove() }
@@ -60,7 +64,8 @@ struct HostileInputTests {
                     r["\(place) create control"] = Self.create(directory, Array(control.utf8))
                 }
                 r["rename long"] = Self.renameTo(mount.url("Work.pkg/notes.txt"), mount.url("Work.pkg"), long)
-                r["rename not UTF-8"] = Self.renameTo(mount.url("Work.pkg/notes.txt"), mount.url("Work.pkg"), notUTF8)
+                r["rename not UTF-8"] = Self.renameTo(
+                    mount.url("Work.pkg/notes.txt"), mount.url("Work.pkg"), notUTF8)
                 r["root rename long"] = Self.renameTo(mount.url("Flat.txt"), mount.path, long)
                 r["symlink long"] = Self.errnoOf(mount.url("Work.pkg"), long) { symlink("notes.txt", $0) }
                 return r
@@ -90,8 +95,9 @@ struct HostileInputTests {
                     && names.contains(control) && names.contains(String(decoding: longest, as: UTF8.self))
             }
             // Nothing else was made, and the renames left their files where they were.
-            #expect(Set(try engine.tree("Work.pkg").keys.filter { !$0.contains("/") && !$0.isEmpty })
-                == ["notes.txt", "sub", "link", control, String(decoding: longest, as: UTF8.self)])
+            #expect(
+                Set(try engine.tree("Work.pkg").keys.filter { !$0.contains("/") && !$0.isEmpty })
+                    == ["notes.txt", "sub", "link", control, String(decoding: longest, as: UTF8.self)])
             #expect(try engine.text("Work.pkg", "notes.txt") == Fixture.notesText)
         }
     }
@@ -133,7 +139,9 @@ struct HostileInputTests {
             #expect(results["1 MiB"] == E2BIG)
             #expect(results["long name"] == ERANGE)
             for namespace in ["trusted.x", "security.x", "system.x", "user.", "other.x"] {
-                #expect(results[namespace] == ENOTSUP || results[namespace] == EPERM, "\(namespace): \(results[namespace] ?? 0)")
+                #expect(
+                    results[namespace] == ENOTSUP || results[namespace] == EPERM,
+                    "\(namespace): \(results[namespace] ?? 0)")
             }
             #expect(!results.keys.contains { $0.hasPrefix("many") }, "\(results)")
             // user.color from the fixture, user.big and the 300.
@@ -192,18 +200,22 @@ struct HostileInputTests {
         try await withMount(fixture.store) { mount in
             for command in ["ls", "stat Flat.txt", "cat Flat.txt"] {
                 let result = try await sh("runuser -u nobody -- \(command)", in: mount.path)
-                #expect(result.status != 0 && result.error.contains("Permission denied"), "\(command): \(result)")
+                #expect(
+                    result.status != 0 && result.error.contains("Permission denied"), "\(command): \(result)")
             }
             // The owner is let in, of course.
             #expect(try await sh("cat Flat.txt", in: mount.path).status == 0)
         }
         try await withMount(fixture.store, configure: { $0.allowOther = true }) { mount in
             _ = try await offThread { try sys(chmod(mount.url("Work.pkg/notes.txt"), 0o600), "chmod") }
-            let allowed = try await sh("runuser -u nobody -- sh -c 'ls >/dev/null && cat Flat.txt Work.pkg/sub/inner.txt'", in: mount.path)
+            let allowed = try await sh(
+                "runuser -u nobody -- sh -c 'ls >/dev/null && cat Flat.txt Work.pkg/sub/inner.txt'",
+                in: mount.path)
             #expect(allowed.status == 0, "\(allowed)")
             let denied = try await sh("runuser -u nobody -- cat Work.pkg/notes.txt", in: mount.path)
             #expect(denied.status != 0 && denied.error.contains("Permission denied"), "\(denied)")
-            let xattr = try await sh("runuser -u nobody -- getfattr -n user.color Work.pkg/notes.txt", in: mount.path)
+            let xattr = try await sh(
+                "runuser -u nobody -- getfattr -n user.color Work.pkg/notes.txt", in: mount.path)
             #expect(xattr.status != 0, "\(xattr)")
         }
     }
@@ -212,17 +224,32 @@ struct HostileInputTests {
 /// A path component over 255 bytes is ENAMETOOLONG on every operation, as on ext4: lookups,
 /// removals and renames of such a name included, not ENOENT (issue 17, point 4).
 @Suite struct LongNameTests {
-    @Test("stat, chmod, truncate, rename, unlink, rmdir and open of a 256-byte name: ENAMETOOLONG, in a package and at the root")
-    func longNamesOnEveryOperation() async throws {
-        let fixture = try Fixture.small(.memory)
+    @Test(
+        "stat, chmod, truncate, rename, unlink, rmdir and open of a 256-byte name: ENAMETOOLONG, in a package and at the root",
+        arguments: StoreKind.all)
+    func longNamesOnEveryOperation(_ kind: StoreKind) async throws {
+        let fixture = try Fixture.small(kind)
+        defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let long = String(repeating: "n", count: 256)
             for directory in [mount.url("Work.pkg"), mount.path] {
                 let path = directory + "/" + long
                 let other = directory + "/short"
                 let results = await offThreadErrors([
-                    ("stat", { var st = stat(); return stat(path, &st) }),
-                    ("lstat", { var st = stat(); return lstat(path, &st) }),
+                    (
+                        "stat",
+                        {
+                            var st = stat()
+                            return stat(path, &st)
+                        }
+                    ),
+                    (
+                        "lstat",
+                        {
+                            var st = stat()
+                            return lstat(path, &st)
+                        }
+                    ),
                     ("chmod", { chmod(path, 0o600) }),
                     ("truncate", { truncate(path, 0) }),
                     ("rename from", { rename(path, other) }),

@@ -272,9 +272,12 @@ import Testing
 
 /// `fallocate(2)` modes through the mount (issue 17, point 5).
 @Suite struct FallocateTests {
-    @Test("fallocate: allocate, KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE give ext4's bytes and sizes")
-    func zeroRange() async throws {
-        let fixture = try Fixture.small(.memory)
+    @Test(
+        "fallocate: allocate, KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE give ext4's bytes and sizes",
+        arguments: StoreKind.all)
+    func zeroRange(_ kind: StoreKind) async throws {
+        let fixture = try Fixture.small(kind)
+        defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let script = """
                 import ctypes, os
