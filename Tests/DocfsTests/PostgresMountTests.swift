@@ -131,7 +131,9 @@ struct PostgresMountTests {
             // SIGUSR1 logs the store's statistics (as for SQLite), and the daemon serves on.
             let pid = try #require(sandbox.daemonPID(one))
             let statistics = sandbox.storeStatistics(of: pid)
-            #expect(statistics.map { $0.bytesWritten > 0 && $0.bytesRead > 0 } == true, "\(String(describing: statistics))")
+            #expect(
+                statistics.map { $0.bytesWritten > 0 && $0.bytesRead > 0 } == true,
+                "\(String(describing: statistics))")
             #expect(kill(pid, 0) == 0 && text(one + "/README.txt") == "from two\n")
         }
     }
@@ -179,12 +181,17 @@ struct PostgresMountTests {
             #expect(both.status == 0, "\(both)")
             let store = try PostgresStore(configuration: database)
             let info = try #require(try store.document(named: "README.txt"))
-            let versions = try store.versions(of: info.id)
-            let texts = try versions.map {
-                String(
-                    decoding: try store.readContents(of: info.root, at: $0.id, offset: 0, count: 100),
-                    as: UTF8.self)
+            func texts() throws -> [String] {
+                try store.versions(of: info.id).map {
+                    String(
+                        decoding: try store.readContents(of: info.root, at: $0.id, offset: 0, count: 100),
+                        as: UTF8.self)
+                }
             }
+            // Closes are committed by each daemon's group committer, moments after they return.
+            _ = waitUntil(seconds: 5) { (try? texts().contains("version two\n")) == true }
+            let versions = try store.versions(of: info.id)
+            let texts = try texts()
             #expect(texts.contains("version one\n"), "\(texts)")
             #expect(texts.contains("version two\n"), "\(texts)")
             let listed = try docfs(["versions", url, "README.txt"])
@@ -208,7 +215,8 @@ struct PostgresMountTests {
             #expect(kept.status == 0 && kept.stdout == lost, "\(kept)")
             #expect(
                 seconds {
-                    text(two + "/README.txt") == lost && !FileManager.default.fileExists(atPath: two + "/" + entry)
+                    text(two + "/README.txt") == lost
+                        && !FileManager.default.fileExists(atPath: two + "/" + entry)
                 } != nil)
             #expect(try store.unresolvedConflicts().isEmpty)
         }
