@@ -214,6 +214,31 @@ extension DocumentFileSystem {
         }
     }
 
+    /// Adds `records`, a tree as it was at `version`, to `changes` as new wrappers of the
+    /// changes' document under `newIDs`: the tree's root (`root`) named `name` in `parent`, and
+    /// regular files sharing the bytes they had, nothing copied.
+    static func addCopies(
+        of records: [NodeRecord], at version: VersionID, newIDs: [StoreNodeID: StoreNodeID],
+        root: StoreNodeID,
+        parent: StoreNodeID?, name: String, to changes: inout DocumentChanges
+    ) {
+        for var record in records {
+            let old = record.id
+            record.id = newIDs[old] ?? old
+            record.document = changes.document
+            record.parent = old == root ? parent : record.parent.flatMap { newIDs[$0] }
+            record.linkOf = record.linkOf.flatMap { newIDs[$0] }
+            if old == root {
+                record.name = name
+                record.preferredName = nil
+            }
+            changes.nodes.append(record)
+            if record.kind == .regularFile && record.linkOf == nil {
+                changes.contents[record.id] = .copy(of: NodeLookup(old, at: version))
+            }
+        }
+    }
+
     /// A rename of a conflict entry to another name: keep both. The conflict version becomes a new
     /// document of that name (replacing `replaced`), sharing its chunks, and the conflict is
     /// resolved, in one store transaction.
@@ -234,18 +259,9 @@ extension DocumentFileSystem {
                 var changes: DocumentChanges
                 (info, changes) = try createDocument(tx, like: root, named: newText)
                 newIDs[root.id] = info.root
-                for var record in records {
-                    let old = record.id
-                    record.id = newIDs[old] ?? old
-                    record.document = info.id
-                    record.parent = record.parent.flatMap { newIDs[$0] }
-                    record.linkOf = record.linkOf.flatMap { newIDs[$0] }
-                    if old == root.id { record.name = newText }
-                    changes.nodes.append(record)
-                    if record.kind == .regularFile && record.linkOf == nil {
-                        changes.contents[record.id] = .copy(of: NodeLookup(old, at: version))
-                    }
-                }
+                Self.addCopies(
+                    of: records, at: version, newIDs: newIDs, root: root.id, parent: nil, name: newText,
+                    to: &changes)
                 let saved = try tx.save(changes)
                 try tx.resolveConflict(version)
                 return (info, saved)
@@ -298,11 +314,7 @@ extension DocumentFileSystem {
             guard !destination.dirty else { throw .resourceBusy }
             let target = directory.children[newName]
             if flags.contains(.noReplace) && target != nil { throw .fileExists }
-            if let target {
-                if root.kind == .directory && target.kind != .directory { throw .notDirectory }
-                if root.kind != .directory && target.kind == .directory { throw .isDirectory }
-                if target.kind == .directory && !target.children.isEmpty { throw .directoryNotEmpty }
-            }
+            if let target { try checkReplaceable(target, by: root.kind) }
             try checkNoEquivalent(newText, in: directory.children, except: target)
             var changes = replacing(target, in: destination)
             if var record = destination.committed?[directory.persistAs] {
@@ -310,30 +322,15 @@ extension DocumentFileSystem {
                 record.changed = record.modified
                 changes.nodes.append(record)
             }
-            for var record in records {
-                let old = record.id
-                record.id = newIDs[old] ?? old
-                record.document = destination.id
-                record.parent = old == root.id ? directory.persistAs : record.parent.flatMap { newIDs[$0] }
-                record.linkOf = record.linkOf.flatMap { newIDs[$0] }
-                if old == root.id {
-                    record.name = newText
-                    record.preferredName = nil
-                }
-                changes.nodes.append(record)
-                if record.kind == .regularFile && record.linkOf == nil {
-                    changes.contents[record.id] = .copy(of: NodeLookup(old, at: version))
-                }
-            }
+            Self.addCopies(
+                of: records, at: version, newIDs: newIDs, root: root.id, parent: directory.persistAs,
+                name: newText,
+                to: &changes)
             return changes
         }
         let saved = try storeCall {
             try store.transaction(durable: false) { tx -> SaveResult in
-                let saved = try tx.save(changes)
-                if saved.isConflict {
-                    throw DocumentStoreError.conflict(
-                        document: changes.document, base: changes.base, current: saved.version.id)
-                }
+                let saved = try tx.saveOnTop(changes)
                 try tx.resolveConflict(version)
                 return saved
             }

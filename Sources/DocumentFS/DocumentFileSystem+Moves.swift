@@ -228,11 +228,7 @@ extension DocumentFileSystem {
             let target = exchanging ? nil : to.map { $0.children[newName] } ?? state.rootEntries[newName]
             if let target, target.conflict != nil { throw .notPermitted }
             if flags.contains(.noReplace) && target != nil { throw .fileExists }
-            if let target {
-                if node.kind == .directory && target.kind != .directory { throw .notDirectory }
-                if node.kind != .directory && target.kind == .directory { throw .isDirectory }
-                if target.kind == .directory && !target.children.isEmpty { throw .directoryNotEmpty }
-            }
+            if let target { try checkReplaceable(target, by: node.kind) }
             if let to, !exchanging { try checkNoEquivalent(newText, in: to.children, except: target) }
             let now = Timestamp.now
             var plan = MovePlan(
@@ -296,15 +292,11 @@ extension DocumentFileSystem {
         var result: [ViewNode] = []
         var frontier = [node]
         while let next = frontier.popLast() {
-            guard next === node || isPersistedName(next) else { continue }
+            guard next === node || !isScratch(next) else { continue }
             result.append(next)
             frontier += next.children.values.sorted { $0.storeID > $1.storeID }
         }
         return result
-    }
-
-    private func isPersistedName(_ node: ViewNode) -> Bool {
-        node.kind == .directory || !configuration.scratchNames.matches(node.name)
     }
 
     /// One move of a commit: its plan and where it goes.
@@ -417,12 +409,7 @@ extension DocumentFileSystem {
                     var saved: [DocumentID: SaveResult] = [:]
                     for id in order {
                         guard let changes = merged[id] else { continue }
-                        let result = try tx.save(changes)
-                        if result.isConflict {
-                            throw DocumentStoreError.conflict(
-                                document: changes.document, base: changes.base, current: result.version.id)
-                        }
-                        saved[id] = result
+                        saved[id] = try tx.saveOnTop(changes)
                     }
                     return try zip(legs, zip(destinations, created)).map { leg, destination in
                         guard let result = saved[destination.0] else {
@@ -619,5 +606,19 @@ extension DocumentFileSystem {
         changes.origin = origin
         changes.conflictPolicy = .fail
         return (info, changes)
+    }
+}
+
+extension DocumentStoreTransaction {
+    /// Saves `changes` as a new current version, or throws ``DocumentStoreError/conflict`` (and
+    /// the transaction commits nothing) where they would only be kept as a conflict version: a
+    /// move must land on both sides or on neither.
+    func saveOnTop(_ changes: DocumentChanges) throws -> SaveResult {
+        let result = try save(changes)
+        if result.isConflict {
+            throw DocumentStoreError.conflict(
+                document: changes.document, base: changes.base, current: result.version.id)
+        }
+        return result
     }
 }

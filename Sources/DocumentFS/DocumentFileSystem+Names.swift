@@ -33,6 +33,14 @@ extension DocumentFileSystem {
         if !other.name.bytes.elementsEqual(text.utf8) { throw .fileExists }
     }
 
+    /// Fails as `rename(2)` does when `target`, the name a rename goes to, cannot be replaced by
+    /// something of `kind`: a folder only by a folder, and only when empty.
+    func checkReplaceable(_ target: ViewNode, by kind: FileWrapper.Kind) throws(Errno) {
+        if kind == .directory && target.kind != .directory { throw .notDirectory }
+        if kind != .directory && target.kind == .directory { throw .isDirectory }
+        if target.kind == .directory && !target.children.isEmpty { throw .directoryNotEmpty }
+    }
+
     /// A new node record for a creation by `context`.
     func newRecord(
         _ id: StoreNodeID, document: DocumentID?, parent: StoreNodeID?, name: String, kind: FileWrapper.Kind,
@@ -611,9 +619,7 @@ extension DocumentFileSystem {
             }
             try checkNoEquivalent(newText, in: to.children, except: target)
             if let target {
-                if node.kind == .directory && target.kind != .directory { throw .notDirectory }
-                if node.kind != .directory && target.kind == .directory { throw .isDirectory }
-                if target.kind == .directory && !target.children.isEmpty { throw .directoryNotEmpty }
+                try checkReplaceable(target, by: node.kind)
                 unlinkName(&state, target)
             }
             if node.linkOf == nil, configuration.scratchNames.matches(newName), isPersisted(node),
@@ -720,11 +726,7 @@ extension DocumentFileSystem {
                 (node.name, target.name) = (newName, name)
                 return .done
             }
-            if let target {
-                if node.kind == .directory && target.kind != .directory { throw .notDirectory }
-                if node.kind != .directory && target.kind == .directory { throw .isDirectory }
-                if target.kind == .directory && !target.children.isEmpty { throw .directoryNotEmpty }
-            }
+            if let target { try checkReplaceable(target, by: node.kind) }
             if let document, !isHidden(node, of: document) {
                 if node.kind == .regularFile && scratchTarget {
                     // vim's backup (`name~`): the document stays in the store under its name

@@ -20,11 +20,7 @@ extension DocumentFileSystem {
         try ensureLoaded(document)
         document.saving.lock()
         defer { document.saving.unlock() }
-        let prepared = try state.withLock { state throws(Errno) -> PreparedSave? in
-            guard state.documents[document.id] === document else { return nil }
-            return try prepare(&state, document, durable: durable)
-        }
-        if let prepared {
+        if let prepared = try prepareShown(document, durable: durable) {
             let result: Result<SaveResult, Errno>
             do {
                 result = .success(try storeCall { try store.save(prepared.changes) })
@@ -57,10 +53,7 @@ extension DocumentFileSystem {
             document.saving.lock()
             locked.append(document)
             do {
-                if let prepared = try state.withLock({ state throws(Errno) -> PreparedSave? in
-                    guard state.documents[document.id] === document else { return nil }
-                    return try prepare(&state, document, durable: durable)
-                }) {
+                if let prepared = try prepareShown(document, durable: durable) {
                     ready.append((document, prepared))
                 }
             } catch {
@@ -96,6 +89,14 @@ extension DocumentFileSystem {
             document.saving.unlock()
         }
         return failed
+    }
+
+    /// The document's prepared save, unless the mount no longer shows it (deleted, replaced).
+    private func prepareShown(_ document: DocumentState, durable: Bool) throws(Errno) -> PreparedSave? {
+        try state.withLock { state throws(Errno) -> PreparedSave? in
+            guard state.documents[document.id] === document else { return nil }
+            return try prepare(&state, document, durable: durable)
+        }
     }
 
     /// Takes in what the store answered to a prepared save. The caller holds `document.saving`.
@@ -529,9 +530,9 @@ extension DocumentFileSystem {
         }
         // Relink every saved node under its parent, then put scratch files back.
         for node in byID.values where !node.atMountRoot {
-            node.children = node.children.filter { !isPersistedName($0.value) }
+            node.children = node.children.filter { isScratch($0.value) }
         }
-        document.root.children = document.root.children.filter { !isPersistedName($0.value) }
+        document.root.children = document.root.children.filter { isScratch($0.value) }
         for record in records where record.id != document.info.root {
             guard let node = byID[record.id], let parentID = record.parent, let parent = byID[parentID] else {
                 continue
@@ -591,10 +592,6 @@ extension DocumentFileSystem {
             }
         }
         return notices
-    }
-
-    private func isPersistedName(_ node: ViewNode) -> Bool {
-        node.kind == .directory || !configuration.scratchNames.matches(node.name)
     }
 
     /// Tells the kernel what changed (from the calling thread, never inside a request handler).
