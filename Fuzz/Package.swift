@@ -11,7 +11,8 @@ let rootIdentity = root.lastPathComponent.lowercased()
 
 let engine: Target.Dependency = .product(name: "DocumentEngine", package: rootIdentity)
 let stores: [Target.Dependency] = [
-    .product(name: "VersionedStore", package: rootIdentity), .product(name: "SQLiteStore", package: rootIdentity),
+    .product(name: "VersionedStore", package: rootIdentity),
+    .product(name: "SQLiteStore", package: rootIdentity),
 ]
 
 // The entry point finds libFuzzer's driver with dlsym.
@@ -23,6 +24,7 @@ let package = Package(
     targets: [
         .executableTarget(name: "fuzz-wrapper", dependencies: [engine], linkerSettings: linker),
         .executableTarget(name: "fuzz-archive", dependencies: [engine], linkerSettings: linker),
+        .executableTarget(name: "fuzz-plist", dependencies: [engine], linkerSettings: linker),
         .executableTarget(name: "fuzz-store", dependencies: [engine] + stores, linkerSettings: linker),
     ],
     swiftLanguageModes: [.v6]

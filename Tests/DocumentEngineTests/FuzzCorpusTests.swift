@@ -1,8 +1,9 @@
-@testable import DocumentEngine
-@testable import SQLiteStore
 import Foundation
 import GRDB
 import Testing
+
+@testable import DocumentEngine
+@testable import SQLiteStore
 @testable import VersionedStore
 
 /// The short form of the fuzzing (issue 8, point 5): every input kept under Tests/FuzzCorpus (the
@@ -10,7 +11,8 @@ import Testing
 /// libFuzzer targets in Fuzz/ (scripts/fuzz.sh), with the same checks. A crash here is a crash
 /// there.
 @Suite struct FuzzCorpusTests {
-    static let corpus = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    static let corpus = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .deletingLastPathComponent()
         .appendingPathComponent("FuzzCorpus")
 
     static func inputs(_ target: String) throws -> [(String, Data)] {
@@ -28,7 +30,9 @@ import Testing
             guard let wrapper = try? FileWrapper(validatingSerializedRepresentation: data) else { continue }
             decoded += 1
             let again = try #require(wrapper.serializedRepresentation, "\(name)")
-            #expect(try FileWrapper(validatingSerializedRepresentation: again).serializedRepresentation == again, "\(name)")
+            #expect(
+                try FileWrapper(validatingSerializedRepresentation: again).serializedRepresentation == again,
+                "\(name)")
         }
         #expect(decoded >= 3, "the seeds decode")
     }
@@ -38,7 +42,8 @@ import Testing
         #expect(inputs.count >= 5)
         var decoded = 0
         for (_, data) in inputs {
-            let limits = KeyedArchive.Limits(maximumSize: 1 << 20, maximumObjectCount: 1 << 14, maximumDepth: 64)
+            let limits = KeyedArchive.Limits(
+                maximumSize: 1 << 20, maximumObjectCount: 1 << 14, maximumDepth: 64)
             _ = try? KeyedArchive.validate(data, allowedClassNames: [], limits: limits)
             let object = try? KeyedArchive.unarchivedObject(
                 ofClasses: [
@@ -47,6 +52,33 @@ import Testing
                 ],
                 from: data, limits: limits)
             if object != nil { decoded += 1 }
+        }
+        #expect(decoded >= 5, "the seeds decode")
+    }
+
+    /// What Fuzz/Sources/fuzz-plist does with one input (keep the two alike).
+    @Test func propertyLists() throws {
+        let inputs = try Self.inputs("plist")
+        #expect(inputs.count >= 5)
+        var decoded = 0
+        let limits = PropertyList.Limits(maximumSize: 1 << 20, maximumDepth: 64, maximumObjectCount: 1 << 14)
+        for (name, data) in inputs {
+            let decoders: [(Data) -> PropertyListValue?] = [
+                { try? PropertyList.decodeXML($0, limits: limits) },
+                { try? PropertyList.decodeBinary($0, limits: limits) },
+            ]
+            for decode in decoders {
+                guard let value = decode(data) else { continue }
+                decoded += 1
+                #expect(
+                    try PropertyList.decodeXML(PropertyList.encodeXML(value), limits: limits) == value,
+                    "\(name)")
+                #expect(
+                    try PropertyList.decodeBinary(PropertyList.encodeBinary(value), limits: limits) == value,
+                    "\(name)")
+                _ = PropertyList.describe(value)
+            }
+            _ = try? PropertyListText.compile(data, as: .keyedArchive)
         }
         #expect(decoded >= 5, "the seeds decode")
     }
@@ -92,11 +124,17 @@ enum StoreFuzzInput {
         "node", "document", "parent", "name", "preferred_name", "kind", "permissions", "uid", "gid", "mtime",
         "ctime", "atime", "btime", "size", "link_target", "xattrs", "version", "removed", "branch",
     ]
-    static let documentColumns = ["id", "name", "type", "kind", "root", "current_version", "created", "modified"]
-    static let versionColumns = ["id", "document", "base", "created", "origin", "branch", "resolved", "bytes_written"]
+    static let documentColumns = [
+        "id", "name", "type", "kind", "root", "current_version", "created", "modified",
+    ]
+    static let versionColumns = [
+        "id", "document", "base", "created", "origin", "branch", "resolved", "bytes_written",
+    ]
 
     static func row(_ columns: [String], _ bytes: inout Bytes) -> Row {
-        Row(Dictionary(uniqueKeysWithValues: columns.map { ($0, bytes.value() as (any DatabaseValueConvertible)?) }))
+        Row(
+            Dictionary(
+                uniqueKeysWithValues: columns.map { ($0, bytes.value() as (any DatabaseValueConvertible)?) }))
     }
 
     static func run(_ data: [UInt8]) {
@@ -105,7 +143,9 @@ enum StoreFuzzInput {
         case 0..<128:
             let blob = Data(bytes.take(data.count))
             if let xattrs = try? XattrCoding.decode(blob) {
-                precondition((try? XattrCoding.decode(XattrCoding.encode(xattrs))) == xattrs, "xattrs do not round-trip")
+                precondition(
+                    (try? XattrCoding.decode(XattrCoding.encode(xattrs))) == xattrs,
+                    "xattrs do not round-trip")
             }
         case 128..<192: _ = try? SQLiteStore.record(row(nodeColumns, &bytes))
         case 192..<224: _ = try? SQLiteStore.document(row(documentColumns, &bytes))
