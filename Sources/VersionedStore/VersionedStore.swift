@@ -156,20 +156,28 @@ public final class VersionedStore: Sendable {
         }
         func save(_ changes: DocumentChanges) throws -> SaveResult { try store.save(tx, changes, event: nil) }
         func resolveConflict(_ version: VersionID) throws { try VersionedStore.resolveConflict(tx, version) }
+        func undeleteDocument(_ id: DocumentID, as name: String?) throws -> DocumentInfo {
+            try VersionedStore.undeleteDocument(tx, id, as: name)
+        }
+        func setting(_ key: String) throws -> String? { try tx.setting(key) }
+        func setSetting(_ key: String, _ value: String) throws { try tx.setSetting(key, value) }
     }
 
     public func undeleteDocument(_ id: DocumentID, as name: String?) throws -> DocumentInfo {
-        try write(durable: true) { tx in
-            let current = try Self.fetchDocument(tx, id)
-            let newName = name ?? current.name
-            try Self.validateDocumentName(newName)
-            try Self.requireFreeName(tx, newName, except: id)
-            try tx.updateDocument(id, .undeleted(name: newName))
-            try tx.insertEvent(
-                .restored, document: id, version: current.currentVersion, name: newName, origin: "",
-                time: .now)
-            return try Self.fetchDocument(tx, id)
-        }
+        try write(durable: true) { tx in try Self.undeleteDocument(tx, id, as: name) }
+    }
+
+    static func undeleteDocument(_ tx: any StoreTransaction, _ id: DocumentID, as name: String?) throws
+        -> DocumentInfo
+    {
+        let current = try Self.fetchDocument(tx, id)
+        let newName = name ?? current.name
+        try Self.validateDocumentName(newName)
+        try Self.requireFreeName(tx, newName, except: id)
+        try tx.updateDocument(id, .undeleted(name: newName))
+        try tx.insertEvent(
+            .restored, document: id, version: current.currentVersion, name: newName, origin: "", time: .now)
+        return try Self.fetchDocument(tx, id)
     }
 
     /// Throws unless no live document other than `except` is named `name`.

@@ -13,7 +13,10 @@ struct List: DocfsCommand {
             """,
         discussion: """
             Without DOCUMENT: one line per document with its kind (package or flat), size (the \
-            bytes of all its files), modification time, current version and name.
+            bytes of all its files), modification time, current version and name. With \
+            --deleted: the deleted documents, with when they were deleted and their name in the \
+            Trash of a mount (`.Trash-UID/files`), or "(emptied)" once the Trash was emptied of \
+            them; they stay restorable until retention expires them.
 
             With DOCUMENT: its wrappers like `ls -l`: mode, size, modification time and path \
             inside the document, recursively; a link shows its destination.
@@ -56,21 +59,29 @@ struct List: DocfsCommand {
             }
         } else {
             let documents = deleted ? try store.deletedDocuments() : try store.documents()
+            // The Trash of a mount shows the same deleted documents, under these names, until
+            // it is emptied.
+            let inTrash = deleted ? try store.trash().filter(\.isDocument) : []
             var rows: [[String]] = []
             for info in documents {
                 // Metadata only: the sizes are the records', no chunk is read.
                 let size = try store.nodes(of: info.id).reduce(Int64(0)) {
                     $0 + ($1.kind == .regularFile ? $1.size : 0)
                 }
-                rows.append([
-                    info.kind == .package ? "package" : "flat", "\(size)", Format.time(info.modified),
-                    "\(info.currentVersion.rawValue)", info.name,
-                ])
+                var row = [
+                    info.kind == .package ? "package" : "flat", "\(size)",
+                    Format.time(deleted ? info.deleted ?? info.modified : info.modified),
+                    "\(info.currentVersion.rawValue)",
+                ]
+                if deleted { row.append(inTrash.first { $0.document == info.id }?.name ?? "(emptied)") }
+                rows.append(row + [info.name])
             }
             if rows.isEmpty { return }
-            for line in Format.table(
-                [["KIND", "SIZE", "MODIFIED", "VERSION", "NAME"]] + rows, rightAligned: [1, 3])
-            {
+            let header =
+                deleted
+                ? ["KIND", "SIZE", "DELETED", "VERSION", "IN TRASH AS", "NAME"]
+                : ["KIND", "SIZE", "MODIFIED", "VERSION", "NAME"]
+            for line in Format.table([header] + rows, rightAligned: [1, 3]) {
                 print(line)
             }
         }

@@ -531,6 +531,11 @@ public protocol DocumentStoreTransaction {
     /// is the transaction's).
     func save(_ changes: DocumentChanges) throws -> SaveResult
     func resolveConflict(_ version: VersionID) throws
+    /// Brings a deleted document back, as ``DocumentStore/undeleteDocument(_:as:)``.
+    func undeleteDocument(_ id: DocumentID, as name: String?) throws -> DocumentInfo
+    /// A setting, as ``DocumentStore/setting(_:)``, read inside the transaction.
+    func setting(_ key: String) throws -> String?
+    func setSetting(_ key: String, _ value: String) throws
 }
 
 extension DocumentStore {
@@ -558,14 +563,17 @@ extension DocumentStore {
     /// A store without a cache has nothing to drop.
     public func purgeCache() {}
 
-    /// ``collectGarbage(_:protecting:)`` with nothing protected beyond what the policy keeps.
+    /// ``collectGarbage(_:protecting:)`` with nothing protected beyond what the policy keeps, and
+    /// the versions the Trash shows wrappers from while the policy keeps deleted documents.
     public func collectGarbage(_ policy: RetentionPolicy) throws -> CollectionReport {
-        try collectGarbage(policy, protecting: [])
+        try collectGarbage(policy, protecting: trashedVersions(policy: policy))
     }
 
-    /// Applies the store's own retention policy.
+    /// Applies the store's own retention policy; the Trash's wrappers are kept as deleted
+    /// documents are.
     public func collectGarbage(protecting protected: Set<VersionID> = []) throws -> CollectionReport {
-        let report = try collectGarbage(retentionPolicy(), protecting: protected)
+        let policy = try retentionPolicy()
+        let report = try collectGarbage(policy, protecting: protected.union(trashedVersions(policy: policy)))
         try setSetting(Self.collectedSetting, String(Timestamp.now.rawValue))
         return report
     }
