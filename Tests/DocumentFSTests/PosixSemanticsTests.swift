@@ -735,11 +735,14 @@ struct PosixSemanticsTests {
                 let closed = errnoOf(close(fd))
                 return (synced, closed)
             }
+            // Checked while saves still fail: once they work again, the committer may retry the
+            // pending change (a failed save's changes stay pending), which is right.
+            let stored = try engine.text("Work.pkg", "notes.txt")
+            #expect(stored == Fixture.notesText, "\(String(describing: stored))")
             proxy.failSaves.store(false, ordering: .sequentiallyConsistent)
             #expect(fsyncResult != 0, "fsync succeeded although the save failed")
             #expect(closeResult != 0, "close succeeded although the save failed")
             #expect(proxy.failedSaves.load(ordering: .sequentiallyConsistent) > 0)
-            #expect(try engine.text("Work.pkg", "notes.txt") == Fixture.notesText)
             // The store works again: the next save succeeds.
             try await offThread { try writeText(notes, "saved\n") }
             try await expectEventually("the next save") {

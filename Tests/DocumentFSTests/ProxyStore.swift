@@ -105,6 +105,11 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
         while holdTransactions { gate.wait() }
         heldTransactions -= 1
         gate.unlock()
+        // The group committer saves in transactions: they fail as saves do.
+        if failSaves.load(ordering: .sequentiallyConsistent) {
+            failedSaves.add(1, ordering: .sequentiallyConsistent)
+            throw InjectedFailure()
+        }
         return try inner.transaction(durable: durable, body)
     }
 
