@@ -7,9 +7,12 @@ set -euo pipefail
 # The DocumentFS write tests drive real editors and tools on a mount: vim, nano, emacs-nox,
 # rsync, gio (libglib2.0-bin), getfattr/setfattr (attr), perl -pi, tar, runuser (util-linux)
 # and script (bsdutils, a pty for nano). postgresql: the PostgreSQL store's tests run against a
-# real server on loopback (scripts/postgres.sh).
+# real server on loopback (scripts/postgres.sh). The desktop tests run GIO's trash through its
+# real backend: gvfsd-trash (gvfs-daemons) on a session bus of their own (dbus-run-session,
+# dbus-daemon).
 packages=(libfuse3-dev fuse3 pkg-config attr sqlite3
-    vim nano emacs-nox rsync libglib2.0-bin perl tar util-linux bsdutils postgresql "$@")
+    vim nano emacs-nox rsync libglib2.0-bin perl tar util-linux bsdutils postgresql
+    gvfs-daemons dbus-daemon "$@")
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -166,7 +166,9 @@ extension DocumentFileSystem {
 
     /// The conflict entry a node belongs to.
     func conflictEntry(_ state: inout State, of node: ViewNode) -> ConflictEntry? {
-        node.conflict.flatMap { state.conflicts[$0] }
+        // A history or Trash tree may show a conflict version too; it is not the entry.
+        guard node.tree == nil else { return nil }
+        return node.conflict.flatMap { state.conflicts[$0] }
     }
 
     /// Reads a conflict version's wrapper records unless they were read.
@@ -247,47 +249,11 @@ extension DocumentFileSystem {
         replacing replaced: DocumentState?
     ) throws(Errno) {
         let version = entry.version.id
-        let records = try storeCall { try store.nodes(of: entry.version.document, at: version) }
-        guard let root = records.first(where: { $0.parent == nil }) else { throw .ioError }
-        let ids = try storeCall { try store.makeNodeIDs(count: records.count - 1) }
-        var newIDs: [StoreNodeID: StoreNodeID] = [:]
-        for (record, id) in zip(records.filter { $0.id != root.id }, ids) { newIDs[record.id] = id }
-        let (info, saved) = try storeCall {
-            try store.transaction(durable: false) { tx -> (DocumentInfo, SaveResult) in
-                if let replaced { try tx.deleteDocument(replaced.id, origin: origin) }
-                let info: DocumentInfo
-                var changes: DocumentChanges
-                (info, changes) = try createDocument(tx, like: root, named: newText)
-                newIDs[root.id] = info.root
-                Self.addCopies(
-                    of: records, at: version, newIDs: newIDs, root: root.id, parent: nil, name: newText,
-                    to: &changes)
-                let saved = try tx.save(changes)
-                try tx.resolveConflict(version)
-                return (info, saved)
-            }
-        }
-        var rootRecord = root
-        rootRecord.id = info.root
-        rootRecord.document = info.id
-        rootRecord.name = newText
-        rootRecord.version = saved.version.id
-        var current = info
-        current.currentVersion = saved.version.id
-        let notices = state.withLock { state -> [Notice] in
-            if let replaced {
-                if state.rootEntries[replaced.root.name] === replaced.root { detach(&state, replaced.root) }
-                state.documents[replaced.id] = nil
-            }
-            dropConflict(&state, entry)
-            let document = install(&state, info: current, rootRecord: rootRecord)
-            // The kernel moved the entry's dentry onto the new name: until it asks again, the
-            // entry's inode stands for the new document.
-            if table.node(for: entry.root.ino) != nil { state.nodes[entry.root.ino] = document.root }
-            state.rootChanged = .now
-            return [.entry(parent: mountRootInode, name: newName), .inode(mountRootInode)]
-        }
-        send(notices)
+        let tree = try storedTree(of: entry.version.document, at: version, root: nil)
+        try copyAsDocument(
+            tree, as: newName, newText, replacing: replaced, shownAs: entry.root.ino,
+            inTransaction: { tx in try tx.resolveConflict(version) },
+            afterward: { state in self.dropConflict(&state, entry) })
     }
 
     /// A conflict entry moved into a package: the conflict version's tree becomes wrappers of the
@@ -297,13 +263,125 @@ extension DocumentFileSystem {
         _ entry: ConflictEntry, into directory: ViewNode, as newName: FUSE.FileName, _ newText: String,
         flags: RenameFlags
     ) throws(Errno) {
+        let version = entry.version.id
+        let tree = try storedTree(of: entry.version.document, at: version, root: nil)
+        try copy(
+            tree, into: directory, as: newName, newText, flags: flags, shownAs: entry.root.ino,
+            inTransaction: { tx in try tx.resolveConflict(version) },
+            afterward: { state in self.dropConflict(&state, entry) })
+    }
+
+    /// A tree of wrappers as a version of a document stored it: `root`'s subtree, or the whole
+    /// document.
+    struct StoredTree {
+        var version: VersionID
+        var records: [NodeRecord]
+        var root: NodeRecord
+    }
+
+    /// Reads the subtree of `root` (the document's root when nil) at `version`.
+    func storedTree(of document: DocumentID, at version: VersionID, root: StoreNodeID?) throws(Errno)
+        -> StoredTree
+    {
+        let all = try storeCall { try store.nodes(of: document, at: version) }
+        guard let top = all.first(where: { root == nil ? $0.parent == nil : $0.id == root }) else {
+            throw .noSuchFileOrDirectory
+        }
+        guard root != nil else { return StoredTree(version: version, records: all, root: top) }
+        var children: [StoreNodeID: [NodeRecord]] = [:]
+        for record in all { if let parent = record.parent { children[parent, default: []].append(record) } }
+        var records: [NodeRecord] = []
+        var pending = [top]
+        while let record = pending.popLast() {
+            records.append(record)
+            pending += children[record.id] ?? []
+        }
+        // A link to a file outside the subtree reads as that file: it becomes a file of its own.
+        let inside = Set(records.map(\.id))
+        let byID = Dictionary(all.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        records = records.map { record in
+            guard let target = record.linkOf, !inside.contains(target), let file = byID[target] else {
+                return record
+            }
+            var own = file
+            own.id = record.id
+            own.parent = record.parent
+            own.name = record.name
+            own.linkOf = nil
+            return own
+        }
+        return StoredTree(version: version, records: records, root: top)
+    }
+
+    /// Makes `tree` a new document named `newName` at the root (replacing `replaced`), sharing its
+    /// chunks, in one store transaction with `inTransaction`; `afterward` runs under the lock once
+    /// the mount shows it. The kernel's inode `shownAs` stands for the new document until the
+    /// kernel asks again (its dentry moved there).
+    func copyAsDocument(
+        _ tree: StoredTree, as newName: FUSE.FileName, _ newText: String, replacing replaced: DocumentState?,
+        shownAs: UInt64, inTransaction: @escaping (any DocumentStoreTransaction) throws -> Void,
+        afterward: (inout State) -> Void
+    ) throws(Errno) {
+        let records = tree.records
+        let root = tree.root
+        let ids = try storeCall { try store.makeNodeIDs(count: records.count - 1) }
+        var newIDs: [StoreNodeID: StoreNodeID] = [:]
+        for (record, id) in zip(records.filter { $0.id != root.id }, ids) { newIDs[record.id] = id }
+        let (info, saved) = try storeCall {
+            try store.transaction(durable: false) { tx -> (DocumentInfo, SaveResult) in
+                if let replaced { try tx.deleteDocument(replaced.id, origin: origin) }
+                let info: DocumentInfo
+                var changes: DocumentChanges
+                var rootRecord = root
+                rootRecord.parent = nil
+                (info, changes) = try createDocument(tx, like: rootRecord, named: newText)
+                newIDs[root.id] = info.root
+                Self.addCopies(
+                    of: records, at: tree.version, newIDs: newIDs, root: root.id, parent: nil, name: newText,
+                    to: &changes)
+                let saved = try tx.save(changes)
+                try inTransaction(tx)
+                return (info, saved)
+            }
+        }
+        var rootRecord = root
+        rootRecord.id = info.root
+        rootRecord.document = info.id
+        rootRecord.parent = nil
+        rootRecord.name = newText
+        rootRecord.version = saved.version.id
+        var current = info
+        current.currentVersion = saved.version.id
+        let notices = state.withLock { state -> [Notice] in
+            if let replaced {
+                if state.rootEntries[replaced.root.name] === replaced.root { detach(&state, replaced.root) }
+                state.documents[replaced.id] = nil
+            }
+            afterward(&state)
+            let document = install(&state, info: current, rootRecord: rootRecord)
+            if table.node(for: shownAs) != nil { state.nodes[shownAs] = document.root }
+            state.rootChanged = .now
+            return [.entry(parent: mountRootInode, name: newName), .inode(mountRootInode)]
+        }
+        send(notices)
+    }
+
+    /// Makes `tree` wrappers of the package folder `directory` under `newName` (sharing its
+    /// chunks), as a move of anything else there would be, in one store transaction with
+    /// `inTransaction`; `afterward` runs under the lock once the mount shows them. The kernel's
+    /// inode `shownAs` stands for the new wrapper until the kernel asks again.
+    func copy(
+        _ tree: StoredTree, into directory: ViewNode, as newName: FUSE.FileName, _ newText: String,
+        flags: RenameFlags, shownAs: UInt64,
+        inTransaction: @escaping (any DocumentStoreTransaction) throws -> Void,
+        afterward: (inout State) -> Void
+    ) throws(Errno) {
         guard let destination = state.withLock({ document(&$0, of: directory) }) else {
             throw .noSuchFileOrDirectory
         }
         try save(destination, durable: false)
-        let version = entry.version.id
-        let records = try storeCall { try store.nodes(of: entry.version.document, at: version) }
-        guard let root = records.first(where: { $0.parent == nil }) else { throw .ioError }
+        let records = tree.records
+        let root = tree.root
         let ids = try storeCall { try store.makeNodeIDs(count: records.count) }
         var newIDs: [StoreNodeID: StoreNodeID] = [:]
         for (record, id) in zip(records, ids) { newIDs[record.id] = id }
@@ -323,7 +401,7 @@ extension DocumentFileSystem {
                 changes.nodes.append(record)
             }
             Self.addCopies(
-                of: records, at: version, newIDs: newIDs, root: root.id, parent: directory.persistAs,
+                of: records, at: tree.version, newIDs: newIDs, root: root.id, parent: directory.persistAs,
                 name: newText,
                 to: &changes)
             return changes
@@ -331,7 +409,7 @@ extension DocumentFileSystem {
         let saved = try storeCall {
             try store.transaction(durable: false) { tx -> SaveResult in
                 let saved = try tx.saveOnTop(changes)
-                try tx.resolveConflict(version)
+                try inTransaction(tx)
                 return saved
             }
         }
@@ -360,12 +438,10 @@ extension DocumentFileSystem {
             }
             Self.joinLinks(shown, nodes)
             destination.base = saved.version.id
-            dropConflict(&state, entry)
+            afterward(&state)
             state.rootChanged = .now
-            // The kernel moved the entry's dentry into the package: until it asks again, the
-            // entry's inode stands for the new wrapper.
-            if let moved = newIDs[root.id].flatMap({ nodes[$0] }), table.node(for: entry.root.ino) != nil {
-                state.nodes[entry.root.ino] = moved
+            if let moved = newIDs[root.id].flatMap({ nodes[$0] }), table.node(for: shownAs) != nil {
+                state.nodes[shownAs] = moved
             }
             return [
                 .entry(parent: directory.ino, name: newName), .inode(directory.ino), .inode(mountRootInode),

@@ -19,6 +19,7 @@ extension DocumentFileSystem {
             // Close-to-open: an open sees the document as it is now, even before the observer
             // has noticed another process's save.
             try revalidate(file)
+            try showAsText(file)
             let truncated = flags.contains(.truncate) && flags.isWritable
             if truncated { try truncate(file, to: 0) }
             let (handle, keep) = try state.withLock { state throws(Errno) in
@@ -66,10 +67,7 @@ extension DocumentFileSystem {
             return try contents.read(offset: Int64(clamping: offset), count: size, into: &buffer)
         }
         for piece in pending {
-            let data = try storeCall {
-                try store.readContents(
-                    of: piece.base.node, at: piece.base.version, offset: piece.offset, count: piece.count)
-            }
+            let data = try baseBytes(piece.base, offset: piece.offset, count: piece.count)
             buffer.withUnsafeMutableBytes { raw in
                 let n = min(data.count, raw.count - piece.destination)
                 data.copyBytes(
@@ -121,9 +119,7 @@ extension DocumentFileSystem {
             for (chunk, base) in missing {
                 let start = Int64(chunk) * Int64(chunkSize)
                 let count = Int(min(Int64(chunkSize), base.size - start))
-                let data = try storeCall {
-                    try store.readContents(of: base.node, at: base.version, offset: start, count: count)
-                }
+                let data = try baseBytes(base, offset: start, count: count)
                 fetched[chunk] = (base, data)
             }
         }
@@ -234,6 +230,9 @@ extension DocumentFileSystem {
             let target = output.node
             guard source !== target, let from = source.contents, let to = target.contents else { return nil }
             // The source as stored (no unsaved bytes, a saved version), all of it, into nothing.
+            // A text view's bytes are not the stored ones, and a file stored as a property list
+            // must be compiled: both are copied byte by byte.
+            guard from.base.text == nil, to.propertyList == nil else { return nil }
             guard !from.isModified, let version = from.base.version, from.base.size > 0,
                 input.generation == from.generation, Int64(length) >= from.size, to.size == 0, !to.isModified,
                 target.conflict == nil
@@ -290,6 +289,11 @@ extension DocumentFileSystem {
                 return self.document(&state, of: open.node)
             }
             if let document {
+                // A property list shown as text is checked now: a close is where an editor hears
+                // that its text was refused.
+                if let file = state.withLock({ state in state.files[handle.rawValue]?.node }) {
+                    try checkText(file)
+                }
                 // The save is the committer's (group commit): close returns without waiting for
                 // the store. A save of the document that failed since the last report is what
                 // close reports, once; the changes stay pending and are saved again.
@@ -313,6 +317,9 @@ extension DocumentFileSystem {
             let document = state.withLock { state -> DocumentState? in
                 guard let open = state.files[handle.rawValue], isPersisted(open.node) else { return nil }
                 return self.document(&state, of: open.node)
+            }
+            if document != nil, let file = state.withLock({ state in state.files[handle.rawValue]?.node }) {
+                try checkText(file)
             }
             if let document { try save(document, durable: true) }
             // Earlier saves of this document may have been committed without waiting for the disk.
@@ -403,6 +410,7 @@ extension DocumentFileSystem {
                 throw .notPermitted
             }
             try refuseConflict(target)
+            if target.role != nil { throw .permissionDenied }
             if let size = changes.size {
                 guard target.kind == .regularFile else { throw .isDirectory }
                 try truncate(target, to: Int64(clamping: size))

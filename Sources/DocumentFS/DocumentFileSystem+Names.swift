@@ -59,6 +59,7 @@ extension DocumentFileSystem {
         permissions: FilePermissions, linkTarget: String? = nil, device: UInt64 = 0
     ) throws(Errno) -> ViewNode {
         let text = try validate(name)
+        try refuseVirtualCreation(in: directory, name, kind: kind)
         let id = try newStoreID()
         return try state.withLock { state throws(Errno) -> ViewNode in
             guard directory.kind == .directory, directory.linked else { throw .noSuchFileOrDirectory }
@@ -70,6 +71,7 @@ extension DocumentFileSystem {
                 permissions: permissions, context: context, linkTarget: linkTarget, device: device)
             let node = makeNode(storeID: id, document: directory.document, record: record, name: name)
             if kind == .regularFile { node.contents?.base = .empty(id) }
+            inheritPropertyList(&state, node, name: name, directory: directory)
             node.parent = directory
             directory.children[name] = node
             directory.record.modified = record.modified
@@ -130,11 +132,32 @@ extension DocumentFileSystem {
             context, name: name, text: text, root: DocumentRoot(kind: .regularFile), permissions: permissions)
     }
 
+    /// Refuses to make anything in the history or the Trash, but the files trash tools write to
+    /// `info/`.
+    func refuseVirtualCreation(in directory: ViewNode, _ name: FUSE.FileName, kind: FileWrapper.Kind)
+        throws(Errno)
+    {
+        guard isVirtual(directory) else { return }
+        switch trashPlace(directory)?.place {
+        case .info?, .expunged?:
+            if kind == .regularFile || kind == .directory { return }
+            throw .permissionDenied
+        case .root?:
+            throw state.withLock { _ in directory.children[name] != nil } ? .fileExists : .permissionDenied
+        case .files?, .inside?:
+            throw .permissionDenied
+        case nil:
+            throw .readOnlyFileSystem
+        }
+    }
+
     /// Creates a document in the store and shows it at the root, owned by the caller.
     func createDocument(
         _ context: RequestContext, name: FUSE.FileName, text: String, root: DocumentRoot,
         permissions: FilePermissions
     ) throws(Errno) -> ViewNode {
+        // The history's and the trash folders' names are the mount's, never documents'.
+        if Self.isReservedAtRoot(name) { throw .permissionDenied }
         try state.withLock { state throws(Errno) in
             if state.rootEntries[name] != nil { throw .fileExists }
         }
@@ -272,6 +295,12 @@ extension DocumentFileSystem {
         answer(reply) { () throws(Errno) in
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             let node: ViewNode
+            if parent == .root, let owner = Self.trashOwner(name), owner == context.uid {
+                // GIO and trash-cli make their trash folder when they do not find it: it is there.
+                let trash = state.withLock { virtualFolder(&$0, .trash(uid: owner), parent: nil) }
+                entry(reply, trash, state.withLock { _ in attributes(trash) })
+                return
+            }
             if parent == .root {
                 // A folder at the root is a new package document.
                 let text = try validate(name)
@@ -332,6 +361,7 @@ extension DocumentFileSystem {
                 throw .improperLink
             }
             guard let file = try resolve(node) else { throw .improperLink }
+            if isVirtual(directory) || isVirtual(file) { throw .improperLink }
             let id = try newStoreID()
             let alias = try state.withLock { state throws(Errno) -> ViewNode in
                 guard file.conflict == nil, directory.conflict == nil else { throw .permissionDenied }
@@ -490,6 +520,7 @@ extension DocumentFileSystem {
 
     func remove(parent: NodeID, name: FUSE.FileName, directory: Bool) throws(Errno) {
         try checkLength(name)
+        if parent == .root, Self.isReservedAtRoot(name) { throw .permissionDenied }
         if parent == .root {
             try ensureListing()
             var conflict: ConflictEntry?
@@ -537,6 +568,7 @@ extension DocumentFileSystem {
         guard let directoryNode = try resolve(parent, loadingChildren: true) else {
             throw .noSuchFileOrDirectory
         }
+        if try removeVirtual(directoryNode, name, isDirectory: directory) { return }
         if directory { try ensureConflictLoaded(directoryNode) }
         try state.withLock { state throws(Errno) in
             guard let node = directoryNode.children[name] else { throw .noSuchFileOrDirectory }
@@ -550,6 +582,7 @@ extension DocumentFileSystem {
                 node.linked = false
                 return
             }
+            noteLeaving(&state, node, name: name, directory: directoryNode)
             unlinkName(&state, node)
         }
     }
@@ -565,6 +598,17 @@ extension DocumentFileSystem {
             guard !flags.contains(.whiteout), flags != [.noReplace, .exchange] else { throw .invalidArgument }
             try checkLength(name)
             let newText = try validate(newName)
+            if (parent == .root && Self.isReservedAtRoot(name))
+                || (newParent == .root && Self.isReservedAtRoot(newName))
+            {
+                throw .permissionDenied
+            }
+            let from = parent == .root ? nil : try resolve(parent, loadingChildren: true)
+            let to = newParent == .root ? nil : try resolve(newParent, loadingChildren: true)
+            if try renameVirtual(from, name, to, newName, newText, flags: flags) {
+                reply.ok()
+                return
+            }
             if parent == .root && newParent == .root {
                 try renameAtRoot(name, newName, newText, flags: flags)
             } else if parent == .root || newParent == .root {
@@ -590,6 +634,32 @@ extension DocumentFileSystem {
         if across {
             try moveAcross(parent, name, newParent, newName, newText, flags: flags)
             return
+        }
+        // A file renamed onto a property list shown as text publishes its text: refuse text that
+        // does not compile before anything moves.
+        if configuration.archivesAsText {
+            let incoming = state.withLock { _ -> (ViewNode, Bool)? in
+                guard let node = from.children[name], node.kind == .regularFile, !flags.contains(.exchange),
+                    let kind = to.children[newName]?.contents?.propertyList, let contents = node.contents
+                else { return nil }
+                let marked = contents.propertyList == nil
+                if marked {
+                    contents.propertyList = kind
+                    contents.replaces = to.children[newName]?.contents.flatMap { $0.base.text ?? $0.replaces }
+                }
+                return (node, marked)
+            }
+            if let (node, marked) = incoming {
+                do { try checkText(node) } catch {
+                    if marked {
+                        state.withLock { _ in
+                            node.contents?.propertyList = nil
+                            node.contents?.replaces = nil
+                        }
+                    }
+                    throw error
+                }
+            }
         }
         let saveDocument = try state.withLock { state throws(Errno) -> DocumentState? in
             guard from.document != nil, from.document == to.document else { throw .improperLink }
@@ -644,6 +714,13 @@ extension DocumentFileSystem {
                 return nil
             }
             let wasScratch = !isPersisted(node)
+            noteLeaving(&state, node, name: name, directory: from)
+            if let replaced = target?.contents, let kind = replaced.propertyList, node.kind == .regularFile,
+                let contents = node.contents, contents.propertyList == nil
+            {
+                contents.propertyList = kind
+                contents.replaces = replaced.base.text ?? replaced.replaces
+            }
             from.children[name] = nil
             to.children[newName] = node
             node.name = newName

@@ -9,7 +9,8 @@ extension DocumentFileSystem {
     private struct PreparedSave {
         var changes: DocumentChanges
         var records: [StoreNodeID: NodeRecord]
-        var snapshots: [(node: ViewNode, id: StoreNodeID, snapshot: FileContents.Snapshot)]
+        var snapshots:
+            [(node: ViewNode, id: StoreNodeID, snapshot: FileContents.Snapshot, text: PropertyListText?)]
         /// The nodes it looked at, to look at again if it fails.
         var touched: [ObjectIdentifier: ViewNode]
     }
@@ -18,6 +19,7 @@ extension DocumentFileSystem {
     /// (and, when `durable`, on disk); throws the errno a `close` or `fsync` should return.
     func save(_ document: DocumentState, durable: Bool) throws(Errno) {
         try ensureLoaded(document)
+        compileTexts(of: document)
         document.saving.lock()
         defer { document.saving.unlock() }
         if let prepared = try prepareShown(document, durable: durable) {
@@ -49,6 +51,7 @@ extension DocumentFileSystem {
                 failed.append(document.id)
                 continue
             }
+            compileTexts(of: document)
             // In id order, as every holder of several of these locks takes them.
             document.saving.lock()
             locked.append(document)
@@ -138,7 +141,8 @@ extension DocumentFileSystem {
                 return true
             }
             for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
-                item.snapshot.contents.saved(item.snapshot, as: item.id, version: result.version.id)
+                item.snapshot.contents.saved(
+                    item.snapshot, as: item.id, version: result.version.id, text: item.text)
             }
             // In place: a copy of a big package's records would make every save cost the
             // size of the package.
@@ -178,13 +182,22 @@ extension DocumentFileSystem {
         changes.origin = origin
         changes.conflictPolicy = .rebaseIfDisjoint
         changes.durable = durable
-        var snapshots: [(node: ViewNode, id: StoreNodeID, snapshot: FileContents.Snapshot)] = []
+        var snapshots:
+            [(node: ViewNode, id: StoreNodeID, snapshot: FileContents.Snapshot, text: PropertyListText?)] =
+                []
+        // Property lists shown as text whose text is not compiled (or does not compile): they wait,
+        // and so does the removal of what had their place (vim's renamed-away original).
+        var held: [ViewNode] = []
+        var goneNodes: [StoreNodeID: ViewNode] = [:]
 
         for node in touched.values.sorted(by: { $0.storeID < $1.storeID }) {
             // A node a flat document's new file took over from is no longer the document's.
             guard node.document == document.id else { continue }
             guard isPersisted(node), node.linkOf.map({ isPersisted($0) }) ?? true else {
-                if committed[node.persistAs] != nil { gone.insert(node.persistAs) }
+                if committed[node.persistAs] != nil {
+                    gone.insert(node.persistAs)
+                    goneNodes[node.persistAs] = node
+                }
                 continue
             }
             if let file = node.linkOf {
@@ -219,12 +232,39 @@ extension DocumentFileSystem {
                 record.name = node.name.string
             }
             let stored = committed[record.id]
-            if let contents = node.contents, node.kind == .regularFile {
+            if let contents = node.contents, node.kind == .regularFile, contents.propertyList != nil,
+                contents.isModified || contents.base.text != nil
+            {
+                // Stored as a binary property list, shown and written as text.
+                let sameNode = contents.base.node == record.id && stored?.kind == .regularFile
+                if !contents.isModified, let shown = contents.base.text {
+                    record.size = Int64(shown.binary.count)
+                    if !sameNode {
+                        changes.contents[record.id] = .copy(
+                            of: NodeLookup(contents.base.node, at: contents.base.version))
+                    }
+                } else {
+                    guard let compiled = contents.compiled, compiled.edits == contents.edits,
+                        case .success(let text) = compiled.outcome
+                    else {
+                        held.append(node)
+                        continue
+                    }
+                    record.size = Int64(text.binary.count)
+                    if sameNode, text.binary == contents.base.text?.binary {
+                        // The text shown, written back: the archive stays byte for byte.
+                    } else {
+                        let snapshot = contents.freeze()
+                        snapshots.append((node, record.id, snapshot, text))
+                        changes.contents[record.id] = .replace(DataContentsSource(text.binary))
+                    }
+                }
+            } else if let contents = node.contents, node.kind == .regularFile {
                 record.size = contents.size
                 let sameNode = contents.base.node == record.id && stored?.kind == .regularFile
                 if contents.isModified || !sameNode || stored?.size != contents.size {
                     let snapshot = contents.freeze()
-                    snapshots.append((node, record.id, snapshot))
+                    snapshots.append((node, record.id, snapshot, nil))
                     let source = SnapshotSource(snapshot: snapshot)
                     if sameNode || snapshot.base.size == 0 {
                         let storedSize = stored?.kind == .regularFile ? stored?.size ?? 0 : 0
@@ -246,7 +286,18 @@ extension DocumentFileSystem {
                 changes.nodes.append(record)
             }
         }
-        changes.removedNodes = gone.subtracting(records.keys).sorted()
+        var kept = Set<StoreNodeID>()
+        for node in held {
+            document.touched[ObjectIdentifier(node)] = node
+            document.dirty = true
+            // What had the waiting file's name stays in the store until the file can take it.
+            for (id, gone) in goneNodes
+            where committed[id]?.parent == node.parent?.persistAs && committed[id]?.name == node.name.string {
+                document.touched[ObjectIdentifier(gone)] = gone
+                kept.insert(id)
+            }
+        }
+        changes.removedNodes = gone.subtracting(records.keys).subtracting(kept).sorted()
         guard !changes.isEmpty else {
             for item in snapshots { item.snapshot.contents.saveFailed() }
             return nil

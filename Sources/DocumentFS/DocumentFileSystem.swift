@@ -55,6 +55,9 @@ public final class DocumentFileSystem: FileSystem {
         /// How often the store's retention policy is applied in the background (by whichever
         /// process using the store finds it due first); nil never.
         public var collectionInterval: Duration? = .seconds(3600)
+        /// Show binary property lists (keyed archives included) as XML text, and store text
+        /// written to them as binary property lists again (`-o archives=xml`).
+        public var archivesAsText = false
         public init() {}
     }
 
@@ -72,6 +75,8 @@ public final class DocumentFileSystem: FileSystem {
     /// The folder of the store file; empty for a store that is not a local file.
     let storeDirectory: String
     let chunkSize: Int
+    /// The XML texts of stored binary property lists (`archives=xml`).
+    let textViews = TextViews()
     /// Wakes the committer when a close asks for a save.
     let committerWake = DispatchSemaphore(value: 0)
     /// File systems made by this process, to tell their origins apart.
@@ -141,6 +146,11 @@ public final class DocumentFileSystem: FileSystem {
         var stopping = false
         /// Documents a close asked to save, for the committer (``startCommitter()``).
         var closeSaves: [DocumentID: DocumentState] = [:]
+        /// Names shown property lists left, and their kinds (`archives=xml`).
+        /// The history's and the Trash's folders, made on first use (issue 18).
+        var virtualFolders: [VirtualRole: ViewNode] = [:]
+        var nextVirtualInode: UInt64 = 0
+        var formerPropertyLists: [FormerName: (kind: PropertyListText.Kind, shown: PropertyListText?)] = [:]
     }
 
     /// - Parameters:
@@ -422,7 +432,11 @@ public final class DocumentFileSystem: FileSystem {
             return (node, node.flatMap { self.document(&state, of: $0) })
         }
         if loadingChildren, let document { try ensureLoaded(document) }
-        if loadingChildren, let node, node.conflict != nil { try ensureConflictLoaded(node) }
+        if loadingChildren, let node, isVirtual(node) {
+            try refreshVirtual(node, force: false)
+        } else if loadingChildren, let node, node.conflict != nil {
+            try ensureConflictLoaded(node)
+        }
         return node
     }
 
@@ -520,7 +534,7 @@ public final class DocumentFileSystem: FileSystem {
             let found: ViewNode
             let attrs: FileAttributes
             do throws(Errno) {
-                (found, attrs) = try child(named: name, of: parent)
+                (found, attrs) = try child(named: name, of: parent, uid: context.uid)
             } catch {
                 guard error == .noSuchFileOrDirectory else { throw error }
                 // The kernel may remember that the name is missing (editors and shells probe many
@@ -534,22 +548,41 @@ public final class DocumentFileSystem: FileSystem {
     }
 
     /// The node named `name` in the directory `parent`, with its attributes.
-    func child(named name: FUSE.FileName, of parent: NodeID) throws(Errno) -> (ViewNode, FileAttributes) {
+    func child(named name: FUSE.FileName, of parent: NodeID, uid: UInt32) throws(Errno) -> (
+        ViewNode, FileAttributes
+    ) {
         try checkLength(name)
-        if parent == .root { try ensureListing() }
-        guard let directory = try resolve(parent, loadingChildren: true) else {
-            return try state.withLock { state throws(Errno) in
-                guard let node = state.rootEntries[name] else { throw .noSuchFileOrDirectory }
-                return (node, attributes(node))
+        if parent == .root {
+            if let virtual = virtualAtRoot(name, uid: uid) {
+                return (virtual, state.withLock { _ in self.attributes(virtual) })
             }
+            try ensureListing()
         }
-        return try state.withLock { state throws(Errno) in
+        guard let directory = try resolve(parent, loadingChildren: true) else {
+            let node = try state.withLock { state throws(Errno) -> ViewNode in
+                guard let node = state.rootEntries[name] else { throw .noSuchFileOrDirectory }
+                return node
+            }
+            try showAsText(node)
+            return (node, state.withLock { _ in self.attributes(node) })
+        }
+        // A virtual folder lists the store again for a name it does not have (a new version, an
+        // item trashed through another mount).
+        if isVirtual(directory), directory.role != nil,
+            state.withLock({ _ in directory.children[name] == nil })
+        {
+            try refreshVirtual(directory, force: true)
+        }
+        let (node, attrs) = try state.withLock { state throws(Errno) -> (ViewNode, FileAttributes) in
             guard directory.kind == .directory else { throw .notDirectory }
             guard let found = directory.children[name] else { throw .noSuchFileOrDirectory }
             // The kernel knows a file by one node whatever name it is looked up by.
             let node = found.linkOf ?? found
-            return (node, attributes(node))
+            return (node, self.attributes(node))
         }
+        guard configuration.archivesAsText, node.kind == .regularFile else { return (node, attrs) }
+        try showAsText(node)
+        return (node, state.withLock { _ in self.attributes(node) })
     }
 
     public func forget(node: NodeID, lookups: UInt64) { table.forget(node, lookups: lookups) }
@@ -560,6 +593,7 @@ public final class DocumentFileSystem: FileSystem {
     ) {
         answer(reply) { () throws(Errno) in
             if node == .root { try ensureListing() }
+            if configuration.archivesAsText, let file = try resolve(node) { try showAsText(file) }
             let attrs = try state.withLock { state throws(Errno) in
                 guard let n = try self.node(&state, node) else { return rootAttributes(&state) }
                 return attributes(n)
@@ -589,6 +623,7 @@ public final class DocumentFileSystem: FileSystem {
             if node == .root { try ensureListing() }
             let directory = try resolve(node, loadingChildren: true)
             if let directory { try revalidate(directory) }
+            if let directory, directory.role != nil { try refreshVirtual(directory, force: true) }
             let (handle, keep) = try state.withLock { state throws(Errno) in
                 if let directory, directory.kind != .directory { throw .notDirectory }
                 let ino = directory?.ino ?? mountRootInode
@@ -686,6 +721,7 @@ public final class DocumentFileSystem: FileSystem {
         reply: ReplyDirectoryPlus
     ) {
         answer(reply) { () throws(Errno) in
+            if offset == 0 { try showChildrenAsText(node) }
             for entry in try entries(node, handle, after: offset) {
                 let full = reply.add(
                     entry.ino, in: table, attributes: entry.attributes, offset: entry.cookie,

@@ -13,9 +13,19 @@ struct ContentBase: Sendable, Equatable {
     var version: VersionID?
     /// Bytes at or past this read as zeros.
     var size: Int64
+    /// With `archives=xml`, a stored binary property list read as its XML text: the bytes come
+    /// from ``PropertyListText/text`` (and ``size`` is its length), not from the store.
+    var text: PropertyListText? = nil
+    /// Bytes the mount makes up (a Trash item's `.trashinfo`), read instead of the store's.
+    var bytes: Data? = nil
 
     /// A file with no stored bytes (a new file).
     static func empty(_ node: StoreNodeID) -> ContentBase { ContentBase(node: node, version: nil, size: 0) }
+
+    static func == (a: ContentBase, b: ContentBase) -> Bool {
+        a.node == b.node && a.version == b.version && a.size == b.size && a.text === b.text
+            && a.bytes == b.bytes
+    }
 }
 
 /// Written chunks of one file, kept in an unnamed local file (the spill) rather than in memory,
@@ -133,6 +143,16 @@ final class FileContents: @unchecked Sendable {
     /// Bumped when another process's save replaced the base: handles opened before then keep
     /// reading what they opened.
     var generation: UInt64 = 0
+    /// Bumped by every write and truncation, so that a compiled text is known to be current.
+    private(set) var edits: UInt64 = 0
+    /// With `archives=xml`: the file is stored as a binary property list of this kind and shown
+    /// as text, so what is written must compile back to one.
+    var propertyList: PropertyListText.Kind?
+    /// The text shown for the property list whose place this file took (a rename onto it, or a
+    /// new file under the name it left): written back unchanged, it stores those bytes.
+    var replaces: PropertyListText?
+    /// The last compile of the written text (``edits`` at the time, and its outcome).
+    var compiled: (edits: UInt64, outcome: Result<PropertyListText, PropertyListTextError>)?
     let chunkSize: Int
     let spillDirectory: String
 
@@ -239,6 +259,7 @@ final class FileContents: @unchecked Sendable {
         }
         try layer.write(bytes, at: offset)
         size = max(size, end)
+        edits &+= 1
     }
 
     /// The chunk a truncation to `newSize` cuts in the middle and that must be taken in first.
@@ -262,6 +283,7 @@ final class FileContents: @unchecked Sendable {
             layer.cut = min(layer.cut, newSize)
         }
         size = newSize
+        edits &+= 1
     }
 
     /// Plans a read: spill and zero bytes are copied now (under the lock); store ranges are
@@ -374,13 +396,15 @@ final class FileContents: @unchecked Sendable {
     }
 
     /// The save of `snapshot` is in the store as `version` of `node`: the frozen layers go.
-    func saved(_ snapshot: Snapshot, as node: StoreNodeID, version: VersionID) {
+    /// `text`: the file was stored as this compiled property list, and keeps reading as its text.
+    func saved(_ snapshot: Snapshot, as node: StoreNodeID, version: VersionID, text: PropertyListText? = nil)
+    {
         // Replaced while the save ran (its layers and base are gone): what was saved is an older
         // state, and the file's node is marked changed, so the next save stores the new one.
         guard snapshot.generation == generation else { return }
         layers.removeFirst(min(frozen, layers.count))
         frozen = 0
-        base = ContentBase(node: node, version: version, size: snapshot.size)
+        base = ContentBase(node: node, version: version, size: snapshot.size, text: text)
     }
 
     /// The save failed: the frozen layers stay, under whatever was written since.
@@ -393,6 +417,7 @@ final class FileContents: @unchecked Sendable {
         self.base = base
         size = base.size
         generation &+= 1
+        edits &+= 1
     }
 }
 

@@ -15,10 +15,23 @@ public struct ScratchNames: Sendable {
     /// emacs (`#name#`, `.#name`), GNU sed -i (`sedXXXXXX`), GIO (`.goutputstream-XXXXXX`),
     /// perl -i (`XXXXXXXX`), LibreOffice (`.~lock.name#`, `luXXX.tmp`), Kate (`name.kate-swp`),
     /// and rsync's `.name.XXXXXX` (see ``isRsyncTemporary(_:)``).
-    public static let standard = ScratchNames(patterns: [
+    public static let editors = [
         ".*.sw?", "*~", "#*#", ".#*", ".goutputstream-??????", "sed??????", "XX??????", ".~lock.*#",
         "lu*.tmp", "*.kate-swp",
-    ])
+    ]
+
+    /// What other systems' file managers leave in every folder they show: macOS's Finder
+    /// (`.DS_Store`, and `._name` AppleDouble files of resource forks and attributes on file
+    /// systems without them) and Windows Explorer (`Thumbs.db`, `ehthumbs.db`, `desktop.ini`).
+    /// They are caches and view settings, not the user's documents.
+    public static let housekeeping = [".DS_Store", "._*", "[Tt]humbs.db", "ehthumbs.db", "[Dd]esktop.ini"]
+
+    /// Editors' scratch files and file managers' housekeeping files.
+    public static let standard = ScratchNames(patterns: editors + housekeeping)
+
+    /// Editors' scratch files only: file managers' housekeeping files are kept
+    /// (`-o housekeeping=keep`).
+    public static let editorsOnly = ScratchNames(patterns: editors)
 
     public init(patterns: [String]) { self.patterns = patterns }
 

@@ -42,6 +42,13 @@ final class ViewNode: @unchecked Sendable {
     /// The kernel's key for the node (its node table key): its own store id plus one, or for a
     /// conflict version's node a number of its own (the store id is the current version's).
     let ino: UInt64
+    /// A folder the mount makes up (the history, the Trash); nil for the store's wrappers.
+    let role: VirtualRole?
+    /// The history or Trash tree the node shows, read-only; nil elsewhere (conflict entries
+    /// included, which are found by ``conflict``).
+    var tree: VersionTree?
+    /// A virtual folder's children were listed from the store at least once.
+    var listed = false
 
     init(
         storeID: StoreNodeID, document: DocumentID?, name: FUSE.FileName, record: NodeRecord,
@@ -55,12 +62,26 @@ final class ViewNode: @unchecked Sendable {
         atMountRoot = false
         self.conflict = conflict?.version
         ino = conflict?.ino ?? inodeNumber(storeID)
+        role = nil
+    }
+
+    /// A virtual folder (``VirtualRole``) with its own inode number.
+    init(role: VirtualRole, ino: UInt64, name: FUSE.FileName, record: NodeRecord) {
+        storeID = StoreNodeID(rawValue: -1)
+        persistAs = storeID
+        document = nil
+        self.name = name
+        self.record = record
+        atMountRoot = false
+        conflict = nil
+        self.ino = ino
+        self.role = role
     }
 
     /// Where the node's entry sits in its directory's listing (a readdir offset continues after
     /// it): the store id plus 2 (1 and 2 are `.` and `..`), so it stays valid while entries
-    /// change; a conflict entry's is its inode number, past every store id.
-    var cookie: UInt64 { conflict == nil ? UInt64(bitPattern: storeID.rawValue) &+ 2 : ino }
+    /// change; a conflict entry's, or a virtual node's, is its inode number, past every store id.
+    var cookie: UInt64 { conflict == nil && role == nil ? UInt64(bitPattern: storeID.rawValue) &+ 2 : ino }
     /// The `st_ino` shown when it is not ``ino``: a file that took over a flat document shows
     /// the document's inode (so it is the same after a remount), and the file it replaced
     /// shows another number so that no two files share one.

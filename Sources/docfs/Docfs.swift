@@ -33,7 +33,7 @@ struct Docfs: AsyncParsableCommand {
         version: DocumentFS.version,
         subcommands: [
             Create.self, List.self, Versions.self, Restore.self, Fsck.self, Import.self, Export.self,
-            CollectGarbage.self, Retention.self, Mount.self, Unmount.self,
+            CollectGarbage.self, Retention.self, PropertyListCommand.self, Mount.self, Unmount.self,
         ]
     )
 }

@@ -38,7 +38,12 @@ struct Mount: DocfsCommand {
             entry_timeout=SECONDS (how long the kernel caches attributes and names; default 60; \
             other processes' and mounts' saves invalidate them regardless), \
             collect_interval=SECONDS (how often the store's retention policy is applied in the \
-            background, see `docfs retention`; default 3600, 0 never). mount(8)'s \
+            background, see `docfs retention`; default 3600, 0 never), archives=xml (binary \
+            property lists, keyed archives included, read as XML text, and text written back is \
+            stored as a binary property list again; text that is not one is refused with EINVAL \
+            at close or fsync; see `docfs plist`), housekeeping=keep (store the .DS_Store, ._*, \
+            Thumbs.db and desktop.ini files other systems' file managers leave; by default they \
+            work in the mount but are never stored, like editors' swap files). mount(8)'s \
             dev, suid, exec, auto, user, _netdev, defaults and the like are ignored (a docfs \
             mount is always nosuid,nodev); anything else goes to libfuse as written.
 
@@ -128,6 +133,8 @@ struct Mount: DocfsCommand {
         if let timeout = plan.options.attributeTimeout { options.fileSystem.attributeTimeout = timeout }
         if let timeout = plan.options.entryTimeout { options.fileSystem.entryTimeout = timeout }
         if let interval = plan.options.collectInterval { options.fileSystem.collectionInterval = interval }
+        options.fileSystem.archivesAsText = plan.options.archivesAsText
+        if plan.options.keepHousekeeping { options.fileSystem.scratchNames = .editorsOnly }
         options.extraOptions = plan.options.passThrough
         options.handleSignals = true
         let mount: DocumentFSMount

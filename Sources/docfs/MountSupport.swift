@@ -158,6 +158,12 @@ struct FuseOptions: Equatable {
     /// `collect_interval=SECONDS`: how often the store's retention policy is applied in the
     /// background (default 3600; 0 never).
     var collectInterval: Duration??
+    /// `archives=xml`: binary property lists (keyed archives) read and are edited as XML text;
+    /// `archives=binary` (the default) shows the stored bytes.
+    var archivesAsText = false
+    /// `housekeeping=keep`: file managers' `.DS_Store`, `._*`, `Thumbs.db` and `desktop.ini`
+    /// are saved like any file; `housekeeping=scratch` (the default) keeps them out of the store.
+    var keepHousekeeping = false
     /// Everything else, as written, for libfuse (which refuses what it does not know).
     var passThrough: [String] = []
 
@@ -212,6 +218,18 @@ struct FuseOptions: Equatable {
             }
             let timeout = Duration.milliseconds(Int64((seconds * 1000).rounded()))
             if name == "attr_timeout" { attributeTimeout = timeout } else { entryTimeout = timeout }
+        case "archives":
+            switch value {
+            case "xml": archivesAsText = true
+            case "binary": archivesAsText = false
+            default: throw Failure("-o archives= is xml (binary property lists read as XML text) or binary")
+            }
+        case "housekeeping":
+            switch value {
+            case "keep": keepHousekeeping = true
+            case "scratch": keepHousekeeping = false
+            default: throw Failure("-o housekeeping= is scratch (the default: never stored) or keep")
+            }
         case "subtype":
             throw Failure("-o subtype= cannot be changed: docfs mounts are always of type fuse.docfs")
         default:

@@ -1,9 +1,9 @@
 import DocumentEngine
-import SQLiteStore
 import Foundation
+import SQLiteStore
 import SampleDocuments
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
     import Glibc
@@ -286,6 +286,51 @@ struct DocfsCommandTests {
             #expect(result.status != 0, "\(bad)")
         }
         #expect(try sandbox.run(["gc", path, "--keep-for", "1d12h"]).status == 0)
+    }
+
+    @Test(
+        "plist prints an archive from the store, converts it to XML and back, and names the line of bad text")
+    func propertyLists() throws {
+        let store = try demoStore()
+        let printed = try sandbox.run(["plist", store, "Things I Own.mystuff/things.data"])
+        #expect(printed.status == 0, "\(printed)")
+        #expect(
+            printed.stdout.contains("NSKeyedArchiver") && printed.stdout.contains("Guitar"),
+            "\(printed.stdout)")
+
+        let xml = sandbox.path("things.xml")
+        let converted = try sandbox.run([
+            "plist", store, "Things I Own.mystuff/things.data", "--xml", "-o", xml,
+        ])
+        #expect(converted.status == 0, "\(converted)")
+        let text = try String(contentsOfFile: xml, encoding: .utf8)
+        #expect(
+            text.hasPrefix("<?xml version=\"1.0\" encoding=\"UTF-8\"?>")
+                && text.contains("<string>Guitar</string>"))
+        try text.replacingOccurrences(of: "<string>Guitar</string>", with: "<string>Banjo</string>")
+            .write(toFile: xml, atomically: true, encoding: .utf8)
+        let binary = sandbox.path("things.bin")
+        let back = try sandbox.run(["plist", xml, "--binary", "-o", binary])
+        #expect(back.status == 0, "\(back)")
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: binary))
+        #expect(PropertyList.isBinary(bytes))
+        let names = try KeyedArchive.unarchivedObject(
+            ofClasses: [NSArray.self, MyWhatsit.self], from: bytes, classNames: ["MyWhatsit": MyWhatsit.self])
+        #expect((names as? [MyWhatsit])?.map(\.name) == ["Bicycle", "Banjo", "Telescope", "Kayak"])
+
+        let bad = sandbox.path("bad.plist")
+        try
+            "<?xml version=\"1.0\"?>\n<plist version=\"1.0\">\n<dict>\n\t<key>a</key>\n\t<integr>1</integr>\n</dict>\n</plist>\n"
+            .write(toFile: bad, atomically: true, encoding: .utf8)
+        let refused = try sandbox.run(["plist", bad, "--binary"])
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("line 5"), "\(refused.stderr)")
+
+        let broken = text.replacingOccurrences(of: "<key>$top</key>", with: "<key>$tip</key>")
+        try broken.write(toFile: bad, atomically: true, encoding: .utf8)
+        let notArchive = try sandbox.run(["plist", bad, "--binary"])
+        #expect(notArchive.status == 1)
+        #expect(notArchive.stderr.contains("not a keyed archive"), "\(notArchive.stderr)")
     }
 
     @Test("--log-level debug logs on standard error")

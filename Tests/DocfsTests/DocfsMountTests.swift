@@ -1,8 +1,9 @@
 import DocumentEngine
-@testable import SQLiteStore
 import Foundation
 import TestSupport
 import Testing
+
+@testable import SQLiteStore
 
 #if canImport(Glibc)
     import Glibc
@@ -32,7 +33,8 @@ struct DocfsMountTests {
         _ arguments: [String], prefix: [String] = [], environment: [String: String] = [:],
         directory: String? = nil
     ) throws -> DocfsResult {
-        try sandbox.run(arguments, prefix: Self.bounded + prefix, environment: environment, directory: directory)
+        try sandbox.run(
+            arguments, prefix: Self.bounded + prefix, environment: environment, directory: directory)
     }
 
     /// Runs another program (a path, then its arguments), bounded.
@@ -69,7 +71,9 @@ struct DocfsMountTests {
         #expect(result.status != 0, "\(result)", sourceLocation: sourceLocation)
         #expect(result.errorLines.count == 1, "one line: \(result)", sourceLocation: sourceLocation)
         #expect(result.stderr.hasPrefix("docfs: "), "\(result)", sourceLocation: sourceLocation)
-        #expect(result.stderr.contains(expected), "expected \(expected): \(result)", sourceLocation: sourceLocation)
+        #expect(
+            result.stderr.contains(expected), "expected \(expected): \(result)",
+            sourceLocation: sourceLocation)
         #expect(result.stdout.isEmpty, "\(result)", sourceLocation: sourceLocation)
     }
 
@@ -87,7 +91,9 @@ struct DocfsMountTests {
             let entry = try #require(Mounts.entry(at: mountpoint), "mounted when mount returns")
             #expect(entry.type == "fuse.docfs")
             #expect(entry.source == store, "the source is the store")
-            #expect(entry.options.contains("rw") && entry.options.contains("nosuid") && entry.options.contains("nodev"))
+            #expect(
+                entry.options.contains("rw") && entry.options.contains("nosuid")
+                    && entry.options.contains("nodev"))
             let pid = try #require(daemonPID(mountpoint), "the daemon's pid file")
             #expect(isAlive(pid))
 
@@ -102,18 +108,25 @@ struct DocfsMountTests {
             #expect(readme.stdout == String(decoding: try stored.wholeContents(of: info.root), as: UTF8.self))
             #expect(!readme.stdout.isEmpty)
 
-            let log = try String(contentsOfFile: sandbox.path("home/.local/state/docfs/docfs.log"), encoding: .utf8)
-            #expect(log.contains("mounted") && log.contains("pid=\(pid)"), "the daemon logs to the log file: \(log)")
+            let log = try String(
+                contentsOfFile: sandbox.path("home/.local/state/docfs/docfs.log"), encoding: .utf8)
+            #expect(
+                log.contains("mounted") && log.contains("pid=\(pid)"),
+                "the daemon logs to the log file: \(log)")
             // SIGUSR1 logs the store's statistics, and the daemon serves on.
             let statistics = sandbox.storeStatistics(of: pid)
-            #expect(statistics.map { $0.bytesRead >= readme.stdout.utf8.count } == true, "\(String(describing: statistics))")
+            #expect(
+                statistics.map { $0.bytesRead >= readme.stdout.utf8.count } == true,
+                "\(String(describing: statistics))")
             #expect(isAlive(pid))
 
             let unmounted = try docfs(["unmount", mountpoint])
             #expect(unmounted.status == 0 && unmounted.stderr.isEmpty, "\(unmounted)")
             #expect(Mounts.entry(at: mountpoint) == nil, "the mount is gone")
             #expect(!isAlive(pid), "unmount returned after the daemon exited")
-            #expect(!FileManager.default.fileExists(atPath: pidFile(mountpoint)), "the daemon removed its pid file")
+            #expect(
+                !FileManager.default.fileExists(atPath: pidFile(mountpoint)),
+                "the daemon removed its pid file")
         }
     }
 
@@ -179,8 +192,10 @@ struct DocfsMountTests {
             expectFailure(
                 try docfs(["mount", mountpoint]),
                 "no store at \(sandbox.defaultStore); create one with `docfs create`")
-            let text = try sandbox.write("notes.docstore", Data("just some text, long enough to be more than a header\n".utf8))
-            expectFailure(try docfs(["mount", text, mountpoint]), "is not a DocFS store: it is not an SQLite database")
+            let text = try sandbox.write(
+                "notes.docstore", Data("just some text, long enough to be more than a header\n".utf8))
+            expectFailure(
+                try docfs(["mount", text, mountpoint]), "is not a DocFS store: it is not an SQLite database")
             let truncated = try sandbox.write(
                 "truncated.docstore", Data("SQLite format 3\0".utf8) + Data(count: 40))
             expectFailure(try docfs(["mount", truncated, mountpoint]), "is damaged: the file is truncated")
@@ -230,8 +245,13 @@ struct DocfsMountTests {
             expectFailure(
                 try docfs(["mount", store, mountpoint, "-o", "ro,no_such_option=1,noexec"]),
                 "unknown mount option no_such_option=1 (neither docfs nor libfuse knows it)")
-            expectFailure(try docfs(["mount", store, mountpoint, "-f", "-o", "bogus"]), "unknown mount option bogus")
+            expectFailure(
+                try docfs(["mount", store, mountpoint, "-f", "-o", "bogus"]), "unknown mount option bogus")
             expectFailure(try docfs(["mount", store, mountpoint, "-o", "subtype=x"]), "fuse.docfs")
+            expectFailure(
+                try docfs(["mount", store, mountpoint, "-o", "archives=json"]), "-o archives= is xml")
+            expectFailure(
+                try docfs(["mount", store, mountpoint, "-o", "housekeeping"]), "-o housekeeping= is scratch")
             for bad in ["quiet_interval=soon", "quiet_interval=0", "quiet_interval"] {
                 expectFailure(
                     try docfs(["mount", store, mountpoint, "-o", bad]),
@@ -249,8 +269,24 @@ struct DocfsMountTests {
             expectFailure(
                 try docfs(["mount", store, mountpoint, "-o", "max_read=131072"]),
                 "the mount at \(mountpoint) did not come up: ")
-            expectFailure(try docfs(["mount", store, mountpoint, "-o", "max_read=131072"]), "maximum read size")
+            expectFailure(
+                try docfs(["mount", store, mountpoint, "-o", "max_read=131072"]), "maximum read size")
             #expect(Mounts.entry(at: mountpoint) == nil)
+        }
+    }
+
+    @Test("-o archives=xml: the demo's keyed archive reads as XML text through the daemon")
+    func archivesAsXML() async throws {
+        try await onOwnThread { [self] in
+            let mountpoint = try folder("mnt")
+            defer { cleanUp(mountpoint) }
+            let mounted = try docfs(["mount", store, mountpoint, "-o", "archives=xml,housekeeping=keep"])
+            try #require(mounted.status == 0, "\(mounted)")
+            let path = mountpoint + "/Things I Own.mystuff/things.data"
+            let text = try String(contentsOfFile: path, encoding: .utf8)
+            #expect(text.hasPrefix("<?xml") && text.contains("<string>NSKeyedArchiver</string>"))
+            var st = stat()
+            #expect(stat(path, &st) == 0 && Int(st.st_size) == text.utf8.count)
         }
     }
 
@@ -279,7 +315,9 @@ struct DocfsMountTests {
                 "sh", mountpoint, docfsPath, store,
             ])
             #expect(held.status == 0, "\(held)")
-            let counts = held.stdout.split(separator: "\n").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+            let counts = held.stdout.split(separator: "\n").compactMap {
+                Int($0.trimmingCharacters(in: .whitespaces))
+            }
             try #require(counts.count == 3, "\(held)")
             #expect(counts[1] == counts[0], "saved while open: \(held)")
             #expect(counts[2] == counts[0] + 1, "not saved at close: \(held)")
@@ -315,7 +353,8 @@ struct DocfsMountTests {
                 #expect(chmod(store, 0) == 0)
                 expectFailure(try docfs(["mount", store, mountpoint]), "permission denied")
                 #expect(chmod(store, 0o600) == 0 && chmod(mountpoint, 0o555) == 0)
-                expectFailure(try docfs(["mount", store, mountpoint]), "no permission to mount on \(mountpoint)")
+                expectFailure(
+                    try docfs(["mount", store, mountpoint]), "no permission to mount on \(mountpoint)")
                 return
             }
             let nobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
@@ -328,14 +367,16 @@ struct DocfsMountTests {
             try FileManager.default.copyItem(atPath: store, toPath: ownStore)
             #expect(chown(own, 65534, 65534) == 0 && chown(ownStore, 65534, 65534) == 0)
             expectFailure(
-                try docfs(["mount", ownStore, mountpoint], prefix: nobody), "no permission to mount on \(mountpoint)")
+                try docfs(["mount", ownStore, mountpoint], prefix: nobody),
+                "no permission to mount on \(mountpoint)")
             #expect(Mounts.entry(at: mountpoint) == nil)
         }
     }
 
     @Test(
         "a daemon that dies before mounting: the launcher quotes libfuse's reason from the log",
-        .enabled(if: getuid() == 0 && !fuseDeviceOpenToAll(), "needs root and a /dev/fuse others cannot open"))
+        .enabled(if: getuid() == 0 && !fuseDeviceOpenToAll(), "needs root and a /dev/fuse others cannot open")
+    )
     func daemonDiesBeforeMounting() async throws {
         try await onOwnThread { [self] in
             // As nobody, with the check pointed at a device anyone may open, libfuse itself
@@ -350,7 +391,9 @@ struct DocfsMountTests {
             defer { cleanUp(mountpoint) }
             let nobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
             expectFailure(
-                try docfs(["mount", ownStore, mountpoint], prefix: nobody, environment: ["DOCFS_FUSE_DEVICE": "/dev/null"]),
+                try docfs(
+                    ["mount", ownStore, mountpoint], prefix: nobody,
+                    environment: ["DOCFS_FUSE_DEVICE": "/dev/null"]),
                 "(fuse: failed to open /dev/fuse: Permission denied)")
             #expect(Mounts.entry(at: mountpoint) == nil)
         }
@@ -361,13 +404,16 @@ struct DocfsMountTests {
         try await onOwnThread { [self] in
             let mountpoint = try folder("mnt")
             defer { cleanUp(mountpoint) }
-            expectFailure(try docfs(["unmount", mountpoint]), "\(mountpoint) is not a docfs mount: nothing is mounted there")
+            expectFailure(
+                try docfs(["unmount", mountpoint]),
+                "\(mountpoint) is not a docfs mount: nothing is mounted there")
             expectFailure(try docfs(["unmount", "/proc"]), "/proc is not a docfs mount: it is proc")
 
             try #require(try docfs(["mount", store, mountpoint]).status == 0)
             let pid = try #require(daemonPID(mountpoint))
             // A process whose working directory is in the mount keeps it busy.
-            let sleeper = try Child(Self.bounded + ["/bin/sleep", "30"], sandbox: sandbox, directory: mountpoint)
+            let sleeper = try Child(
+                Self.bounded + ["/bin/sleep", "30"], sandbox: sandbox, directory: mountpoint)
             defer { sleeper.stop() }
             expectFailure(try docfs(["unmount", mountpoint]), "cannot unmount \(mountpoint): it is busy")
             #expect(Mounts.entry(at: mountpoint) != nil && isAlive(pid))
@@ -376,7 +422,8 @@ struct DocfsMountTests {
             #expect(lazy.status == 0 && lazy.stderr.isEmpty, "\(lazy)")
             #expect(Mounts.entry(at: mountpoint) == nil, "detached at once")
             sleeper.stop()
-            #expect(waitUntil(seconds: 20) { !isAlive(pid) }, "the daemon ends once the mount is no longer used")
+            #expect(
+                waitUntil(seconds: 20) { !isAlive(pid) }, "the daemon ends once the mount is no longer used")
         }
     }
 
@@ -399,7 +446,8 @@ struct DocfsMountTests {
             // docfs link is bound over /usr/local/sbin (first on that PATH), so nothing outside
             // the test changes; the FUSE mounts live and die in that namespace too.
             let bin = try folder("bin")
-            try FileManager.default.createSymbolicLink(atPath: bin + "/docfs", withDestinationPath: program.path)
+            try FileManager.default.createSymbolicLink(
+                atPath: bin + "/docfs", withDestinationPath: program.path)
             let fstab = try sandbox.write(
                 "fstab", Data("\(store) \(mountpoint) fuse.docfs defaults,noauto 0 0\n".utf8))
             let script = """
@@ -417,7 +465,9 @@ struct DocfsMountTests {
                 echo "unmounted 2: $(grep -c -F " $MNT " /proc/self/mounts || true)"
                 """
             let result = try sandbox.execute(
-                Self.bounded + ["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script],
+                Self.bounded + [
+                    "/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script,
+                ],
                 environment: [
                     "BIN": bin, "STORE": store, "MNT": mountpoint, "FSTAB": fstab, "DOCFS": program.path,
                     // mount(8) clears HOME for its helpers (docfs would then log in root's home);
@@ -427,14 +477,21 @@ struct DocfsMountTests {
             #expect(result.status == 0, "\(result)")
             let lines = result.lines
             // -o ro reached the mount; mount.fuse3's dev,suid did not.
-            #expect(lines.first?.hasPrefix("\(store) \(mountpoint) fuse.docfs ro,nosuid,nodev,") == true, "\(result)")
+            #expect(
+                lines.first?.hasPrefix("\(store) \(mountpoint) fuse.docfs ro,nosuid,nodev,") == true,
+                "\(result)")
             #expect(lines.contains("Things I Own.mystuff"), "\(result)")
             #expect(lines.contains("unmounted 1: 0"), "\(result)")
-            #expect(lines.contains { $0.hasPrefix("\(store) \(mountpoint) fuse.docfs rw,") }, "the fstab mount: \(result)")
+            #expect(
+                lines.contains { $0.hasPrefix("\(store) \(mountpoint) fuse.docfs rw,") },
+                "the fstab mount: \(result)")
             #expect(lines.contains("unmounted 2: 0"), "\(result)")
             #expect(result.stderr.isEmpty, "\(result)")
-            let log = try String(contentsOfFile: sandbox.path("home/.local/state/docfs/docfs.log"), encoding: .utf8)
-            #expect(log.components(separatedBy: "[docfs] unmounted").count == 3, "both daemons logged here: \(log)")
+            let log = try String(
+                contentsOfFile: sandbox.path("home/.local/state/docfs/docfs.log"), encoding: .utf8)
+            #expect(
+                log.components(separatedBy: "[docfs] unmounted").count == 3,
+                "both daemons logged here: \(log)")
         }
     }
 }
@@ -487,14 +544,18 @@ enum Mounts {
         var type: String
         var source: String
         var options: [String]
-        var description: String { "\(source) on \(mountPoint) type \(type) (\(options.joined(separator: ",")))" }
+        var description: String {
+            "\(source) on \(mountPoint) type \(type) (\(options.joined(separator: ",")))"
+        }
     }
 
     static func entry(at path: String) -> Entry? {
         guard let text = readSystemFile("/proc/self/mountinfo") else { return nil }
         return text.split(separator: "\n").compactMap { line -> Entry? in
             let fields = line.split(separator: " ").map { unescape(String($0)) }
-            guard let dash = fields.firstIndex(of: "-"), dash + 2 < fields.count, fields.count > 5 else { return nil }
+            guard let dash = fields.firstIndex(of: "-"), dash + 2 < fields.count, fields.count > 5 else {
+                return nil
+            }
             return Entry(
                 mountPoint: fields[4], type: fields[dash + 1], source: fields[dash + 2],
                 options: fields[5].split(separator: ",").map(String.init))

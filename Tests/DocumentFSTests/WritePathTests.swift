@@ -197,7 +197,9 @@ struct ScratchNameTests {
             ".notes.txt.swp", ".notes.txt.swo", ".notes.txt.swx", "notes.txt~", "4913", "5036", "#notes.txt#",
             ".#notes.txt",
             "sedAb12Cd", ".goutputstream-X1Y2Z3", ".~lock.report.odt#", "lu12345.tmp", "notes.txt.kate-swp",
-            "XXJaCZx4", ".notes.txt.aB3dEf",
+            "XXJaCZx4", ".notes.txt.aB3dEf", ".DS_Store", "._notes.txt", "Thumbs.db", "thumbs.db",
+            "ehthumbs.db",
+            "desktop.ini", "Desktop.ini",
         ])
     func scratch(_ name: String) {
         #expect(ScratchNames.standard.matches(FUSE.FileName(name)))
@@ -212,6 +214,14 @@ struct ScratchNameTests {
         ])
     func ordinary(_ name: String) {
         #expect(!ScratchNames.standard.matches(FUSE.FileName(name)))
+    }
+
+    @Test("-o housekeeping=keep: file managers' files are ordinary, editors' stay scratch")
+    func housekeepingKept() {
+        for name in [".DS_Store", "._notes.txt", "Thumbs.db", "desktop.ini"] {
+            #expect(!ScratchNames.editorsOnly.matches(FUSE.FileName(name)), "\(name)")
+        }
+        #expect(ScratchNames.editorsOnly.matches(".notes.txt.swp"))
     }
 }
 

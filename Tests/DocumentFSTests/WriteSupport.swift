@@ -1,11 +1,11 @@
 import DocumentEngine
-import SQLiteStore
 import DocumentFS
 import Foundation
+import SQLiteStore
 import StoreTestSupport
 import SystemPackage
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
     import Glibc
@@ -45,7 +45,9 @@ extension Fixture {
         var changes = DocumentChanges(document: work.id, base: work.currentVersion)
         changes.origin = "test"
         changes.nodes = [
-            record(notes, work, work.root, "notes.txt", .regularFile, 0o640, xattrs: ["user.color": Data("blue".utf8)]),
+            record(
+                notes, work, work.root, "notes.txt", .regularFile, 0o640,
+                xattrs: ["user.color": Data("blue".utf8)]),
             record(sub, work, work.root, "sub", .directory, 0o755),
             record(inner, work, sub, "inner.txt", .regularFile, 0o644),
             record(link, work, work.root, "link", .symbolicLink, 0o777, target: "notes.txt"),
@@ -60,7 +62,9 @@ extension Fixture {
             named: "Other.pkg", kind: .package, type: nil, permissions: 0o755, origin: "test")
         var otherChanges = DocumentChanges(document: otherPackage.id, base: otherPackage.currentVersion)
         otherChanges.origin = "test"
-        otherChanges.nodes = [record(other, otherPackage, otherPackage.root, "other.txt", .regularFile, 0o644)]
+        otherChanges.nodes = [
+            record(other, otherPackage, otherPackage.root, "other.txt", .regularFile, 0o644)
+        ]
         otherChanges.contents = [other: .replace(DataContentsSource(Data(otherText.utf8)))]
         _ = try store.save(otherChanges)
 
@@ -152,6 +156,8 @@ struct Engine {
 /// temporary files. Written independently of the file system's own list.
 let scratchPatterns = [
     ".*.sw?", "*~", "#*#", ".#*", ".goutputstream-*", "sed??????", ".~lock.*#", "lu*.tmp", "*.kate-swp",
+    // File managers' housekeeping files (issue 18).
+    ".DS_Store", "._*", "Thumbs.db", "desktop.ini",
 ]
 
 func isScratchName(_ name: String) -> Bool {
