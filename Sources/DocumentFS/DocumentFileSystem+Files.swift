@@ -66,6 +66,13 @@ extension DocumentFileSystem {
             }
             return try contents.read(offset: Int64(clamping: offset), count: size, into: &buffer)
         }
+        try fill(&buffer, with: pending)
+        return buffer
+    }
+
+    /// Reads the parts of a read that come from the store (or a base in memory) into `buffer`,
+    /// without the lock.
+    func fill(_ buffer: inout [UInt8], with pending: [StoreRead]) throws(Errno) {
         for piece in pending {
             let data = try baseBytes(piece.base, offset: piece.offset, count: piece.count)
             buffer.withUnsafeMutableBytes { raw in
@@ -75,7 +82,6 @@ extension DocumentFileSystem {
                         rebasing: raw[piece.destination..<piece.destination + n]))
             }
         }
-        return buffer
     }
 
     /// Reads the store chunks a change of `file` must keep, then applies the change under the lock.

@@ -113,15 +113,7 @@ extension DocumentFileSystem {
             return state.withLock { _ in file.contents?.compiled?.outcome }
         }
         var buffer = initial
-        for piece in pending {
-            let data = try baseBytes(piece.base, offset: piece.offset, count: piece.count)
-            buffer.withUnsafeMutableBytes { raw in
-                let n = min(data.count, raw.count - piece.destination)
-                data.copyBytes(
-                    to: UnsafeMutableRawBufferPointer(
-                        rebasing: raw[piece.destination..<piece.destination + n]))
-            }
-        }
+        try fill(&buffer, with: pending)
         let text = Data(buffer)
         let outcome: Result<PropertyListText, PropertyListTextError>
         do {
