@@ -40,23 +40,61 @@ struct ArchiveTextTests {
             value: .array([.array([.integer(1), .dictionary([.init(key: "deep", value: .string("here"))])])])),
     ])
 
+    static let assembledName = "assembled.plist"
+
+    /// A binary property list put together byte by byte, not by any encoder: integers in 1, 2,
+    /// 4 and 8 bytes (255, 300, 70000, -5), a UID, a date, data, and an array nested in the
+    /// dictionary, with a one-byte offset table.
+    static func assembled() -> Data {
+        let objects: [[UInt8]] = [
+            [0xD6] + Array(1...6) + Array(7...12),  // a dictionary of 6: key refs, then value refs
+            [0x52] + Array("i1".utf8), [0x52] + Array("i2".utf8), [0x52] + Array("i4".utf8),
+            [0x52] + Array("i8".utf8), [0x53] + Array("uid".utf8), [0x56] + Array("nested".utf8),
+            [0x10, 0xFF], [0x11, 0x01, 0x2C], [0x12, 0x00, 0x01, 0x11, 0x70],
+            [0x13, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFB],
+            [0x80, 0x07],
+            [0xA2, 13, 14],  // an array of a date and data
+            [0x33] + withUnsafeBytes(of: (786_000_000.5 as Double).bitPattern.bigEndian, Array.init),
+            [0x43] + Array("abc".utf8),
+        ]
+        var bytes = Array("bplist00".utf8)
+        var offsets: [UInt8] = []
+        for object in objects {
+            offsets.append(UInt8(bytes.count))
+            bytes += object
+        }
+        let tableOffset = UInt64(bytes.count)
+        bytes += offsets
+        bytes += [0, 0, 0, 0, 0, 0, 1, 1]  // 5 unused, sort version, offset size 1, reference size 1
+        bytes += withUnsafeBytes(of: UInt64(objects.count).bigEndian, Array.init)
+        bytes += withUnsafeBytes(of: UInt64(0).bigEndian, Array.init)
+        bytes += withUnsafeBytes(of: tableOffset.bigEndian, Array.init)
+        return Data(bytes)
+    }
+
     /// The demo store (MyStuff's things document among others) plus a hand-made property list
-    /// with every type, in the things package.
+    /// with every type, and one assembled byte by byte, in the things package.
     static func fixture(_ kind: StoreKind) async throws -> (StoreFixture, binary: Data, handmade: Data) {
         let stores = try StoreFixture(kind, name: "A")
         try await DemoDocuments.populate(stores.store)
         let store = stores.store
         let info = try #require(try store.document(named: document))
         let handmade = PropertyList.encodeBinary(everyType)
-        let id = try store.makeNodeIDs(count: 1)[0]
+        let ids = try store.makeNodeIDs(count: 2)
         var changes = DocumentChanges(document: info.id, base: info.currentVersion)
         changes.origin = "test"
         changes.nodes = [
             NodeRecord(
-                id: id, document: info.id, parent: info.root, name: Self.handmade, kind: .regularFile,
-                permissions: 0o644, modified: .now)
+                id: ids[0], document: info.id, parent: info.root, name: Self.handmade, kind: .regularFile,
+                permissions: 0o644, modified: .now),
+            NodeRecord(
+                id: ids[1], document: info.id, parent: info.root, name: Self.assembledName,
+                kind: .regularFile,
+                permissions: 0o644, modified: .now),
         ]
-        changes.contents = [id: .replace(DataContentsSource(handmade))]
+        changes.contents = [
+            ids[0]: .replace(DataContentsSource(handmade)), ids[1]: .replace(DataContentsSource(assembled())),
+        ]
         _ = try store.save(changes)
         let binary = try stored(store, archive)
         #expect(PropertyList.isBinary(binary))
@@ -112,6 +150,23 @@ struct ArchiveTextTests {
             }
             #expect(hand == expectedHandmade)
             #expect(String(decoding: hand, as: UTF8.self).contains("<integer>18446744073709551615</integer>"))
+            // The list assembled by hand: every width read, the UID as CF$UID, the date to the
+            // half second, and the size stat gives is the text's.
+            let assembledPath = package + "/" + Self.assembledName
+            let (assembled, assembledSize) = try await offThread {
+                (
+                    try String(contentsOfFile: assembledPath, encoding: .utf8),
+                    try statOf(assembledPath).st_size
+                )
+            }
+            #expect(Int(assembledSize) == assembled.utf8.count)
+            for piece in [
+                "<integer>255</integer>", "<integer>300</integer>", "<integer>70000</integer>",
+                "<integer>-5</integer>", "<key>CF$UID</key>\n\t\t<integer>7</integer>",
+                "<date>2025-11-28T05:20:00.5Z</date>", "<data>\n\t\tYWJj\n\t\t</data>",
+            ] {
+                #expect(assembled.contains(piece), "\(piece) in \(assembled)")
+            }
             // Not a property list: as stored.
             let image = try await offThread { try statOf(package + "/image.png").st_size }
             #expect(image > 0)
@@ -140,19 +195,22 @@ struct ArchiveTextTests {
             let script = """
                 cat things.data > /tmp/docfs-archive-$$ && cat /tmp/docfs-archive-$$ > things.data \
                 && rm /tmp/docfs-archive-$$ && sed -i 's/NSKeyedArchiver/NSKeyedArchiver/' things.data \
-                && sed -i 's/here/here/' \(Self.handmade)
+                && sed -i 's/here/here/' \(Self.handmade) && cat \(Self.assembledName) > /tmp/docfs-assembled-$$ \
+                && cat /tmp/docfs-assembled-$$ > \(Self.assembledName) && rm /tmp/docfs-assembled-$$
                 """
             let result = try await sh(script, in: package)
             #expect(result.status == 0, "\(result.error)")
             _ = try await waitUntil(timeout: 3) { try Self.versionCount(fixture.store) > versions }
             #expect(try Self.stored(fixture.store, Self.archive) == binary)
             #expect(try Self.stored(fixture.store, Self.handmade) == handmade)
+            // Its 8-byte -5 and 4-byte 70000 stay as assembled: the text shown stores those bytes.
+            #expect(try Self.stored(fixture.store, Self.assembledName) == Self.assembled())
         }
         #expect(try await Self.things(fixture.store) == ["Bicycle", "Guitar", "Telescope", "Kayak"])
     }
 
     @Test(
-        "edits by sed -i and vim are stored as binary archives the MyStuff document reads",
+        "edits by sed -i, vim, nano and GIO's safe save are stored as binary archives the MyStuff document reads",
         arguments: StoreKind.all)
     func editsRoundTrip(_ kind: StoreKind) async throws {
         let (fixture, _, _) = try await Self.fixture(kind)
@@ -187,6 +245,27 @@ struct ArchiveTextTests {
             }
             #expect(text.contains("<string>Canoe</string>") && text.contains("<string>Banjo</string>"))
 
+            // nano, in place on a terminal: replace all, write out, exit.
+            let lock = ".things.data.swp"
+            let keys = """
+                n=0; until [ -e \(lock) ]; do sleep 0.05; n=$((n+1)); [ $n -gt 100 ] && break; done
+                sleep 0.3; printf '\\034'; sleep 0.3; printf 'Telescope\\r'; sleep 0.3; printf 'Microscope\\r'
+                sleep 0.3; printf 'a'; sleep 0.3; printf '\\017'; sleep 0.3; printf '\\r'; sleep 0.5; printf '\\030'
+                n=0; while [ -e \(lock) ]; do sleep 0.05; n=$((n+1)); [ $n -gt 100 ] && break; done
+                exit 0
+                """
+            let nano = try await sh(
+                """
+                ( \(keys) ) | TERM=xterm script -qfec "nano -I --locking things.data" /dev/null >/dev/null
+                """, in: package, seconds: 20)
+            #expect(nano.status == 0, "nano: \(nano.error)")
+            let afterNano = try await waitUntil(timeout: 3) {
+                String(decoding: try Self.stored(fixture.store, Self.archive), as: UTF8.self).contains(
+                    "Microscope")
+            }
+            #expect(afterNano != nil, "the store did not get nano's edit")
+            #expect(try await Self.things(fixture.store) == ["Bicycle", "Banjo", "Microscope", "Canoe"])
+
             // GIO's safe save (a GUI editor's): a temporary file renamed over it.
             let gio = try await sh(
                 "sed 's/<string>Canoe</<string>Raft</' things.data | gio save things.data", in: package)
@@ -195,7 +274,7 @@ struct ArchiveTextTests {
                 String(decoding: try Self.stored(fixture.store, Self.archive), as: UTF8.self).contains("Raft")
             }
             #expect(afterGIO != nil, "the store did not get GIO's save")
-            #expect(try await Self.things(fixture.store) == ["Bicycle", "Banjo", "Telescope", "Raft"])
+            #expect(try await Self.things(fixture.store) == ["Bicycle", "Banjo", "Microscope", "Raft"])
 
             // The hand-made list: an integer edited, every other value as it was.
             let edit = try await sh(
