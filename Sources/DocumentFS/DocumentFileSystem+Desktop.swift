@@ -93,6 +93,33 @@ extension DocumentFileSystem {
         name == controlName || name == ".Trash" || trashOwner(name) != nil
     }
 
+    /// The documents to show at the root: a document with one of the mount's own names (a
+    /// `.Trash-0` GIO made in a mount of an older DocFS, when the Trash was not the store's) is
+    /// renamed once, visibly (`Trash-0 (old)`), so its contents stay reachable; in a read-only
+    /// mount it is left out.
+    func renamingReserved(_ infos: [DocumentInfo]) -> [DocumentInfo] {
+        var taken = Set(infos.map(\.name))
+        return infos.compactMap { info in
+            guard Self.isReservedAtRoot(FUSE.FileName(info.name)) else { return info }
+            guard !configuration.readOnly else { return nil }
+            var name = String(info.name.drop { $0 == "." }) + " (old)"
+            var n = 2
+            while taken.contains(name) {
+                name = String(info.name.drop { $0 == "." }) + " (old \(n))"
+                n += 1
+            }
+            do {
+                let renamed = try store.renameDocument(info.id, to: name)
+                taken.insert(name)
+                logger.notice("\(info.name) is a name of the mount's own now: the document is renamed \(name)")
+                return renamed
+            } catch {
+                logger.warning("\(info.name) is a name of the mount's own now, and renaming the document failed: \(error)")
+                return nil
+            }
+        }
+    }
+
     // MARK: - Virtual folders
 
     func virtualRecord(_ name: String, permissions: Int, uid: UInt32, gid: UInt32) -> NodeRecord {

@@ -737,7 +737,7 @@ extension DocumentFileSystem {
         guard let generation = state.withLock({ $0.listed ? $0.rootGeneration : nil }) else { return .done }
         let infos: [DocumentInfo]
         do {
-            infos = try store.documents()
+            infos = try store.documents().filter { !Self.isReservedAtRoot(FUSE.FileName($0.name)) }
         } catch {
             logger.warning("cannot list the store: \(error)")
             return .failed

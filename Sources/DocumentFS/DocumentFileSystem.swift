@@ -294,7 +294,7 @@ public final class DocumentFileSystem: FileSystem {
     /// Reads the root listing from the store unless it was read.
     func ensureListing() throws(Errno) {
         if state.withLock({ $0.listed }) { return }
-        let infos = try storeCall { try store.documents() }
+        let infos = renamingReserved(try storeCall { try store.documents() })
         let records = try storeCall { try rootRecords(of: infos) }
         let roots = infos.compactMap { info in records[info.id].map { (info, $0) } }
         let conflicts = fetchConflicts(

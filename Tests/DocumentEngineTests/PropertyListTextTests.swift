@@ -27,6 +27,18 @@ import Testing
         #expect(decoded as? [String] == ["one", "three"])
     }
 
+    /// Found by the fuzzer: a date a hair after the reference date writes a fraction of 150
+    /// digits, which the reader refused at 100. The extremes of a Double survive the text.
+    @Test func extremeDatesSurviveTheText() throws {
+        for seconds in [
+            2.8000871530646696e-134, Double.leastNonzeroMagnitude, -Double.leastNonzeroMagnitude, 1e-300,
+            -0.5,
+        ] {
+            let value = PropertyListValue.array([.date(seconds)])
+            #expect(try PropertyList.decodeXML(PropertyList.encodeXML(value)) == value, "\(seconds)")
+        }
+    }
+
     @Test func notBinaryIsNotShown() {
         #expect(PropertyListText(binary: Data("plain text".utf8)) == nil)
         #expect(PropertyListText(binary: Data("bplist00garbage".utf8)) == nil)

@@ -269,6 +269,21 @@ struct DesktopTests {
         #expect(try engine.documentNames() == ["Flat.txt", "Other.pkg", "Work.pkg"])
     }
 
+    @Test("a .Trash-0 document an older mount stored (GIO's failed trash) is renamed Trash-0 (old), its contents kept")
+    func legacyTrashDocument() async throws {
+        let fixture = try Fixture.small(.memory)
+        let info = try fixture.store.createDocument(
+            named: ".Trash-0", kind: .package, type: nil, permissions: 0o700, origin: "an older docfs")
+        try await withMount(fixture.store) { mount in
+            let root = try await offThread { try entries(in: mount.path) }
+            #expect(root.contains("Trash-0 (old)"), "\(root)")
+            var st = stat()
+            #expect(lstat(mount.url(".Trash-0"), &st) == 0 && st.st_mode & 0o7777 == 0o700)
+            #expect(try await offThread { try entries(in: mount.url(".Trash-0")) }.sorted() == ["expunged", "files", "info"])
+        }
+        #expect(try fixture.store.document(info.id).name == "Trash-0 (old)")
+    }
+
     @Test("gio copy and gio list work on the mount and on the history")
     func gioCopy() async throws {
         let fixture = try Fixture.small(.memory)

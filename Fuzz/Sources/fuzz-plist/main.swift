@@ -17,8 +17,8 @@ func fuzzOne(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
         guard let value = decode(data) else { continue }
         let binary = PropertyList.encodeBinary(value)
         let text = PropertyList.encodeXML(value)
-        guard let again = try? PropertyList.decodeXML(text, limits), again == value,
-            let back = try? PropertyList.decodeBinary(binary, limits), back == value
+        guard let again = try? PropertyList.decodeXML(text, limits: limits), again == value,
+            let back = try? PropertyList.decodeBinary(binary, limits: limits), back == value
         else { fatalError("a decoded value did not survive encoding") }
         _ = PropertyList.describe(value)
     }

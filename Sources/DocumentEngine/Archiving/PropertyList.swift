@@ -2104,7 +2104,9 @@ struct XMLReader {
             i += 1
             let s = i
             while i < c.count, c[i] >= 0x30, c[i] <= 0x39 { i += 1 }
-            guard i > s, i - s <= 100 else { return nil }
+            // The writer's shortest exact fraction of a Double has at most 17 significant digits
+            // after up to 324 zeros (the smallest subnormal); longer is not a date we wrote.
+            guard i > s, i - s <= 400 else { return nil }
             fraction = String(decoding: c[s..<i], as: UTF8.self)
         }
         guard expect("Z"), i == c.count else { return nil }
