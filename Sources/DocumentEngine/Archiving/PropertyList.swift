@@ -544,11 +544,14 @@ struct BigNum {
 }
 
 enum RealFormat {
-    /// CF's text for a real: "%.17g", except 0 → "0.0", ±inf → "+infinity"/"-infinity", NaN → "nan".
+    /// CF's text for a real: "%.17g", except 0 → "0.0" (and -0.0 → "-0.0", where CF loses the
+    /// sign), ±inf → "+infinity"/"-infinity", NaN → "nan".
     static func cf(_ d: Double) -> String {
         if d.isNaN { return "nan" }
         if d.isInfinite { return d < 0 ? "-infinity" : "+infinity" }
-        if d == 0 { return "0.0" }
+        // CF writes -0.0 as "0.0" too; the sign is kept here, so that text read back is the
+        // same value (CF's reader takes "-0.0").
+        if d == 0 { return d.sign == .minus ? "-0.0" : "0.0" }
         let (digits, x) = seventeenDigits(d.magnitude)
         return (d < 0 ? "-" : "") + gFormat(digits, x)
     }
