@@ -664,7 +664,8 @@ public final class VersionedStore: Sendable {
         }
         return SaveResult(
             version: info, chunksWritten: written.chunks, bytesWritten: written.bytes,
-            nodesWritten: written.nodes)
+            nodesWritten: written.nodes,
+            rebasedOnto: !conflict && changes.base != document.currentVersion ? document.currentVersion : nil)
     }
 
     /// Checks that changed records form a valid tree: parents exist and are directories, names are

@@ -70,8 +70,10 @@ import Testing
             for decode in decoders {
                 guard let value = decode(data) else { continue }
                 decoded += 1
+                // Through XML everything but a NaN's payload survives: the text comes back.
+                let text = PropertyList.encodeXML(value)
                 #expect(
-                    try PropertyList.decodeXML(PropertyList.encodeXML(value), limits: limits) == value,
+                    try PropertyList.encodeXML(PropertyList.decodeXML(text, limits: limits)) == text,
                     "\(name)")
                 #expect(
                     try PropertyList.decodeBinary(PropertyList.encodeBinary(value), limits: limits) == value,

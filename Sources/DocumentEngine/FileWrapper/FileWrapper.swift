@@ -136,6 +136,9 @@ public final class FileWrapper: @unchecked Sendable {
         var loadError: FileWrapperError?
         /// The store wrapper this one was read from, for incremental saves back into the store.
         var storeOrigin: StoreOrigin?
+        /// A root read from or saved to a store: that version's records, so that the next save
+        /// based on it compares with them without reading them again.
+        var storedTree: CachedStoredTree?
     }
 
     /// Where in a document store a wrapper was read from.

@@ -30,12 +30,16 @@ extension DocumentStore {
         let tree = try StoredTree(
             records: nodes(of: document, at: pinned), root: info.root, location: location)
         let storeID = ObjectIdentifier(self)
-        return try tree.makeWrapper { record in
+        let wrapper = try tree.makeWrapper { record in
             (
                 StoreContentsSource(store: self, node: record.id, version: pinned, count: record.size),
                 FileWrapper.StoreOrigin(store: storeID, node: record.id, version: pinned)
             )
         }
+        wrapper.state.withLock {
+            $0.storedTree = CachedStoredTree(store: storeID, document: document, version: pinned, tree: tree)
+        }
+        return wrapper
     }
 
     /// Saves `wrapper` as the new tree of `document`, writing only what differs from the stored
@@ -56,8 +60,18 @@ extension DocumentStore {
         conflictPolicy: ConflictPolicy = .keepBoth
     ) throws -> SaveResult {
         let info = try self.document(document)
-        let stored = try StoredTree(
-            records: nodes(of: document, at: base), root: info.root, location: location)
+        // The records at `base` as this wrapper last read or saved them (a version never changes),
+        // or read now: a package of many wrappers is not read again for every save.
+        let storeID = ObjectIdentifier(self)
+        let stored: StoredTree
+        if let cached = wrapper.state.withLock({ $0.storedTree }), cached.store == storeID,
+            cached.document == document, cached.version == base
+        {
+            stored = cached.tree
+        } else {
+            stored = try StoredTree(
+                records: nodes(of: document, at: base), root: info.root, location: location)
+        }
         let items = try WrapperSnapshot.walk(wrapper)
         // A flat document's root may be a file, a link or a special file; never a folder.
         guard (items[0].kind == .directory) == (info.kind == .package) else {
@@ -130,18 +144,64 @@ extension DocumentStore {
 
         let result = try save(changes)
         if !result.isConflict {
-            plan.adopt(version: result.version.id, savedRecords: changes.nodes)
+            plan.adopt(
+                version: result.version.id, savedRecords: changes.nodes, onlySaved: result.rebasedOnto != nil)
         }
+        // The new version's records are the old ones with this save's changes, unless the store
+        // applied it on top of another process's version (rebase), or a link reads as its file
+        // (a record the save did not send may read differently).
+        let next: CachedStoredTree? =
+            !result.isConflict && result.rebasedOnto == nil && !stored.hasLinks
+                && !changes.nodes.contains(where: { $0.linkOf != nil })
+            ? CachedStoredTree(
+                store: storeID, document: document, version: result.version.id,
+                tree: stored.applying(changes, version: result.version.id))
+            : nil
+        wrapper.state.withLock { $0.storedTree = next }
         return result
     }
 }
 
+/// A version's stored tree kept with the root wrapper it was read as (or saved from).
+struct CachedStoredTree: Sendable {
+    var store: ObjectIdentifier
+    var document: DocumentID
+    var version: VersionID
+    var tree: StoredTree
+}
+
 /// A document's records at one version, indexed for building and diffing trees.
-struct StoredTree {
-    let records: [StoreNodeID: NodeRecord]
+struct StoredTree: Sendable {
+    private(set) var records: [StoreNodeID: NodeRecord]
     let root: StoreNodeID
     /// Children of each directory by name.
-    let children: [StoreNodeID: [String: StoreNodeID]]
+    private(set) var children: [StoreNodeID: [String: StoreNodeID]]
+
+    /// Some record is another name of a file (reads as that file).
+    var hasLinks: Bool { records.values.contains { $0.linkOf != nil } }
+
+    /// The tree after `changes` were saved as `version`: what the store reads at that version
+    /// when nothing else was saved in between. Costs the size of the change.
+    func applying(_ changes: DocumentChanges, version: VersionID) -> StoredTree {
+        var tree = self
+        for id in changes.removedNodes {
+            guard let old = tree.records.removeValue(forKey: id) else { continue }
+            if let parent = old.parent, tree.children[parent]?[old.name] == id {
+                tree.children[parent]?[old.name] = nil
+            }
+        }
+        for var record in changes.nodes {
+            record.version = version
+            if let old = tree.records[record.id], let parent = old.parent,
+                tree.children[parent]?[old.name] == record.id
+            {
+                tree.children[parent]?[old.name] = nil
+            }
+            tree.records[record.id] = record
+            if let parent = record.parent { tree.children[parent, default: [:]][record.name] = record.id }
+        }
+        return tree
+    }
 
     init(records list: [NodeRecord], root: StoreNodeID, location: String) throws {
         var records: [StoreNodeID: NodeRecord] = [:]
@@ -393,12 +453,16 @@ struct SavePlan {
 
     /// Points the saved wrappers at `version`: their origin, their contents (read from the
     /// store from now on, unless they changed meanwhile) and the dates the store assigned.
-    func adopt(version: VersionID, savedRecords: [NodeRecord]) {
+    /// `onlySaved`: the save was applied on top of another process's version, whose other
+    /// wrappers may differ from this tree's, so only the wrappers this save wrote are pointed at
+    /// it (the rest keep reading what they read).
+    func adopt(version: VersionID, savedRecords: [NodeRecord], onlySaved: Bool) {
         let storeID = ObjectIdentifier(store)
         var saved: [StoreNodeID: NodeRecord] = [:]
         for record in savedRecords { saved[record.id] = record }
         for (index, item) in items.enumerated() where firstOccurrence[index] {
             guard let id = assigned[index] else { continue }
+            if onlySaved && saved[id] == nil { continue }
             let record = saved[id] ?? stored.records[id]
             let storeSource = item.source.map {
                 StoreContentsSource(store: store, node: id, version: version, count: $0.count)

@@ -318,12 +318,19 @@ public struct SaveResult: Sendable, Equatable {
     public var bytesWritten: Int64
     /// Wrapper records written.
     public var nodesWritten: Int
+    /// The version the save was applied on top of when it was not its base (another process
+    /// saved meanwhile, and the changes were disjoint: ``ConflictPolicy/rebaseIfDisjoint``).
+    public var rebasedOnto: VersionID?
 
-    public init(version: VersionInfo, chunksWritten: Int, bytesWritten: Int64, nodesWritten: Int) {
+    public init(
+        version: VersionInfo, chunksWritten: Int, bytesWritten: Int64, nodesWritten: Int,
+        rebasedOnto: VersionID? = nil
+    ) {
         self.version = version
         self.chunksWritten = chunksWritten
         self.bytesWritten = bytesWritten
         self.nodesWritten = nodesWritten
+        self.rebasedOnto = rebasedOnto
     }
 }
 
