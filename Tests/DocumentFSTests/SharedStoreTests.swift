@@ -124,7 +124,10 @@ struct SharedStoreTests {
             changes.origin = "another process"
             _ = try other.store.save(changes)
         }
-        try await withMount(fixture.store) { mount in
+        // The mount's changes must stay unsaved until the closes: a quiet-interval save in
+        // between (a busy machine can take a second between two steps) would put the other
+        // process's save on top of the mount's, and there would be no clash to see.
+        try await withMount(fixture.store, configure: { $0.fileSystem.quietInterval = .seconds(60) }) { mount in
             let notes = mount.url("Work.pkg/notes.txt")
             // Disjoint: the mount changes notes.txt while the other process saves sub/inner.txt.
             // (The writers are child processes: see FileHolder.)
