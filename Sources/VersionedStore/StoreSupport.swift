@@ -162,6 +162,12 @@ struct PinnedFiles {
         return file
     }
 
+    mutating func forget(_ versions: Set<VersionID>) {
+        for key in files.keys where versions.contains(key.version) {
+            entries -= files.removeValue(forKey: key)?.extents.count ?? 0
+        }
+    }
+
     mutating func removeAll() {
         files.removeAll()
         entries = 0

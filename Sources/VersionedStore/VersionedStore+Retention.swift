@@ -18,7 +18,6 @@ extension VersionedStore {
     public func collectGarbage(_ policy: RetentionPolicy, protecting protected: Set<VersionID> = []) throws
         -> CollectionReport
     {
-        forgetPinnedReads()
         let now = Timestamp.now
         var report = CollectionReport()
         let documents = try backend.access { tx in
@@ -26,16 +25,20 @@ extension VersionedStore {
         }
         // One transaction per document: writers wait for one document's clean-up, not the store's.
         for document in documents {
-            let outcome = try write(durable: false) { tx -> (versions: Int, removed: Bool) in
-                guard let current = try tx.document(document.id) else { return (0, false) }
+            let outcome = try write(durable: false) { tx -> (versions: [VersionID], removed: Bool) in
+                guard let current = try tx.document(document.id) else { return ([], false) }
                 if let deleted = current.deleted, policy.isExpired(deletedAt: deleted, now: now) {
+                    let versions = try tx.versions(of: current.id).map(\.id)
                     try tx.removeDocument(current.id)
-                    return (0, true)
+                    return (versions, true)
                 }
                 return (try Self.thin(tx, current, policy: policy, protected: protected, now: now), false)
             }
-            report.versionsRemoved += outcome.versions
-            if outcome.removed { report.documentsRemoved += 1 }
+            // What reads at the kept versions learned stays true (they keep every row and chunk
+            // they read), so a mount goes on serving what it read, also while a server is away;
+            // a dropped version is not read from memory any more.
+            forgetPinnedReads(at: Set(outcome.versions))
+            if outcome.removed { report.documentsRemoved += 1 } else { report.versionsRemoved += outcome.versions.count }
         }
         try write(durable: true) { tx in
             let freed = try tx.removeUnreferencedChunks()
@@ -43,7 +46,6 @@ extension VersionedStore {
             report.bytesFreed = freed.bytes
             try tx.removeEvents(before: Timestamp(rawValue: now.rawValue - 7 * 24 * 3600 * 1_000_000_000))
         }
-        forgetPinnedReads()
         // What was dropped is dropped; giving its space back can wait for the next collection
         // (a busy server may time a long VACUUM out).
         try? backend.reclaimSpace()
@@ -51,7 +53,7 @@ extension VersionedStore {
     }
 
     /// Drops the versions of one document the policy does not keep, and every row no kept
-    /// version reads; returns how many versions went.
+    /// version reads; returns the versions that went.
     ///
     /// A row (of a wrapper, or of one chunk index) is read at version P when it is the newest row
     /// at or before P. So a row is needed when some kept version falls between it and the next row
@@ -60,7 +62,7 @@ extension VersionedStore {
         _ tx: any StoreTransaction, _ document: DocumentInfo, policy: RetentionPolicy,
         protected: Set<VersionID>,
         now: Timestamp
-    ) throws -> Int {
+    ) throws -> [VersionID] {
         let versions = try tx.versions(of: document.id)
         let mainLine = versions.filter { !$0.isConflict }
         var keep = policy.versionsToKeep(mainLine.map { (id: $0.id, created: $0.created) }, now: now)
@@ -79,7 +81,7 @@ extension VersionedStore {
             }
         }
         dropped += mainLine.map(\.id).filter { !keep.contains($0) }
-        guard !dropped.isEmpty else { return 0 }
+        guard !dropped.isEmpty else { return [] }
         let points = readPoints.sorted()
 
         /// Whether one of `points` (ascending) lies in `from..<to`.
@@ -137,6 +139,6 @@ extension VersionedStore {
         try tx.removeExtentRows(goneExtents)
         try tx.removeNodeRows(goneNodes)
         try tx.removeVersions(dropped)
-        return dropped.count
+        return dropped
     }
 }

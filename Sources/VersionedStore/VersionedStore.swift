@@ -805,7 +805,10 @@ public final class VersionedStore: Sendable {
     // MARK: Helpers shared with the retention and integrity code
 
     /// Versions that garbage collection just dropped must not be read from memory afterwards.
-    func forgetPinnedReads() { pinned.withLock { $0.removeAll() } }
+    func forgetPinnedReads(at versions: Set<VersionID>) {
+        guard !versions.isEmpty else { return }
+        pinned.withLock { $0.forget(versions) }
+    }
 
     func count(_ update: (inout StoreStatistics) -> Void) { counters.withLock { update(&$0) } }
 
