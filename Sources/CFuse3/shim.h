@@ -8,12 +8,28 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/syscall.h>
 #include <linux/stat.h>
 
 // Helpers for what Swift cannot express directly: the FUSE_BUFVEC_INIT macro (its one-element
 // array imports as a tuple) and the open(2) flags glibc only exposes under _GNU_SOURCE.
+
+/// pthread_timedjoin_np (a GNU extension the headers hide without _GNU_SOURCE): joins `thread`
+/// if it ends within `milliseconds`; 0 when joined, ETIMEDOUT when it is still running.
+extern int pthread_timedjoin_np(pthread_t thread, void **result, const struct timespec *deadline);
+static inline int docfs_join_within(pthread_t thread, long milliseconds) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);  // the clock pthread_timedjoin_np measures
+    deadline.tv_sec += milliseconds / 1000;
+    deadline.tv_nsec += (milliseconds % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec += 1;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    return pthread_timedjoin_np(thread, NULL, &deadline);
+}
 
 /// fuse_lowlevel_notify_store for one memory buffer.
 static inline int docfs_notify_store(struct fuse_session *se, fuse_ino_t ino, off_t offset,

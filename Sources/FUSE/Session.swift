@@ -23,10 +23,8 @@ public struct MountOptions: Sendable {
     public var readOnly = false
     /// Further `-o` options, passed as written (e.g. `"max_read=131072"`).
     public var options: [String] = []
-    /// Most worker threads libfuse's loop may start.
+    /// Most worker threads the session may start (one more whenever none is idle).
     public var maxThreads = 10
-    /// Give each worker its own `/dev/fuse` descriptor.
-    public var cloneFD = false
     /// Unmount on SIGINT, SIGTERM and SIGHUP (and ignore SIGPIPE). Only signals still at their
     /// default disposition are taken, and only one session in a process can own them: leave
     /// it off in tests and libraries, turn it on in a daemon.
@@ -197,6 +195,19 @@ public final class Session: Sendable {
         _ = docfs_abort_pinned_connection(pinned, major, minor)
     }
 
+    /// Aborts this session's connection by its number when workers still read from it after
+    /// the unmount: the mount was detached lazily with files open, so the mount point no longer
+    /// leads to it. A connection whose reads have not ended still has its file system, so its
+    /// number cannot have passed to another mount.
+    private func abortStillServedConnection() {
+        guard let (_, minor) = connection.withLock({ $0 }) else { return }
+        let fd = open("/sys/fs/fuse/connections/\(minor)/abort", O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        _ = write(fd, "1", 1)
+        close(fd)
+        core.logger.notice("the mount was detached with files still open: its connection was aborted")
+    }
+
     deinit {
         let (phase, thread, joined) = lifecycle.withLock { ($0.phase, $0.loopThread, $0.joined) }
         if phase == .mounted {
@@ -231,8 +242,9 @@ public final class Session: Sendable {
         }
         // The thread keeps the session alive until the loop has ended.
         let thread = startThread(name: core.options.threadName) { [self] in
-            let rc = core.session.map { serve($0) } ?? 0
-            teardown(loopResult: rc)
+            guard let se = core.session else { return teardown(loopResult: 0) }
+            let (rc, loop) = serve(se)
+            teardown(loopResult: rc, loop: loop)
         }
         guard let thread else {
             lifecycle.withLock { $0.phase = .mounted }
@@ -333,15 +345,12 @@ public final class Session: Sendable {
         if let thread, !pthread_equal(thread, pthread_self()).isTrue { pthread_join(thread, nil) }
     }
 
-    private func serve(_ se: OpaquePointer) -> Int32 {
-        guard let config = fuse_loop_cfg_create() else { return -ENOMEM }
-        defer { fuse_loop_cfg_destroy(config) }
-        fuse_loop_cfg_set_max_threads(config, UInt32(max(1, core.options.maxThreads)))
-        fuse_loop_cfg_set_clone_fd(config, core.options.cloneFD ? 1 : 0)
-        return fuse_session_loop_mt(se, config)
+    private func serve(_ se: OpaquePointer) -> (Int32, RequestLoop) {
+        let loop = RequestLoop(session: se, maxWorkers: core.options.maxThreads, threadName: core.options.threadName)
+        return (loop.run(), loop)
     }
 
-    private func teardown(loopResult: Int32) {
+    private func teardown(loopResult: Int32, loop: RequestLoop? = nil) {
         let handling = signals.withLock { state -> SignalHandling? in
             defer { state = nil }
             return state
@@ -362,6 +371,8 @@ public final class Session: Sendable {
             let pinned = docfs_pin_mount(mountpoint)
             fuse_session_unmount(se)
             abortConnection(pinned: pinned)
+            // The workers' reads return now that the connection is gone.
+            loop?.join { abortStillServedConnection() }
         }
         core.runDestroy()
         core.closeGate()
@@ -373,10 +384,12 @@ public final class Session: Sendable {
         Unmanaged.passUnretained(core).release()
         core.logger.debug("unmounted", metadata: ["mountpoint": "\(mountpoint)"])
 
-        // A signal that ended the loop is reported as its number; the usual stop is not an error.
+        // The usual ends are not errors: an unmount (ENODEV), and an abort, which is also how
+        // this kernel (6.18) ends a connection whose lazily detached mount lost its last open
+        // file. A signal that ended the loop is reported as its number.
         let result: Result<Void, FUSEError> =
             loopResult == 0 || loopResult == SIGINT || loopResult == SIGTERM || loopResult == SIGHUP
-                || loopResult == -ENODEV
+                || loopResult == -ENODEV || loopResult == -ECONNABORTED
             ? .success(()) : .failure(.loopFailed(loopResult))
         let waiters = lifecycle.withLock { state in
             state.phase = .finished

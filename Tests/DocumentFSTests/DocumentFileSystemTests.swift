@@ -539,7 +539,7 @@ struct DocumentFileSystemTests {
         }
         #expect(ended)
         let result = try await offThread { mount.mount.waitUntilFinished() }
-        #expect((try? result.get()) != nil)
+        #expect((try? result.get()) != nil, "\(result)")
     }
 }
 

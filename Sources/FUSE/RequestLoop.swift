@@ -1,0 +1,122 @@
+import CFuse3
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#endif
+
+/// The session's workers: each reads a request from the device and handles it, and one more
+/// is started when none is idle, up to a limit (as libfuse's `fuse_session_loop_mt` does).
+///
+/// Not libfuse's loop, because of how that one ends: it stops its other workers with
+/// `pthread_cancel` while they sleep in `read(2)`, and a worker whose read has just reported
+/// how the connection ended is inside libfuse's `perror`, holding stdio's stderr lock. A
+/// worker cancelled there leaves the lock held, and the process's next write to stderr (a
+/// log line) hangs forever. The kernel answers every blocked read once the connection is gone,
+/// so here no worker is cancelled: the session's end makes the connection go (unmount, then
+/// abort) and then ``join(abort:)`` collects them.
+final class RequestLoop: @unchecked Sendable {
+    private struct State {
+        var workers: [pthread_t] = []
+        /// Workers started or being started (counted before their thread exists).
+        var started = 0
+        /// Of those, the ones not busy with a request.
+        var idle = 0
+        /// How the first worker to stop saw the connection end (0: unmounted or exited).
+        var result: Int32?
+    }
+
+    private let session: OpaquePointer
+    private let maxWorkers: Int
+    private let threadName: String
+    private let state = Monitor(State())
+
+    init(session: OpaquePointer, maxWorkers: Int, threadName: String) {
+        self.session = session
+        self.maxWorkers = max(1, maxWorkers)
+        self.threadName = threadName
+    }
+
+    /// Serves until a worker stops (the connection ended, or `fuse_session_exit` was called
+    /// and a request woke a worker); returns 0 or the negative errno of the read that ended it. The other workers may still be reading: ``join(abort:)``.
+    func run() -> Int32 {
+        state.withLock {
+            $0.started += 1
+            $0.idle += 1
+        }
+        guard startWorker() else { return -EAGAIN }
+        return state.wait(until: { $0.result != nil }) { $0.result ?? 0 } ?? 0
+    }
+
+    /// Waits for every worker to end. Call it once the connection is gone or aborted: their
+    /// reads return then. A worker still reading after a grace period means the connection
+    /// outlived the unmount (it was detached lazily with files open, so the unmount could not
+    /// abort it through the mount point): `abort` is asked to end it, and a worker that still
+    /// reads after that is cancelled, the old way, rather than waited on forever.
+    func join(abort: () -> Void) {
+        let workers = state.withLock { $0.workers }
+        var running: [pthread_t] = []
+        for worker in workers where docfs_join_within(worker, 2_000) != 0 {
+            running.append(worker)
+        }
+        guard !running.isEmpty else { return }
+        abort()
+        for worker in running where docfs_join_within(worker, 2_000) != 0 {
+            pthread_cancel(worker)
+            pthread_join(worker, nil)
+        }
+    }
+
+    /// Starts a worker already counted in `started` and `idle`.
+    @discardableResult
+    private func startWorker() -> Bool {
+        guard let thread = startThread(name: threadName, { [self] in work() }) else {
+            state.withLock {
+                $0.started -= 1
+                $0.idle -= 1
+            }
+            return false
+        }
+        state.withLock { $0.workers.append(thread) }
+        return true
+    }
+
+    private func work() {
+        var buffer = fuse_buf()
+        defer { free(buffer.mem) }
+        var old: Int32 = 0
+        var ended: Int32 = 0
+        while fuse_session_exited(session) == 0 {
+            // Cancellable only while reading (for the last resort in `join`, seconds after
+            // the connection should have ended, so never in the middle of libfuse's perror).
+            pthread_setcancelstate(Int32(PTHREAD_CANCEL_ENABLE), &old)
+            let received = fuse_session_receive_buf(session, &buffer)
+            pthread_setcancelstate(Int32(PTHREAD_CANCEL_DISABLE), &old)
+            if received == -EINTR { continue }
+            if received <= 0 {
+                // 0: the connection is gone (ENODEV) or the session was told to exit. Any other
+                // error ends the session too, and is reported.
+                ended = received
+                fuse_session_exit(session)
+                break
+            }
+            let more = state.withLock { state -> Bool in
+                state.idle -= 1
+                guard state.idle == 0, state.started < maxWorkers else { return false }
+                state.started += 1
+                state.idle += 1
+                return true
+            }
+            if more { startWorker() }
+            // A request read after the session was told to exit is still answered: its caller
+            // would otherwise wait for the abort.
+            fuse_session_process_buf(session, &buffer)
+            state.withLock { $0.idle += 1 }
+        }
+        state.withLock { state in
+            state.idle -= 1
+            if state.result == nil { state.result = ended }
+        }
+    }
+}
