@@ -346,7 +346,8 @@ public final class Session: Sendable {
     }
 
     private func serve(_ se: OpaquePointer) -> (Int32, RequestLoop) {
-        let loop = RequestLoop(session: se, maxWorkers: core.options.maxThreads, threadName: core.options.threadName)
+        let loop = RequestLoop(
+            session: se, maxWorkers: core.options.maxThreads, threadName: core.options.threadName)
         return (loop.run(), loop)
     }
 

@@ -38,7 +38,11 @@ extension VersionedStore {
             // they read), so a mount goes on serving what it read, also while a server is away;
             // a dropped version is not read from memory any more.
             forgetPinnedReads(at: Set(outcome.versions))
-            if outcome.removed { report.documentsRemoved += 1 } else { report.versionsRemoved += outcome.versions.count }
+            if outcome.removed {
+                report.documentsRemoved += 1
+            } else {
+                report.versionsRemoved += outcome.versions.count
+            }
         }
         try write(durable: true) { tx in
             let freed = try tx.removeUnreferencedChunks()
