@@ -1,0 +1,66 @@
+import DocumentEngine
+import Foundation
+import StoreTestSupport
+import Testing
+
+/// Reads at a saved version on the stores that read parts of a stored chunk (SQLite's
+/// incremental blob I/O, PostgreSQL's TOAST slices).
+struct SavedVersionReadTests {
+    @Test(
+        "Reads at a saved version: a first read learns the chunk map, small random reads fetch only their bytes, sequential ones whole chunks",
+        arguments: StoreKind.all)
+    func readsAtASavedVersion(_ kind: StoreKind) throws {
+        let chunk = 64 * 1024
+        let fixture = try StoreFixture(kind, chunkSize: chunk)
+        let store = fixture.store
+        let info = try store.createDocument(
+            named: "big.bin", kind: .flat, type: nil, permissions: nil, origin: "")
+        // Ten chunks and a partial one, all different (chunks are stored once per contents); a hole in chunk 4.
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        var bytes = Data(
+            (0..<(10 * chunk + 1_000)).map { _ in
+                state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                return UInt8(truncatingIfNeeded: state >> 56)
+            })
+        bytes.replaceSubrange(4 * chunk..<5 * chunk, with: Data(count: chunk))
+        var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+        changes.contents[info.root] = .replace(DataContentsSource(bytes))
+        let version = try store.save(changes).version.id
+        let reader = try fixture.reopen()
+        func read(_ offset: Int, _ count: Int) throws -> Data {
+            try reader.readContents(of: info.root, at: version, offset: Int64(offset), count: count)
+        }
+        func expected(_ offset: Int, _ count: Int) -> Data {
+            bytes.subdata(in: min(offset, bytes.count)..<min(offset + count, bytes.count))
+        }
+
+        #expect(try read(0, 4096) == expected(0, 4096))  // learns the map of the whole file
+        var statistics = reader.statistics
+        // Random 4 KiB reads elsewhere: right bytes, and only those bytes come from the server.
+        for offset in [
+            7 * chunk + 123, 2 * chunk + 60_000, 10 * chunk + 500, 9 * chunk - 4096, 4 * chunk + 10,
+        ] {
+            let before = reader.statistics
+            #expect(try read(offset, 4096) == expected(offset, 4096), "at \(offset)")
+            let fetched = reader.statistics.bytesRead - before.bytesRead
+            #expect(fetched <= 4096, "a 4 KiB read at \(offset) fetched \(fetched) bytes")
+        }
+        #expect(reader.statistics.chunksRead - statistics.chunksRead <= 10, "one or two slices per read")
+        // A read that spans two chunks, and one past the end.
+        #expect(try read(3 * chunk - 100, 300) == expected(3 * chunk - 100, 300))
+        #expect(try read(10 * chunk + 900, 4096) == expected(10 * chunk + 900, 4096))
+        #expect(try read(11 * chunk, 10).isEmpty)
+        // Sequential reads through the file fetch whole chunks, each once.
+        reader.purgeCache()
+        statistics = reader.statistics
+        var whole = Data()
+        var offset = 0
+        while offset < bytes.count {
+            whole += try read(offset, 4096)
+            offset += 4096
+        }
+        #expect(whole == bytes)
+        let stored = Int(try fixture.sql("SELECT COUNT(*) FROM chunks")) ?? -1
+        #expect(reader.statistics.chunksRead - statistics.chunksRead == stored, "one fetch per stored chunk")
+    }
+}
