@@ -12,13 +12,7 @@ if [ -z "${DOCFS_TEST_POSTGRES_URL:-}" ]; then
 fi
 export DOCFS_TEST_POSTGRES_URL
 
-# No debug info and no index store: CI builds from a fresh clone on 2 cores, where the
-# dependencies' C (two copies of BoringSSL, through swift-crypto and postgres-nio's TLS) take
-# most of the build, and the debug info and index most of the rest; a failing test still
-# names its file and line. DOCFS_TEST_BUILD_FLAGS replaces these flags (empty for a debuggable
-# build).
-read -r -a build_flags <<<"${DOCFS_TEST_BUILD_FLAGS---disable-index-store -Xswiftc -gnone -Xcc -g0}"
-swift build --build-tests "${build_flags[@]}"
+swift build --build-tests
 # A hung test (a FUSE mount that never answers) must fail this run, not stall it: give the
 # whole suite a generous limit, then unmount anything the tests left behind.
 status=0
