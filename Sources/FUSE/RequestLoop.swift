@@ -38,15 +38,22 @@ final class RequestLoop: @unchecked Sendable {
         self.threadName = threadName
     }
 
-    /// Serves until a worker stops (the connection ended, or `fuse_session_exit` was called
-    /// and a request woke a worker); returns 0 or the negative errno of the read that ended it. The other workers may still be reading: ``join(abort:)``.
+    /// Serves until a worker stops (the connection ended) or ``stop()`` is called; returns 0 or
+    /// the negative errno of the read that ended it. The other workers may still be reading: ``join(abort:)``.
     func run() -> Int32 {
+        if let stopped = state.withLock({ $0.result }) { return stopped }
         state.withLock {
             $0.started += 1
             $0.idle += 1
         }
         guard startWorker() else { return -EAGAIN }
         return state.wait(until: { $0.result != nil }) { $0.result ?? 0 } ?? 0
+    }
+
+    /// Makes ``run()`` return (at once, or as soon as it is called) with 0, for the end of the
+    /// session; the workers end with the connection.
+    func stop() {
+        state.withLock { if $0.result == nil { $0.result = 0 } }
     }
 
     /// Waits for every worker to end. Call it once the connection is gone or aborted: their
@@ -56,13 +63,20 @@ final class RequestLoop: @unchecked Sendable {
     /// reads after that is cancelled, the old way, rather than waited on forever.
     func join(abort: () -> Void) {
         let workers = state.withLock { $0.workers }
-        var running: [pthread_t] = []
-        for worker in workers where docfs_join_within(worker, 2_000) != 0 {
-            running.append(worker)
+        /// Joins what it can of `workers` within one grace period for them all.
+        func joinWithin(_ workers: [pthread_t]) -> [pthread_t] {
+            let clock = ContinuousClock()
+            let deadline = clock.now + .seconds(2)
+            return workers.filter { worker in
+                let left = max(0, (deadline - clock.now) / .milliseconds(1))
+                return docfs_join_within(worker, Int(left)) != 0
+            }
         }
+        var running = joinWithin(workers)
         guard !running.isEmpty else { return }
         abort()
-        for worker in running where docfs_join_within(worker, 2_000) != 0 {
+        running = joinWithin(running)
+        for worker in running {
             pthread_cancel(worker)
             pthread_join(worker, nil)
         }

@@ -122,6 +122,8 @@ public final class Session: Sendable {
     private let core: SessionCore
     private let lifecycle = Monitor(Lifecycle())
     private let signals = Mutex<SignalHandling?>(nil)
+    /// The workers, once serving.
+    private let requestLoop = Mutex<RequestLoop?>(nil)
 
     /// Creates a libfuse session for `filesystem` and mounts it at `mountpoint`. Requests
     /// are served only once ``start()`` or ``run()`` is called; until then accesses to the
@@ -240,11 +242,12 @@ public final class Session: Sendable {
         if core.options.handleSignals {
             signals.withLock { $0 = SignalHandling.install(session: self) }
         }
+        let loop = RequestLoop(
+            session: se, maxWorkers: core.options.maxThreads, threadName: core.options.threadName)
+        requestLoop.withLock { $0 = loop }
         // The thread keeps the session alive until the loop has ended.
         let thread = startThread(name: core.options.threadName) { [self] in
-            guard let se = core.session else { return teardown(loopResult: 0) }
-            let (rc, loop) = serve(se)
-            teardown(loopResult: rc, loop: loop)
+            teardown(loopResult: loop.run(), loop: loop)
         }
         guard let thread else {
             lifecycle.withLock { $0.phase = .mounted }
@@ -283,28 +286,13 @@ public final class Session: Sendable {
         case .running:
             guard let se = core.session else { return }
             fuse_session_exit(se)
-            wakeLoop()
+            // The loop returns now; the end of the session then takes the connection down, which
+            // ends the workers' reads. (Waking a worker with a request of our own cannot work
+            // once the mount has been detached from outside.)
+            requestLoop.withLock { $0 }?.stop()
         case .stopping, .finished:
             break
         }
-    }
-
-    /// libfuse's loop sleeps until a worker ends, and workers sleep in read(2) on /dev/fuse,
-    /// so after `fuse_session_exit` one request must arrive for a worker to see the flag.
-    /// STATFS is never answered from the kernel's caches; it is sent from a short-lived thread
-    /// because the caller may be a request handler, and it cannot be sent before the mount is
-    /// served. If the connection is already gone, the workers are ending anyway.
-    private func wakeLoop() {
-        let mountpoint = mountpoint
-        let thread = startThread(name: "fuse-wake") {
-            // O_PATH: no OPEN request; the mount's root needs no lookup.
-            let fd = open(mountpoint, docfs_o_path() | O_DIRECTORY | O_CLOEXEC)
-            guard fd >= 0 else { return }
-            var st = statvfs()
-            _ = fstatvfs(fd, &st)
-            close(fd)
-        }
-        if let thread { pthread_detach(thread) }
     }
 
     /// Ends the session (see the type's documentation) and waits until it has ended and the
@@ -343,12 +331,6 @@ public final class Session: Sendable {
             return thread
         }
         if let thread, !pthread_equal(thread, pthread_self()).isTrue { pthread_join(thread, nil) }
-    }
-
-    private func serve(_ se: OpaquePointer) -> (Int32, RequestLoop) {
-        let loop = RequestLoop(
-            session: se, maxWorkers: core.options.maxThreads, threadName: core.options.threadName)
-        return (loop.run(), loop)
     }
 
     private func teardown(loopResult: Int32, loop: RequestLoop? = nil) {

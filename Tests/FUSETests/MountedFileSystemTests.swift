@@ -469,6 +469,34 @@ struct MountedFileSystemTests {
         fs.releaseParked(with: [])  // late answers are dropped, not sent
     }
 
+    /// Detached lazily from outside (`fusermount3 -u -z`) with a file still open, the mount
+    /// point no longer leads to the session's file system, so the unmount cannot abort its
+    /// connection through it: the session aborts it by number, and its workers end.
+    @Test func unmountAfterALazyDetachWithAFileOpenEnds() async throws {
+        let fs = MemoryFS()
+        let mount = try TestMount(fs)
+        defer { mount.close() }
+        try await offThread { try writeFile(mount.url("open"), "kept open") }
+        let held = try FileDescriptor.open(mount.url("open"), .readOnly)
+        _ = try await offThread { try run("/bin/fusermount3", ["-u", "-z", mount.path]) }
+        #expect(!isMounted(mount.path))
+        #expect(mount.session.isActive, "a detached mount with a file open is still served")
+        let start = Date()
+        try await offThread { mount.session.unmount() }
+        #expect(Date().timeIntervalSince(start) < 10, "the workers were not collected")
+        #expect(!mount.session.isActive)
+        #expect(fs.destroyed.load(ordering: .relaxed) == 1)
+        // The open descriptor reports the lost connection.
+        var buffer = [UInt8](repeating: 0, count: 4)
+        let readError = errnoOf {
+            _ = try held.read(into: UnsafeMutableRawBufferPointer(start: &buffer, count: 4))
+        }
+        #expect(
+            readError == .connectionAbort || readError == .socketNotConnected,
+            "\(String(describing: readError))")
+        _ = try? held.close()
+    }
+
     @Test func destroyRunsAndRepliesDrainOnUnmount() async throws {
         let fs = MemoryFS(behaviour: .init(openOptions: [.directIO]))
         let mount = try TestMount(fs)
