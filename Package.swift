@@ -20,9 +20,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
-        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
-        // The PostgreSQL store only; its NIO stack stays inside the PostgresStore module.
-        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         // libfuse 3.14's low-level API, imported through a shim header (FUSE_USE_VERSION 312).
@@ -41,20 +38,24 @@ let package = Package(
         ),
         // Linux calls Swift's Glibc module does not export (xattrs, renameat2).
         .target(name: "CLinuxSupport"),
+        // SHA-256 from the system's libcrypto (OpenSSL).
+        .systemLibrary(name: "CLibCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        // PostgreSQL's own client library.
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
         .target(
             name: "DocumentEngine",
             dependencies: [
                 "CLinuxSupport",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Crypto", package: "swift-crypto"),
+                "CLibCrypto",
             ]
         ),
         // The versioned-store algorithm, once, over a small backend protocol; and the in-memory
         // backend. Knows no database.
         .target(
             name: "VersionedStore",
-            dependencies: ["DocumentEngine", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["DocumentEngine"]
         ),
         // The embedded store on SQLite. The only module that imports GRDB.
         .target(
@@ -67,13 +68,13 @@ let package = Package(
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
             ]
         ),
-        // The shared store on PostgreSQL. The only module that imports NIO (through postgres-nio).
+        // The shared store on PostgreSQL, through libpq. The only module that imports it.
         .target(
             name: "PostgresStore",
             dependencies: [
                 "DocumentEngine",
                 "VersionedStore",
-                .product(name: "PostgresNIO", package: "postgres-nio"),
+                "CLibPQ",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -1,6 +1,5 @@
 import DocumentEngine
 import Foundation
-import PostgresNIO
 
 /// Listens on the store's notification channel on a connection of its own, from a dedicated
 /// thread that reconnects when the connection is lost, and counts notifications.
@@ -13,7 +12,6 @@ final class ChangeListener: Sendable {
         var generation: UInt64 = 0
         var started = false
         var stopped = false
-        var connection: PostgresConnection?
         let condition = NSCondition()
     }
 
@@ -39,15 +37,12 @@ final class ChangeListener: Sendable {
         return state.generation
     }
 
-    /// Stops listening and closes the connection; the thread ends within a fraction of a second.
+    /// Stops listening; the thread closes its connection and ends within a fraction of a second.
     func stop() {
         state.condition.lock()
         state.stopped = true
-        let connection = state.connection
-        state.connection = nil
         state.condition.broadcast()
         state.condition.unlock()
-        connection?.closeSoon()
     }
 
     func wait(after generation: UInt64, timeout: Duration) -> UInt64 {
@@ -86,37 +81,28 @@ final class ChangeListener: Sendable {
         }
     }
 
-    /// Listens until the connection fails or the listener stops.
+    /// Listens until the connection fails or the listener stops; closes the connection.
     private static func listen(on connection: PostgresConnection, database: PostgresDatabase, state: State) {
-        let closed = DispatchSemaphore(value: 0)
-        connection.closeFuture.whenComplete { _ in closed.signal() }
-        connection.addListener(channel: PostgresSchema.channel) { _, _ in bump(state) }
-        let session = SQLConnection(
-            connection: connection, logger: database.logger, timeout: database.timeout,
-            location: database.location)
-        state.condition.lock()
-        let stopped = state.stopped
-        if !stopped { state.connection = connection }
-        state.condition.unlock()
-        // Statements run in order on a connection: once this returns, LISTEN has been executed.
-        guard !stopped, (try? session.query("SELECT 1")) != nil else {
-            connection.closeSoon()
+        defer { connection.close() }
+        let session = SQLConnection(connection: connection, timeout: database.timeout)
+        guard !isStopped(state), (try? session.query("LISTEN \(PostgresSchema.channel)")) != nil else {
             return
         }
         bump(state)
-        var sinceCheck: Duration = .zero
         let tick: Duration = .milliseconds(250)
+        var lastHeard = ContinuousClock.now
         while !isStopped(state) {
-            if closed.wait(timeout: .now() + 0.25) == .success { break }
-            sinceCheck += tick
-            if sinceCheck >= heartbeat {
-                sinceCheck = .zero
-                if (try? session.query("SELECT 1")) == nil { break }
+            do {
+                if try connection.awaitInput(until: .now + tick) { lastHeard = .now }
+            } catch {
+                return
+            }
+            if connection.takeNotifications() > 0 { bump(state) }
+            if ContinuousClock.now - lastHeard >= heartbeat {
+                guard (try? session.query("SELECT 1")) != nil else { return }
+                lastHeard = .now
+                if connection.takeNotifications() > 0 { bump(state) }
             }
         }
-        connection.closeSoon()
-        state.condition.lock()
-        if state.connection === connection { state.connection = nil }
-        state.condition.unlock()
     }
 }

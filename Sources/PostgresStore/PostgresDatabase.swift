@@ -1,7 +1,7 @@
+import CLibPQ
 import DocumentEngine
 import Foundation
 import Logging
-import PostgresNIO
 import Synchronization
 
 /// A value bound to a query parameter.
@@ -21,29 +21,104 @@ extension SQLValue: ExpressibleByIntegerLiteral, ExpressibleByStringLiteral {
     init(_ value: Data?) { self = value.map(SQLValue.bytes) ?? .null }
 }
 
-/// One result row, read by column name. A value of the wrong type or an unexpected NULL is a
-/// damaged store, reported as an error rather than a crash.
-struct SQLRow {
-    let row: PostgresRandomAccessRow
+/// An error PostgreSQL or libpq reported.
+struct PostgresError: Error, CustomStringConvertible {
+    /// The server's SQLSTATE code; nil when the server did not answer (libpq's own errors).
+    let sqlState: String?
+    let message: String
+    /// Whether the connection is gone: nothing more can run on it.
+    let connectionLost: Bool
 
-    init(_ row: PostgresRow) { self.row = row.makeRandomAccess() }
+    var description: String { sqlState.map { "\(message) (\($0))" } ?? message }
+}
+
+/// The server's types a result column can have, as far as decoding cares (`pg_type.oid`).
+private enum TypeOID {
+    static let bytea: Oid = 17
+    static let name: Oid = 19
+    static let int8: Oid = 20
+    static let int2: Oid = 21
+    static let int4: Oid = 23
+    static let text: Oid = 25
+    static let oid: Oid = 26
+    static let unknown: Oid = 705
+    static let bpchar: Oid = 1042
+    static let varchar: Oid = 1043
+}
+
+/// A value decoded from a result column in binary format.
+protocol SQLDecodable {
+    /// The value of `bytes`, a column of type `type`; nil if the type does not decode to it.
+    static func decode(_ bytes: UnsafeRawBufferPointer, type: Oid) -> Self?
+}
+
+extension Int64: SQLDecodable {
+    static func decode(_ bytes: UnsafeRawBufferPointer, type: Oid) -> Int64? {
+        // Big-endian, of the column's own width.
+        func read<T: FixedWidthInteger>(_: T.Type) -> T? {
+            guard bytes.count == MemoryLayout<T>.size else { return nil }
+            return T(bigEndian: bytes.loadUnaligned(as: T.self))
+        }
+        switch type {
+        case TypeOID.int8: return read(Int64.self)
+        case TypeOID.int4: return read(Int32.self).map(Int64.init)
+        case TypeOID.int2: return read(Int16.self).map(Int64.init)
+        case TypeOID.oid: return read(UInt32.self).map(Int64.init)
+        default: return nil
+        }
+    }
+}
+
+extension String: SQLDecodable {
+    static func decode(_ bytes: UnsafeRawBufferPointer, type: Oid) -> String? {
+        switch type {
+        case TypeOID.text, TypeOID.varchar, TypeOID.name, TypeOID.bpchar, TypeOID.unknown:
+            return String(decoding: bytes, as: UTF8.self)
+        default: return nil
+        }
+    }
+}
+
+extension Data: SQLDecodable {
+    static func decode(_ bytes: UnsafeRawBufferPointer, type: Oid) -> Data? { Data(bytes) }
+}
+
+/// A statement's result (libpq's `PGresult`), freed with its last row. Read-only, so any thread
+/// may read it.
+final class QueryResult: @unchecked Sendable {
+    let pointer: OpaquePointer
+    let rowCount: Int
+    let columnNames: [String]
+
+    init(_ pointer: OpaquePointer) {
+        self.pointer = pointer
+        rowCount = Int(PQntuples(pointer))
+        columnNames = (0..<PQnfields(pointer)).map { String(cString: PQfname(pointer, $0)) }
+    }
+
+    deinit { PQclear(pointer) }
+
+    var rows: [SQLRow] { (0..<rowCount).map { SQLRow(result: self, index: Int32($0)) } }
+}
+
+/// One result row, read by column name or position. A value of the wrong type or an unexpected
+/// NULL is a damaged store, reported as an error rather than a crash.
+struct SQLRow {
+    let result: QueryResult
+    let index: Int32
 
     /// The result's column names, in order.
-    var columnNames: [String] { row.map(\.columnName) }
+    var columnNames: [String] { result.columnNames }
 
-    private func cell(_ column: String) throws -> PostgresCell {
-        guard row.contains(column) else {
+    private func position(_ column: String) throws -> Int {
+        guard let position = result.columnNames.firstIndex(of: column) else {
             throw DocumentStoreError.corrupt(path: "", reason: "a result has no column \(column)")
         }
-        return row[column]
+        return position
     }
 
     func optionalInt(_ column: String) throws -> Int64? {
-        let cell = try cell(column)
-        guard cell.bytes != nil else { return nil }
-        do { return try cell.decode(Int64.self) } catch {
-            throw DocumentStoreError.corrupt(path: "", reason: "column \(column) is not an integer")
-        }
+        try decode(position(column), column, as: Int64.self, "an integer")
     }
 
     func int(_ column: String) throws -> Int64 {
@@ -54,11 +129,7 @@ struct SQLRow {
     }
 
     func optionalString(_ column: String) throws -> String? {
-        let cell = try cell(column)
-        guard cell.bytes != nil else { return nil }
-        do { return try cell.decode(String.self) } catch {
-            throw DocumentStoreError.corrupt(path: "", reason: "column \(column) is not text")
-        }
+        try decode(position(column), column, as: String.self, "text")
     }
 
     func string(_ column: String) throws -> String {
@@ -68,32 +139,293 @@ struct SQLRow {
         return value
     }
 
-    /// The value at `index` (of the column `column`, for messages); nil for NULL.
-    func decode<Value: PostgresDecodable>(_ index: Int, _ column: String, as _: Value.Type, _ what: String)
-        throws
-        -> Value?
-    {
-        guard index < row.count else {
-            throw DocumentStoreError.corrupt(path: "", reason: "a result has no column \(column)")
-        }
-        let cell = row[index]
-        guard cell.bytes != nil else { return nil }
-        do { return try cell.decode(Value.self) } catch {
-            throw DocumentStoreError.corrupt(path: "", reason: "column \(column) is not \(what)")
-        }
+    func optionalData(_ column: String) throws -> Data? {
+        try decode(position(column), column, as: Data.self, "bytes")
     }
 
-    func optionalData(_ column: String) throws -> Data? {
-        let cell = try cell(column)
-        guard cell.bytes != nil else { return nil }
-        do { return try cell.decode(Data.self) } catch {
-            throw DocumentStoreError.corrupt(path: "", reason: "column \(column) is not bytes")
+    /// The value at `index` (of the column `column`, for messages); nil for NULL.
+    func decode<Value: SQLDecodable>(_ index: Int, _ column: String, as _: Value.Type, _ what: String)
+        throws -> Value?
+    {
+        guard index >= 0, index < result.columnNames.count else {
+            throw DocumentStoreError.corrupt(path: "", reason: "a result has no column \(column)")
         }
+        let field = Int32(index)
+        let pointer = result.pointer
+        if PQgetisnull(pointer, self.index, field) != 0 { return nil }
+        let length = Int(PQgetlength(pointer, self.index, field))
+        let bytes = UnsafeRawBufferPointer(start: PQgetvalue(pointer, self.index, field), count: length)
+        guard let value = Value.decode(bytes, type: PQftype(pointer, field)) else {
+            throw DocumentStoreError.corrupt(path: "", reason: "column \(column) is not \(what)")
+        }
+        return value
     }
 }
 
-/// One connection lent to a caller for a few statements. Every wait is bounded: a server that
-/// does not answer within the timeout closes the connection and fails the statement.
+/// One libpq connection in non-blocking mode, used by one thread at a time (the pool lends it
+/// out; the change listener owns its own). Every wait has a deadline: a server that does not
+/// answer in time closes the connection and fails the statement.
+final class PostgresConnection: @unchecked Sendable {
+    // Touched only by the one thread the connection is lent to.
+    private var handle: OpaquePointer?
+    let location: String
+
+    private init(handle: OpaquePointer, location: String) {
+        self.handle = handle
+        self.location = location
+    }
+
+    deinit { close() }
+
+    /// Closes the connection; it cannot be used again.
+    func close() {
+        if let handle { PQfinish(handle) }
+        handle = nil
+    }
+
+    /// Whether the connection is open and outside any transaction, so the pool may lend it again.
+    var isReusable: Bool {
+        guard let handle else { return false }
+        return PQstatus(handle) == CONNECTION_OK && PQtransactionStatus(handle) == PQTRANS_IDLE
+    }
+
+    /// Connects with libpq's connection `parameters` (keyword, value) within `timeout`.
+    static func connect(_ parameters: [(String, String)], timeout: Duration, location: String) throws
+        -> PostgresConnection
+    {
+        let deadline = ContinuousClock.now + timeout
+        let keys = parameters.map { strdup($0.0) } + [nil]
+        let values = parameters.map { strdup($0.1) } + [nil]
+        defer { for pointer in keys + values { free(pointer) } }
+        let started = keys.withUnsafeBufferPointer { keys in
+            values.withUnsafeBufferPointer { values in
+                PQconnectStartParams(
+                    UnsafeRawPointer(keys.baseAddress!).assumingMemoryBound(to: UnsafePointer<CChar>?.self),
+                    UnsafeRawPointer(values.baseAddress!).assumingMemoryBound(to: UnsafePointer<CChar>?.self),
+                    0)
+            }
+        }
+        guard let started else { throw DocumentStoreError.io("cannot connect to \(location): out of memory") }
+        let connection = PostgresConnection(handle: started, location: location)
+        guard PQstatus(started) != CONNECTION_BAD else { throw connection.failure() }
+        try connection.within(timeout) {
+            var status = PGRES_POLLING_WRITING
+            while status != PGRES_POLLING_OK {
+                switch status {
+                case PGRES_POLLING_FAILED: throw connection.failure()
+                case PGRES_POLLING_READING: try connection.waitForSocket(writing: false, until: deadline)
+                default: try connection.waitForSocket(writing: true, until: deadline)
+                }
+                status = PQconnectPoll(started)
+            }
+        }
+        // Non-blocking sends: a large chunk never blocks past the deadline on a stalled server.
+        guard PQsetnonblocking(started, 1) == 0 else { throw connection.failure() }
+        return connection
+    }
+
+    /// Runs one statement with `values` bound to `$1`, `$2`, …; results come in binary format.
+    func execute(_ sql: String, _ values: [SQLValue], timeout: Duration) throws -> QueryResult {
+        guard let handle else {
+            throw PostgresError(sqlState: nil, message: "the connection is closed", connectionLost: true)
+        }
+        let deadline = ContinuousClock.now + timeout
+        return try within(timeout) { try execute(handle, sql, values, until: deadline) }
+    }
+
+    private func execute(
+        _ handle: OpaquePointer, _ sql: String, _ values: [SQLValue], until deadline: ContinuousClock.Instant
+    ) throws -> QueryResult {
+        let sent = Self.withParameters(values) { types, pointers, lengths, formats in
+            PQsendQueryParams(handle, sql, Int32(values.count), types, pointers, lengths, formats, 1)
+        }
+        guard sent == 1 else { throw failure() }
+        // What libpq could not write at once (a large chunk), written as the socket drains.
+        while true {
+            let flushed = PQflush(handle)
+            if flushed == 0 { break }
+            if flushed < 0 { throw failure() }
+            try waitForSocket(writing: true, until: deadline)
+            // The server may be answering already; taking its input keeps it from blocking.
+            guard PQconsumeInput(handle) == 1 else { throw failure() }
+        }
+        var last: OpaquePointer?
+        var error: PostgresError?
+        while true {
+            while PQisBusy(handle) != 0 {
+                try waitForSocket(writing: false, until: deadline)
+                guard PQconsumeInput(handle) == 1 else {
+                    if let last { PQclear(last) }
+                    throw failure()
+                }
+            }
+            guard let next = PQgetResult(handle) else { break }
+            let status = PQresultStatus(next)
+            if status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK || status == PGRES_EMPTY_QUERY {
+                if let last { PQclear(last) }
+                last = next
+            } else {
+                if error == nil { error = serverError(next) }
+                PQclear(next)
+            }
+        }
+        if let error {
+            if let last { PQclear(last) }
+            throw error
+        }
+        guard let last else {
+            throw PostgresError(sqlState: nil, message: "a statement gave no result", connectionLost: false)
+        }
+        return QueryResult(last)
+    }
+
+    /// Waits until the server sends something or `deadline` passes; takes what it sent. Returns
+    /// false at the deadline.
+    func awaitInput(until deadline: ContinuousClock.Instant) throws -> Bool {
+        guard let handle else {
+            throw PostgresError(sqlState: nil, message: "the connection is closed", connectionLost: true)
+        }
+        do {
+            try waitForSocket(writing: false, until: deadline)
+        } catch is Timeout {
+            return false
+        }
+        guard PQconsumeInput(handle) == 1 else { throw failure() }
+        return true
+    }
+
+    /// Takes the notifications (`NOTIFY`) received so far; returns how many there were.
+    func takeNotifications() -> Int {
+        guard let handle else { return 0 }
+        var count = 0
+        while let notification = PQnotifies(handle) {
+            PQfreemem(notification)
+            count += 1
+        }
+        return count
+    }
+
+    private struct Timeout: Error {}
+
+    /// Waits until the socket is readable (or writable, with `writing`); throws ``Timeout`` at
+    /// `deadline`.
+    private func waitForSocket(writing: Bool, until deadline: ContinuousClock.Instant) throws {
+        guard let handle, PQsocket(handle) >= 0 else { throw failure() }
+        var descriptor = pollfd(
+            fd: PQsocket(handle), events: Int16(POLLIN) | (writing ? Int16(POLLOUT) : 0), revents: 0)
+        while true {
+            let remaining = deadline - ContinuousClock.now
+            guard remaining > .zero else { throw Timeout() }
+            let milliseconds = remaining / .milliseconds(1)
+            let ready = poll(&descriptor, 1, Int32(min(milliseconds.rounded(.up), 60_000)))
+            if ready > 0 { return }
+            if ready < 0 && errno != EINTR {
+                let message = String(cString: strerror(errno))
+                close()
+                throw PostgresError(sqlState: nil, message: message, connectionLost: true)
+            }
+        }
+    }
+
+    /// Runs `body`, turning a ``Timeout`` into the store's error: the connection is closed, as a
+    /// statement or a login was left half done.
+    private func within<T>(_ timeout: Duration, _ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch is Timeout {
+            close()
+            let seconds = max(1, Int(timeout.components.seconds))
+            throw DocumentStoreError.io("the PostgreSQL store \(location) did not answer within \(seconds) s")
+        }
+    }
+
+    /// libpq's last error on this connection.
+    private func failure() -> PostgresError {
+        guard let handle else {
+            return PostgresError(sqlState: nil, message: "the connection is closed", connectionLost: true)
+        }
+        let message = Self.firstLine(PQerrorMessage(handle))
+        let lost = PQstatus(handle) == CONNECTION_BAD
+        if lost { close() }
+        return PostgresError(sqlState: nil, message: message, connectionLost: lost)
+    }
+
+    /// The server's error in `result`.
+    private func serverError(_ result: OpaquePointer) -> PostgresError {
+        let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+        let primary = PQresultErrorField(result, Int32(UInt8(ascii: "M")))
+        let message = primary.map { String(cString: $0) } ?? Self.firstLine(PQresultErrorMessage(result))
+        // 08: connection exceptions; 57P01/02: the server is shutting down.
+        let lost =
+            (handle.map { PQstatus($0) == CONNECTION_BAD } ?? true) || state?.hasPrefix("08") == true
+            || state == "57P01" || state == "57P02"
+        return PostgresError(sqlState: state, message: message, connectionLost: lost)
+    }
+
+    private static func firstLine(_ text: UnsafePointer<CChar>?) -> String {
+        let text = text.map { String(cString: $0) } ?? ""
+        let line = text.split(whereSeparator: \.isNewline).first.map(String.init) ?? ""
+        return line.trimmingCharacters(in: .whitespaces).isEmpty ? "unknown error" : line
+    }
+
+    /// Calls `body` with libpq's parameter arrays for `values`, all in binary format. The values'
+    /// own bytes are passed without copies; they live until `body` returns.
+    private static func withParameters<R>(
+        _ values: [SQLValue],
+        _ body: (
+            UnsafePointer<Oid>?, UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?,
+            UnsafePointer<Int32>?
+        ) -> R
+    ) -> R {
+        var types: [Oid] = []
+        var pointers: [UnsafePointer<CChar>?] = []
+        var lengths: [Int32] = []
+        let formats = [Int32](repeating: 1, count: values.count)
+        let integers = UnsafeMutablePointer<Int64>.allocate(capacity: max(1, values.count))
+        defer { integers.deallocate() }
+        // A value of no bytes still needs a pointer (libpq reads NULL as SQL NULL): its unused
+        // integer slot.
+        func bytes(_ raw: UnsafeRawBufferPointer, _ index: Int) -> UnsafePointer<CChar> {
+            guard let base = raw.baseAddress, raw.count > 0 else {
+                return UnsafeRawPointer(integers + index).assumingMemoryBound(to: CChar.self)
+            }
+            return base.assumingMemoryBound(to: CChar.self)
+        }
+        func bind(_ index: Int) -> R {
+            guard index < values.count else { return body(types, pointers, lengths, formats) }
+            switch values[index] {
+            case .int(let value):
+                (integers + index).initialize(to: value.bigEndian)
+                types.append(TypeOID.int8)
+                pointers.append(UnsafeRawPointer(integers + index).assumingMemoryBound(to: CChar.self))
+                lengths.append(8)
+                return bind(index + 1)
+            case .text(var text):
+                return text.withUTF8 { utf8 in
+                    types.append(TypeOID.text)
+                    pointers.append(bytes(UnsafeRawBufferPointer(utf8), index))
+                    lengths.append(Int32(utf8.count))
+                    return bind(index + 1)
+                }
+            case .bytes(let data):
+                return data.withUnsafeBytes { raw in
+                    types.append(TypeOID.bytea)
+                    pointers.append(bytes(raw, index))
+                    lengths.append(Int32(raw.count))
+                    return bind(index + 1)
+                }
+            case .null:
+                types.append(0)  // the server infers it
+                pointers.append(nil)
+                lengths.append(0)
+                return bind(index + 1)
+            }
+        }
+        return bind(0)
+    }
+}
+
+/// One connection lent to a caller for a few statements.
 struct SQLConnection {
     /// Counts statements that completed, so a caller can tell whether anything ran.
     final class Counter: @unchecked Sendable {
@@ -102,164 +434,91 @@ struct SQLConnection {
     }
 
     let connection: PostgresConnection
-    let logger: Logger
     let timeout: Duration
-    let location: String
     let counter = Counter()
 
     @discardableResult
     func query(_ sql: String, _ values: [SQLValue] = []) throws -> [SQLRow] {
-        var binds = PostgresBindings(capacity: values.count)
-        for value in values {
-            switch value {
-            case .int(let v): binds.append(v)
-            case .text(let v): binds.append(v)
-            case .bytes(let v): binds.append(ByteBuffer(bytes: v))
-            case .null: binds.appendNull()
-            }
-        }
-        let future = connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
-        let result = try wait(future)
+        let result = try connection.execute(sql, values, timeout: timeout)
         counter.completed += 1
-        return result.map(SQLRow.init)
+        return result.rows
     }
 
     /// The first row's first column as an integer, or nil without rows or for NULL.
     func scalar(_ sql: String, _ values: [SQLValue] = []) throws -> Int64? {
-        guard let row = try query(sql, values).first, row.row.count > 0 else { return nil }
-        let cell = row.row[0]
-        guard cell.bytes != nil else { return nil }
-        do { return try cell.decode(Int64.self) } catch {
-            throw DocumentStoreError.corrupt(path: "", reason: "a result is not an integer")
-        }
+        guard let row = try query(sql, values).first else { return nil }
+        return try row.decode(0, "?column?", as: Int64.self, "an integer")
     }
 
     func exists(_ sql: String, _ values: [SQLValue] = []) throws -> Bool {
         try !query(sql, values).isEmpty
     }
-
-    func wait<T: Sendable>(_ future: EventLoopFuture<T>) throws -> T {
-        try PostgresDatabase.wait(future, timeout: timeout, location: location) {
-            connection.closeSoon()
-        }
-    }
 }
 
-/// A small pool of PostgreSQL connections on one event loop thread of its own, used through
-/// blocking calls.
-///
-/// The blocking waits run on the caller's thread (a FUSE worker, a command's main thread, a test)
-/// and never on an event loop or a Swift-concurrency pool thread's work: all of postgres-nio's
-/// work happens on this pool's own event loop, so a blocked caller cannot starve it.
+/// A small pool of PostgreSQL connections, used through blocking calls on the caller's thread
+/// (a FUSE worker, a command's main thread, a test); nothing runs on a Swift-concurrency thread.
 final class PostgresDatabase: Sendable {
-    let configuration: PostgresConnection.Configuration
+    /// libpq's connection parameters.
+    let parameters: [(String, String)]
     /// Where the database is, without the password, for messages.
     let location: String
     let timeout: Duration
     let logger: Logger
-    private let group: MultiThreadedEventLoopGroup
     private let idle = Mutex<[PostgresConnection]>([])
-    private let nextID = Atomic<Int>(1)
     private static let maxIdle = 4
 
-    init(configuration: PostgresConnection.Configuration, location: String, timeout: Duration, logger: Logger)
-    {
-        var configuration = configuration
-        configuration.options.connectTimeout = .seconds(Int64(max(1, timeout.components.seconds)))
-        self.configuration = configuration
+    init(parameters: [(String, String)], location: String, timeout: Duration, logger: Logger) {
+        self.parameters = parameters
         self.location = location
         self.timeout = timeout
         self.logger = logger
-        group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-    }
-
-    deinit {
-        for connection in idle.withLock({ $0 }) { connection.closeSoon() }
-        // Shut down from another thread: the group may be released on one of its own.
-        let group = self.group
-        Thread.detachNewThread { try? group.syncShutdownGracefully() }
     }
 
     /// Opens a new connection (not pooled), e.g. for LISTEN.
     func connect() throws -> PostgresConnection {
-        let id = nextID.add(1, ordering: .relaxed).oldValue
-        let future = PostgresConnection.connect(
-            on: group.next(), configuration: configuration, id: id, logger: logger)
-        return try Self.wait(future, timeout: timeout, location: location) {
-            // Connected too late: nobody will use it.
-            future.whenSuccess { $0.closeSoon() }
-        }
+        try PostgresConnection.connect(parameters, timeout: timeout, location: location)
     }
 
     /// Runs `body` with a pooled connection. A connection that failed (closed, timed out) is
     /// dropped, so the next call reconnects.
     @discardableResult
     func withConnection<T>(_ body: (SQLConnection) throws -> T) throws -> T {
-        let pooled = idle.withLock { $0.popLast() }
-        if let pooled {
-            if !pooled.isClosed {
-                let lent = SQLConnection(
-                    connection: pooled, logger: logger, timeout: timeout, location: location)
-                do {
-                    return try use(lent, body)
-                } catch  where lent.counter.completed == 0 && Self.isConnectionFailure(error) {
-                    // The server dropped the idle connection (a restart, a failover) and nothing
-                    // ran on it: the same request on a new connection is safe.
-                    logger.debug("a pooled connection was closed; reconnecting")
-                } catch {
-                    throw Self.storeError(error, location: location)
-                }
-            } else {
-                pooled.closeSoon()
+        if let pooled = idle.withLock({ $0.popLast() }) {
+            let lent = SQLConnection(connection: pooled, timeout: timeout)
+            do {
+                return try use(lent, body)
+            } catch let error as PostgresError where error.connectionLost && lent.counter.completed == 0 {
+                // The server dropped the idle connection (a restart, a failover) and nothing
+                // ran on it: the same request on a new connection is safe.
+                logger.debug("a pooled connection was closed; reconnecting")
+            } catch {
+                throw Self.storeError(error, location: location)
             }
         }
         do {
-            let lent = SQLConnection(
-                connection: try connect(), logger: logger, timeout: timeout, location: location)
-            return try use(lent, body)
+            return try use(SQLConnection(connection: try connect(), timeout: timeout), body)
         } catch {
             throw Self.storeError(error, location: location)
         }
     }
 
-    /// Runs `body` on `lent`, then pools the connection, or closes it if it may be broken.
+    /// Runs `body` on `lent`, then pools the connection if it can serve again.
     private func use<T>(_ lent: SQLConnection, _ body: (SQLConnection) throws -> T) throws -> T {
-        do {
-            let result = try body(lent)
-            giveBack(lent.connection)
-            return result
-        } catch {
-            if Self.leavesConnectionUsable(error) {
-                giveBack(lent.connection)
-            } else {
-                lent.connection.closeSoon()
-            }
-            throw error
-        }
-    }
-
-    /// Whether `error` says the connection failed (rather than the server refusing a statement).
-    private static func isConnectionFailure(_ error: any Error) -> Bool {
-        if let error = error as? PSQLError { return error.serverInfo == nil }
-        return false
+        defer { giveBack(lent.connection) }
+        return try body(lent)
     }
 
     private func giveBack(_ connection: PostgresConnection) {
-        if connection.isClosed { return }
-        let extra = idle.withLock { idle -> PostgresConnection? in
-            if idle.count >= Self.maxIdle { return connection }
-            idle.append(connection)
-            return nil
+        guard connection.isReusable else {
+            connection.close()
+            return
         }
-        extra?.closeSoon()
-    }
-
-    /// Whether a connection that met `error` can serve again: after the server's own answer (a
-    /// constraint, a missing row) yes; after a timeout or a broken channel, no.
-    private static func leavesConnectionUsable(_ error: any Error) -> Bool {
-        if let error = error as? PSQLError { return error.serverInfo != nil }
-        if case DocumentStoreError.io = error { return false }
-        return error is DocumentStoreError
+        let pooled = idle.withLock { idle -> Bool in
+            guard idle.count < Self.maxIdle else { return false }
+            idle.append(connection)
+            return true
+        }
+        if !pooled { connection.close() }
     }
 
     /// Runs `body` in one transaction: committed if it returns, rolled back if it throws.
@@ -277,63 +536,24 @@ final class PostgresDatabase: Sendable {
                 try connection.query("COMMIT")
                 return result
             } catch {
-                if !connection.connection.isClosed { _ = try? connection.query("ROLLBACK") }
+                // A connection that cannot roll back is not pooled again (see `isReusable`).
+                _ = try? connection.query("ROLLBACK")
                 throw error
             }
         }
     }
 
-    /// Waits for `future` at most `timeout`; on timeout runs `cancel` and throws.
-    static func wait<T: Sendable>(
-        _ future: EventLoopFuture<T>, timeout: Duration, location: String, cancel: () -> Void
-    ) throws -> T {
-        let done = DispatchSemaphore(value: 0)
-        let box = ResultBox<T>()
-        future.whenComplete { result in
-            box.value.withLock { $0 = result }
-            done.signal()
-        }
-        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-        if done.wait(timeout: .now() + seconds) == .timedOut {
-            cancel()
-            throw DocumentStoreError.io(
-                "the PostgreSQL store \(location) did not answer within \(Int(seconds)) s")
-        }
-        guard let result = box.value.withLock({ $0 }) else {
-            throw DocumentStoreError.io("the PostgreSQL store \(location) gave no result")
-        }
-        return try result.get()
-    }
-
     /// PostgreSQL's errors as the store's, naming the problem.
     static func storeError(_ error: any Error, location: String) -> any Error {
-        if error is DocumentStoreError { return error }
-        guard let error = error as? PSQLError else { return error }
-        if let server = error.serverInfo {
-            let message = server[.message] ?? "error"
-            let state = server[.sqlState] ?? ""
-            switch state {
-            case "53100", "53000": return DocumentStoreError.noSpace(location)
-            case "3D000": return DocumentStoreError.notAStore(path: location, reason: "no such database")
-            case "XX001", "XX002": return DocumentStoreError.corrupt(path: location, reason: message)
-            default:
-                return DocumentStoreError.io("the PostgreSQL store \(location): \(message) (\(state))")
-            }
+        guard let error = error as? PostgresError else { return error }
+        guard let state = error.sqlState else {
+            return DocumentStoreError.io("cannot reach the PostgreSQL store \(location): \(error.message)")
         }
-        return DocumentStoreError.io(
-            "cannot reach the PostgreSQL store \(location): \(String(describing: error.code))")
-    }
-}
-
-private final class ResultBox<T: Sendable>: Sendable {
-    let value = Mutex<Result<T, any Error>?>(nil)
-}
-
-extension PostgresConnection {
-    /// Starts closing the connection without waiting for it. The connection stays alive until
-    /// it is closed (postgres-nio asserts that no open connection is freed).
-    func closeSoon() {
-        let closed: EventLoopFuture<Void> = close()
-        closed.whenComplete { _ in withExtendedLifetime(self) {} }
+        switch state {
+        case "53100", "53000": return DocumentStoreError.noSpace(location)
+        case "3D000": return DocumentStoreError.notAStore(path: location, reason: "no such database")
+        case "XX001", "XX002": return DocumentStoreError.corrupt(path: location, reason: error.message)
+        default: return DocumentStoreError.io("the PostgreSQL store \(location): \(error.message) (\(state))")
+        }
     }
 }

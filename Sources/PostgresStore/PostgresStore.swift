@@ -1,7 +1,6 @@
 import DocumentEngine
 import Foundation
 import Logging
-import PostgresNIO
 import Synchronization
 import VersionedStore
 
@@ -15,8 +14,8 @@ import VersionedStore
 /// never wait for them. Every write that records an event notifies the channel `docfs_events`, so
 /// observers in other processes learn of it at once (see ``waitForChange(after:timeout:)``).
 ///
-/// Methods block the calling thread on network I/O; postgres-nio runs on an event loop thread of
-/// the store's own, so they may be called from any thread that may block.
+/// Methods block the calling thread on network I/O (libpq, with a deadline on every wait), so they
+/// may be called from any thread that may block.
 public final class PostgresStore: VersionedDocumentStore, StoreChangeNotifying, Sendable {
     /// How to open a store.
     public struct OpenOptions: OptionSet, Sendable {
@@ -43,7 +42,7 @@ public final class PostgresStore: VersionedDocumentStore, StoreChangeNotifying, 
         self.configuration = configuration
         let location = configuration.url
         let database = PostgresDatabase(
-            configuration: try configuration.connectionConfiguration(), location: location,
+            parameters: configuration.connectionParameters(), location: location,
             timeout: configuration.timeout, logger: logger)
         guard chunkSize > 0, chunkSize <= VersionedStore.maximumChunkSize else {
             throw DocumentStoreError.invalidChange("the chunk size must be between 1 byte and 64 MiB")
@@ -256,7 +255,7 @@ extension PostgresStore {
         throws -> Bool
     {
         let admin = PostgresDatabase(
-            configuration: try configuration.with(database: "postgres").connectionConfiguration(),
+            parameters: configuration.with(database: "postgres").connectionParameters(),
             location: configuration.with(database: "postgres").url, timeout: configuration.timeout,
             logger: logger)
         return try admin.withConnection { db in
@@ -266,7 +265,7 @@ extension PostgresStore {
             }
             do {
                 try db.query("CREATE DATABASE \(quotedIdentifier(configuration.database))")
-            } catch let error as PSQLError where error.serverInfo?[.sqlState] == "42P04" {
+            } catch let error as PostgresError where error.sqlState == "42P04" {
                 return false  // created meanwhile by someone else
             }
             return true
@@ -280,7 +279,7 @@ extension PostgresStore {
         throws
     {
         let admin = PostgresDatabase(
-            configuration: try configuration.with(database: "postgres").connectionConfiguration(),
+            parameters: configuration.with(database: "postgres").connectionParameters(),
             location: configuration.with(database: "postgres").url, timeout: configuration.timeout,
             logger: logger)
         try admin.withConnection { db in

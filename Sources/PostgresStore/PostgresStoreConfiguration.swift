@@ -1,6 +1,5 @@
 import DocumentEngine
 import Foundation
-import PostgresNIO
 
 extension PostgresStore {
     /// Where a PostgreSQL store is and how to log in: from a `postgres://` URL, with libpq's
@@ -13,8 +12,14 @@ extension PostgresStore {
         public var user: String
         public var password: String?
         public var database: String
-        /// Whether to require TLS (`sslmode=require`); otherwise the connection is plain.
-        public var requireTLS: Bool
+        /// libpq's `sslmode`: `disable`, `allow`, `prefer` (the default), `require`, `verify-ca`
+        /// or `verify-full`, with libpq's meaning.
+        public var sslMode: String
+        /// Whether the connection must use TLS (`sslmode` `require` or stricter).
+        public var requireTLS: Bool {
+            get { ["require", "verify-ca", "verify-full"].contains(sslMode) }
+            set { if newValue != requireTLS { sslMode = newValue ? "require" : "prefer" } }
+        }
         /// How long any one request (connecting included) may take before it fails with an
         /// I/O error.
         public var timeout: Duration
@@ -28,7 +33,7 @@ extension PostgresStore {
             self.user = user
             self.password = password
             self.database = database
-            self.requireTLS = requireTLS
+            self.sslMode = requireTLS ? "require" : "prefer"
             self.timeout = timeout
         }
 
@@ -69,12 +74,11 @@ extension PostgresStore {
             database =
                 nonEmpty(path.removingPercentEncoding) ?? nonEmpty(query["dbname"])
                 ?? nonEmpty(environment["PGDATABASE"]) ?? user
-            let mode = nonEmpty(query["sslmode"]) ?? nonEmpty(environment["PGSSLMODE"]) ?? "disable"
-            switch mode {
-            case "disable", "allow", "prefer": requireTLS = false
-            case "require", "verify-ca", "verify-full": requireTLS = true
-            default: throw DocumentStoreError.invalidName(mode, reason: "unknown sslmode")
+            let mode = nonEmpty(query["sslmode"]) ?? nonEmpty(environment["PGSSLMODE"]) ?? "prefer"
+            guard ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"].contains(mode) else {
+                throw DocumentStoreError.invalidName(mode, reason: "unknown sslmode")
             }
+            sslMode = mode
             if let text = nonEmpty(query["connect_timeout"]), let seconds = Int(text), seconds > 0 {
                 timeout = .seconds(seconds)
             } else {
@@ -105,24 +109,19 @@ extension PostgresStore {
             return copy
         }
 
-        func connectionConfiguration() throws -> PostgresConnection.Configuration {
-            if host.hasPrefix("/") {
-                return PostgresConnection.Configuration(
-                    unixSocketPath: "\(host)/.s.PGSQL.\(port)", username: user, password: password,
-                    database: database)
-            }
-            let tls: PostgresConnection.Configuration.TLS
-            if requireTLS {
-                do {
-                    tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
-                } catch {
-                    throw DocumentStoreError.io("cannot set up TLS for \(url): \(error)")
-                }
-            } else {
-                tls = .disable
-            }
-            return PostgresConnection.Configuration(
-                host: host, port: port, username: user, password: password, database: database, tls: tls)
+        /// libpq's connection parameters. Only what this configuration names is passed, so
+        /// libpq's own defaults and files (`~/.pgpass`, `PGSSLROOTCERT`, …) apply to the rest.
+        func connectionParameters() -> [(String, String)] {
+            var parameters = [
+                ("host", host), ("port", String(port)), ("user", user), ("dbname", database),
+                ("sslmode", sslMode), ("application_name", "docfs"),
+                // A server that vanished without closing the connection is noticed by the kernel
+                // too, not only by the statement timeout.
+                ("keepalives", "1"), ("keepalives_idle", "30"), ("keepalives_interval", "10"),
+                ("keepalives_count", "3"),
+            ]
+            if let password { parameters.append(("password", password)) }
+            return parameters
         }
     }
 }

@@ -454,8 +454,8 @@ struct PostgresTransaction: StoreTransaction {
 
     func danglingReferences(_ kind: DanglingReference) throws -> [Int64] {
         try db.query(PortableSQL.dangling(kind)).map { row in
-            guard row.row.count > 0, let value = try? row.row[0].decode(Int64.self) else {
-                throw DocumentStoreError.corrupt(path: "", reason: "a reference is not an integer")
+            guard let value = try row.decode(0, "reference", as: Int64.self, "an integer") else {
+                throw DocumentStoreError.corrupt(path: "", reason: "a reference is NULL")
             }
             return value
         }

@@ -1,4 +1,3 @@
-import Crypto
 import DocumentEngine
 import Foundation
 import Synchronization
@@ -812,7 +811,7 @@ public final class VersionedStore: Sendable {
 
     func count(_ update: (inout StoreStatistics) -> Void) { counters.withLock { update(&$0) } }
 
-    package static func hash(_ data: Data) -> Data { Data(SHA256.hash(data: data)) }
+    package static func hash(_ data: Data) -> Data { SHA256.hash(data) }
 
     /// Whether every byte is zero: such a chunk is stored as a hole.
     package static func isZero(_ data: Data) -> Bool {

@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 
 /// A version of a document other than the current one — Apple's `NSFileVersion` (FV-1..FV-5).
@@ -157,7 +156,7 @@ struct DocumentVersionStore {
     let directory: URL
 
     init(for document: URL) {
-        let key = Data(SHA256.hash(data: Data(document.standardizedFileURL.path.utf8))).prefix(16)
+        let key = SHA256.hash(Data(document.standardizedFileURL.path.utf8)).prefix(16)
             .map { String(format: "%02x", $0) }.joined()
         directory = SearchPaths(appID: "docfs").state.appendingPathComponent("Versions", isDirectory: true)
             .appendingPathComponent(key, isDirectory: true)

@@ -1,0 +1,19 @@
+import CLibCrypto
+import Foundation
+
+/// SHA-256, computed by the system's libcrypto (OpenSSL), which uses the CPU's SHA extensions
+/// where it has them.
+package enum SHA256 {
+    /// The 32-byte digest of `data`.
+    package static func hash(_ data: Data) -> Data {
+        var digest = Data(count: Int(SHA256_DIGEST_LENGTH))
+        digest.withUnsafeMutableBytes { out in
+            data.withUnsafeBytes { input in
+                _ = CLibCrypto.SHA256(
+                    input.baseAddress?.assumingMemoryBound(to: UInt8.self), input.count,
+                    out.baseAddress?.assumingMemoryBound(to: UInt8.self))
+            }
+        }
+        return digest
+    }
+}
