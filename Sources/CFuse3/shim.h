@@ -93,6 +93,17 @@ static inline int docfs_pin_mount(const char *path) {
     return open(path, docfs_o_path() | O_DIRECTORY | O_CLOEXEC);
 }
 
+/// Aborts FUSE connection `minor` through fusectl's abort file. 1 when aborted, -1 on error.
+static inline int docfs_abort_connection(unsigned int minor) {
+    char file[64];
+    snprintf(file, sizeof file, "/sys/fs/fuse/connections/%u/abort", minor);
+    int abortFD = open(file, O_WRONLY | O_CLOEXEC);
+    if (abortFD < 0) return -1;
+    int result = write(abortFD, "1", 1) == 1 ? 1 : -1;
+    close(abortFD);
+    return result;
+}
+
 /// Aborts FUSE connection `minor` (via fusectl) when `pinned` (from docfs_pin_mount) is that
 /// file system, device major:minor; then closes `pinned`. A connection number is only reused
 /// once its file system is gone, which the pin prevents, so another mount is never aborted.
@@ -105,15 +116,7 @@ static inline int docfs_abort_pinned_connection(int pinned, unsigned int major, 
     if (syscall(SYS_statx, pinned, "", 0x1000 /* AT_EMPTY_PATH */ | 0x4000 /* AT_STATX_DONT_SYNC */, 0, &stx) != 0) {
         result = -1;
     } else if (stx.stx_dev_major == major && stx.stx_dev_minor == minor) {
-        char file[64];
-        snprintf(file, sizeof file, "/sys/fs/fuse/connections/%u/abort", minor);
-        int abortFD = open(file, O_WRONLY | O_CLOEXEC);
-        if (abortFD < 0) {
-            result = -1;
-        } else {
-            result = write(abortFD, "1", 1) == 1 ? 1 : -1;
-            close(abortFD);
-        }
+        result = docfs_abort_connection(minor);
     }
     close(pinned);
     return result;

@@ -202,11 +202,9 @@ public final class Session: Sendable {
     /// leads to it. A connection whose reads have not ended still has its file system, so its
     /// number cannot have passed to another mount.
     private func abortStillServedConnection() {
-        guard let (_, minor) = connection.withLock({ $0 }) else { return }
-        let fd = open("/sys/fs/fuse/connections/\(minor)/abort", O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        _ = write(fd, "1", 1)
-        close(fd)
+        guard let (_, minor) = connection.withLock({ $0 }), docfs_abort_connection(minor) == 1 else {
+            return
+        }
         core.logger.notice("the mount was detached with files still open: its connection was aborted")
     }
 
