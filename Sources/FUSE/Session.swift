@@ -197,15 +197,26 @@ public final class Session: Sendable {
         _ = docfs_abort_pinned_connection(pinned, major, minor)
     }
 
-    /// Aborts this session's connection by its number when workers still read from it after
-    /// the unmount: the mount was detached lazily with files open, so the mount point no longer
-    /// leads to it. A connection whose reads have not ended still has its file system, so its
-    /// number cannot have passed to another mount.
-    private func abortStillServedConnection() {
-        guard let (_, minor) = connection.withLock({ $0 }), docfs_abort_connection(minor) == 1 else {
-            return
-        }
+    /// Aborts this session's connection by its number if it is still connected after the
+    /// unmount: the mount was detached lazily with files open, so the mount point no longer leads
+    /// to it. A connection that is still connected still has its file system (the kernel ends
+    /// the connection when it drops the file system), so its number cannot have passed to
+    /// another mount.
+    /// `device` is a descriptor of the connection's device (the session's own is closed by the
+    /// unmount), to ask it with; -1 when there is none, then the caller must know it is up.
+    private func abortStillServedConnection(device: Int32) {
+        guard device < 0 || Self.isConnected(device), let (_, minor) = connection.withLock({ $0 }),
+            docfs_abort_connection(minor) == 1
+        else { return }
         core.logger.notice("the mount was detached with files still open: its connection was aborted")
+    }
+
+    /// Whether the kernel still has the connection of `device` up: `poll` reports `POLLERR`
+    /// once the connection has ended or been aborted.
+    private static func isConnected(_ device: Int32) -> Bool {
+        var entry = pollfd(fd: device, events: Int16(POLLIN), revents: 0)
+        guard poll(&entry, 1, 0) >= 0 else { return false }
+        return entry.revents & Int16(POLLERR | POLLNVAL) == 0
     }
 
     deinit {
@@ -350,10 +361,21 @@ public final class Session: Sendable {
             // Not abort first: libfuse skips the unmount of an aborted connection. The pin keeps
             // the detached file system, and so its connection number, ours until the abort.
             let pinned = docfs_pin_mount(mountpoint)
+            // The unmount closes the session's descriptor of the device; this one stays to ask
+            // whether the connection is still up.
+            let device = fcntl(fuse_session_fd(se), F_DUPFD_CLOEXEC, 0)
+            defer { if device >= 0 { close(device) } }
             fuse_session_unmount(se)
             abortConnection(pinned: pinned)
-            // The workers' reads return now that the connection is gone.
-            loop?.join { abortStillServedConnection() }
+            // Detached from outside with files open, the connection is still up: the pin found
+            // another file system at the mount point. Nothing will serve it again (a worker
+            // that reads a request after the loop stopped drops it and ends), so whoever uses it
+            // (a child closing an inherited descriptor, the holder of an open file) would wait
+            // forever: end it.
+            if device >= 0 { abortStillServedConnection(device: device) }
+            // The workers' reads return now that the connection is gone. Workers still reading
+            // after a grace period prove it is up.
+            loop?.join { abortStillServedConnection(device: device) }
         }
         core.runDestroy()
         core.closeGate()
