@@ -35,9 +35,13 @@
 #   b12  safe-save (a temporary file, 4 KiB, fsync, rename over a file, fsync of the folder) and
 #        unlink + create + write + fsync of a name, in a folder of BENCH_FILES files: medians of
 #        30 each, on the mount (in a package), natively and on the peer
+#   b13  fsx: 20,000 random operations on one file (xfstests' `ltp/fsx -N 20000 -S 1` when
+#        BENCH_FSX names that program, built by hand outside the checkout; otherwise
+#        scripts/reliability/fsx.py with the same count and seed), its time in seconds on the
+#        mount (in a package), natively and on the peer; target ≤ 1.5× the peer (issue 16)
 #   fuse_layer  the FUSE layer's micro-benchmark (scripts/fuse-bench.sh)
 #
-# The peer (issue 16): B5 and B12 also run on a FUSE passthrough file system beside the native
+# The peer (issue 16): B5, B12 and B13 also run on a FUSE passthrough file system beside the native
 # folder, libfuse's own `passthrough_ll`, compiled from the examples folder of Debian's
 # libfuse3-dev (its default options: no writeback cache, its own timeouts), so that the table's
 # "DocFS ÷ peer" shows what is FUSE's cost and what is DocFS's.
@@ -84,7 +88,7 @@ for argument in "$@"; do
     esac
 done
 rounds=${BENCH_ROUNDS:-3}
-all_figures="b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 b11 b12 fuse_layer"
+all_figures="b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 b11 b12 b13 fuse_layer"
 only=${BENCH_ONLY:-}
 for figure in ${only//,/ }; do
     case " $all_figures " in
@@ -187,11 +191,11 @@ mkdir -p "$native" "$native_roots" "$work/store" "$mnt" "$mnt_roots" "$mnt_secon
 : >"$samples"
 
 # The FUSE passthrough peer: libfuse's passthrough_ll from Debian's libfuse3-dev examples, over a
-# folder beside the native one (so both use the same disk), mounted for B5 and B12.
+# folder beside the native one (so both use the same disk), mounted for B5, B12 and B13.
 peer_src=$work/peer-source
 mnt_peer=$work/mnt-peer
 peer=""
-if selected b5 || selected b12; then
+if selected b5 || selected b12 || selected b13; then
     examples=/usr/share/doc/libfuse3-dev/examples
     mkdir -p "$peer_src" "$mnt_peer"
     if [ -f "$examples/passthrough_ll.c" ] &&
@@ -200,7 +204,7 @@ if selected b5 || selected b12; then
         "$work/passthrough_ll" -o source="$peer_src" "$mnt_peer" >&2; then
         peer=$mnt_peer
     else
-        log "the passthrough peer could not be built or mounted; B5 and B12 run without it"
+        log "the passthrough peer could not be built or mounted; B5, B12 and B13 run without it"
     fi
 fi
 
@@ -875,6 +879,36 @@ b12() {
     done
 }
 
+# --- B13: fsx -------------------------------------------------------------------------------
+
+b13() {
+    local r side dir start status
+    for r in $(seq "$rounds"); do
+        for side in $(sides_with_peer "$r"); do
+            case $side in
+            docfs) dir=$mnt/fsx-$r.pkg ;;
+            native) dir=$native/fsx-$r ;;
+            peer) dir=$peer/fsx-$r ;;
+            esac
+            mkdir -p "$dir"
+            sync
+            status=0
+            start=$EPOCHREALTIME
+            if [ -n "${BENCH_FSX:-}" ]; then
+                (cd "$dir" && "$BENCH_FSX" -q -N 20000 -S 1 fsx.bin) >/dev/null 2>&1 || status=$?
+            else
+                python3 "$repo/scripts/reliability/fsx.py" "$dir" 1 20000 --quiet >/dev/null 2>&1 || status=$?
+            fi
+            if [ "$status" -ne 0 ]; then
+                log "B13: fsx failed on $side (status $status): no sample"
+            else
+                sample b13.fsx "$side" "$r" "$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.3f", b - a}')"
+            fi
+            rm -rf "$dir"
+        done
+    done
+}
+
 # --- The FUSE layer -------------------------------------------------------------------------
 
 fuse_layer() {
@@ -896,6 +930,7 @@ run_figure "B9: whole-file save of a small edit (sed -i)" b9
 run_figure "B10: history thins and space comes back (fsx, then docfs gc)" b10
 run_figure "B11: cp of a 1 GiB wrapper inside the mount (copy offload)" b11
 run_figure "B12: safe-save in a big folder" b12
+run_figure "B13: fsx, 20,000 operations" b13
 run_figure "FUSE layer micro-benchmark" fuse_layer
 
 # --- The report -----------------------------------------------------------------------------

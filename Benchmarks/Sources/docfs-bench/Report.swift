@@ -111,15 +111,18 @@ func figureCatalog(chunkSize: Double, sizes: Sizes) -> [Figure] {
             target: .zero),
         Figure(
             id: "b1.daemon.rchar",
-            label: "B1 (info) bytes the daemon read (\(sizes.storeReads)), cold package listing", unit: "bytes",
+            label: "B1 (info) bytes the daemon read (\(sizes.storeReads)), cold package listing",
+            unit: "bytes",
             target: .none),
         Figure(
             id: "b2.append.bytes",
-            label: "B2 append a line beside \(big): bytes written to the store (\(sizes.storeWrites))", unit: "bytes",
+            label: "B2 append a line beside \(big): bytes written to the store (\(sizes.storeWrites))",
+            unit: "bytes",
             target: chunkTarget),
         Figure(
             id: "b2.append.fpi",
-            label: "B2 (info) append: full-page images in the WAL (first change of a page after a checkpoint)",
+            label:
+                "B2 (info) append: full-page images in the WAL (first change of a page after a checkpoint)",
             unit: "bytes", target: .none),
         Figure(
             id: "b2.append.content", label: "B2 (info) append: content bytes the store wrote", unit: "bytes",
@@ -129,7 +132,8 @@ func figureCatalog(chunkSize: Double, sizes: Sizes) -> [Figure] {
             target: .atMost(50)),
         Figure(
             id: "b2.image.bytes",
-            label: "B2 replace one 1 MB image of \(sizes.images): bytes written to the store (\(sizes.storeWrites))",
+            label:
+                "B2 replace one 1 MB image of \(sizes.images): bytes written to the store (\(sizes.storeWrites))",
             unit: "bytes", target: .atMost(1.1 * 1_048_576)),
         Figure(
             id: "b2.image.fpi",
@@ -143,7 +147,8 @@ func figureCatalog(chunkSize: Double, sizes: Sizes) -> [Figure] {
             target: .atMost(50)),
         Figure(
             id: "b2.vim.bytes",
-            label: "B2 vim appends a line to a 1 MB file and saves: bytes written to the store (\(sizes.storeWrites))",
+            label:
+                "B2 vim appends a line to a 1 MB file and saves: bytes written to the store (\(sizes.storeWrites))",
             unit: "bytes", target: chunkTarget),
         Figure(
             id: "b2.vim.fpi",
@@ -184,6 +189,11 @@ func figureCatalog(chunkSize: Double, sizes: Sizes) -> [Figure] {
             id: "b12.recreate",
             label: "B12 unlink + create the same name + write 4 KiB + fsync, in that package", unit: "ms",
             target: .peerRatioAtMost(2)),
+        Figure(
+            id: "b13.fsx",
+            label:
+                "B13 fsx, 20,000 random operations on one file in a package (\(ProcessInfo.processInfo.environment["BENCH_FSX"] == nil ? "scripts/reliability/fsx.py" : "xfstests' ltp/fsx"))",
+            unit: "s", target: .peerRatioAtMost(1.5)),
         Figure(
             id: "b6.open.ms",
             label: "B6 `Document.open` + list, package of \(files) wrappers (store vs folder)", unit: "ms",
@@ -248,7 +258,8 @@ func figureCatalog(chunkSize: Double, sizes: Sizes) -> [Figure] {
             id: "b10.gc.s", label: "B10 (info) `docfs gc --keep-last 1 --keep-for 0`", unit: "s",
             target: .none),
         Figure(
-            id: "b11.ms", label: "B11 `cp` of the \(big) wrapper to a new name in the mount, + sync of the copy",
+            id: "b11.ms",
+            label: "B11 `cp` of the \(big) wrapper to a new name in the mount, + sync of the copy",
             unit: "ms", target: .atMost(200)),
         Figure(
             id: "b11.bytes",
@@ -340,7 +351,8 @@ struct Report {
         let chunkSize = Double(environment["BENCH_CHUNK_SIZE"] ?? "") ?? 262_144
         var rows: [[String]] = [
             [
-                "Figure", "DocFS median (min–max)", "Native median", "DocFS ÷ native", "Peer median", "DocFS ÷ peer",
+                "Figure", "DocFS median (min–max)", "Native median", "DocFS ÷ native", "Peer median",
+                "DocFS ÷ peer",
                 "Target", "Met",
             ]
         ]
