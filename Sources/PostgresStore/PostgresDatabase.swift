@@ -249,15 +249,15 @@ final class PostgresConnection: @unchecked Sendable {
             // The server may be answering already; taking its input keeps it from blocking.
             guard PQconsumeInput(handle) == 1 else { throw failure() }
         }
+        // The last result, freed here unless it is handed over (a timeout can come at any wait).
         var last: OpaquePointer?
+        var handedOver = false
+        defer { if !handedOver, let last { PQclear(last) } }
         var error: PostgresError?
         while true {
             while PQisBusy(handle) != 0 {
                 try waitForSocket(writing: false, until: deadline)
-                guard PQconsumeInput(handle) == 1 else {
-                    if let last { PQclear(last) }
-                    throw failure()
-                }
+                guard PQconsumeInput(handle) == 1 else { throw failure() }
             }
             guard let next = PQgetResult(handle) else { break }
             let status = PQresultStatus(next)
@@ -269,14 +269,12 @@ final class PostgresConnection: @unchecked Sendable {
                 PQclear(next)
             }
         }
-        if let error {
-            if let last { PQclear(last) }
-            throw error
-        }
-        guard let last else {
+        if let error { throw error }
+        guard let result = last else {
             throw PostgresError(sqlState: nil, message: "a statement gave no result", connectionLost: false)
         }
-        return QueryResult(last)
+        handedOver = true
+        return QueryResult(result)
     }
 
     /// Waits until the server sends something or `deadline` passes; takes what it sent. Returns
