@@ -13,7 +13,7 @@
 #   b1   `ls -l` of a package of many wrappers and of a root of many documents, cold and warm
 #   b2   incremental saves (an append, an image replaced, vim): time and bytes the store grew
 #   b3   sequential write and read of a big wrapper, with the daemon's peak RSS (B7)
-#   b4   4 KiB random reads and writes (fio)
+#   b4   4 KiB random reads and writes (fio), also on the peer (a copy of the file under it)
 #   b5   create, stat and delete many small files
 #   b6   the engine: Document.open and a one-wrapper save, store vs folder
 #   b7   the daemon's peak RSS with many documents open
@@ -41,7 +41,7 @@
 #        mount (in a package), natively and on the peer; target ≤ 1.5× the peer (issue 16)
 #   fuse_layer  the FUSE layer's micro-benchmark (scripts/fuse-bench.sh)
 #
-# The peer (issue 16): B5, B12 and B13 also run on a FUSE passthrough file system beside the native
+# The peer (issue 16): B4, B5, B12 and B13 also run on a FUSE passthrough file system beside the native
 # folder, libfuse's own `passthrough_ll`, compiled from the examples folder of Debian's
 # libfuse3-dev (its default options: no writeback cache, its own timeouts), so that the table's
 # "DocFS ÷ peer" shows what is FUSE's cost and what is DocFS's.
@@ -191,11 +191,11 @@ mkdir -p "$native" "$native_roots" "$work/store" "$mnt" "$mnt_roots" "$mnt_secon
 : >"$samples"
 
 # The FUSE passthrough peer: libfuse's passthrough_ll from Debian's libfuse3-dev examples, over a
-# folder beside the native one (so both use the same disk), mounted for B5, B12 and B13.
+# folder beside the native one (so both use the same disk), mounted for B4, B5, B12 and B13.
 peer_src=$work/peer-source
 mnt_peer=$work/mnt-peer
 peer=""
-if selected b5 || selected b12 || selected b13; then
+if selected b4 || selected b5 || selected b12 || selected b13; then
     examples=/usr/share/doc/libfuse3-dev/examples
     mkdir -p "$peer_src" "$mnt_peer"
     if [ -f "$examples/passthrough_ll.c" ] &&
@@ -204,7 +204,7 @@ if selected b5 || selected b12 || selected b13; then
         "$work/passthrough_ll" -o source="$peer_src" "$mnt_peer" >&2; then
         peer=$mnt_peer
     else
-        log "the passthrough peer could not be built or mounted; B5, B12 and B13 run without it"
+        log "the passthrough peer could not be built or mounted; B4, B5, B12 and B13 run without it"
     fi
 fi
 
@@ -629,15 +629,27 @@ fio_iops() { # randread|randwrite FILE
 
 b4() {
     local r side dir
+    # The peer serves its own copy of the file, from the folder under it.
+    if [ -n "$peer" ] && [ ! -e "$peer_src/rand.pkg/rand.bin" ]; then
+        mkdir -p "$peer_src/rand.pkg"
+        cp "$native/rand.pkg/rand.bin" "$peer_src/rand.pkg/rand.bin"
+    fi
     for r in $(seq "$rounds"); do
-        for side in $(sides "$r"); do
-            if [ "$side" = docfs ]; then
+        for side in $(sides_with_peer "$r"); do
+            case $side in
+            docfs)
                 dir=$mnt
                 remount "$store" "$mnt"
-            else
+                ;;
+            native)
                 dir=$native
                 drop_caches
-            fi
+                ;;
+            peer)
+                dir=$peer
+                drop_caches
+                ;;
+            esac
             sample b4.randread "$side" "$r" "$(fio_iops randread "$dir/rand.pkg/rand.bin")"
             sync
             sample b4.randwrite "$side" "$r" "$(fio_iops randwrite "$dir/rand.pkg/rand.bin")"

@@ -171,10 +171,10 @@ func figureCatalog(chunkSize: Double, sizes: Sizes) -> [Figure] {
             target: .ratioAtLeast(0.8)),
         Figure(
             id: "b4.randread", label: "B4 4 KiB random read, \(sizes.random) wrapper, cold", unit: "IOPS",
-            target: .ratioAtLeast(0.3)),
+            target: .peerRatioAtLeast(1)),
         Figure(
             id: "b4.randwrite", label: "B4 4 KiB random write, \(sizes.random) wrapper, + fsync",
-            unit: "IOPS", target: .ratioAtLeast(0.3)),
+            unit: "IOPS", target: .peerRatioAtLeast(1)),
         Figure(
             id: "b5.create", label: "B5 create+write+close \(files) files of 4 KiB in a package",
             unit: "files/s", target: .peerRatioAtLeast(1)),
