@@ -38,7 +38,9 @@
 #   b13  fsx: 20,000 random operations on one file (xfstests' `ltp/fsx -N 20000 -S 1` when
 #        BENCH_FSX names that program, built by hand outside the checkout; otherwise
 #        scripts/reliability/fsx.py with the same count and seed), its time in seconds on the
-#        mount (in a package), natively and on the peer; target ≤ 1.5× the peer (issue 16)
+#        mount (in a package), natively and on the peer; target ≤ 1.5× the peer (issue 16).
+#        fsx.py fails on the peer, which refuses fallocate; xfstests' fsx turns off what a
+#        file system refuses, so only with BENCH_FSX does the row have a peer figure
 #   fuse_layer  the FUSE layer's micro-benchmark (scripts/fuse-bench.sh)
 #
 # The peer (issue 16): B4, B5, B12 and B13 also run on a FUSE passthrough file system beside the native
@@ -669,6 +671,15 @@ sides_with_peer() {
     esac
 }
 
+# The folder named $2 for side $1: a package document on the mount, a plain folder elsewhere.
+side_folder() {
+    case $1 in
+    docfs) echo "$mnt/$2.pkg" ;;
+    native) echo "$native/$2" ;;
+    peer) echo "$peer/$2" ;;
+    esac
+}
+
 b5() {
     local r side dir rates
     for r in $(seq "$rounds"); do
@@ -877,11 +888,7 @@ b12() {
     local r side dir result
     for r in $(seq "$rounds"); do
         for side in $(sides_with_peer "$r"); do
-            case $side in
-            docfs) dir=$mnt/saves-$r.pkg ;;
-            native) dir=$native/saves-$r ;;
-            peer) dir=$peer/saves-$r ;;
-            esac
+            dir=$(side_folder "$side" "saves-$r")
             sync
             result=$(safe_saves "$dir")
             sample b12.safesave "$side" "$r" "$(echo "$result" | awk '{print $1}')"
@@ -897,11 +904,7 @@ b13() {
     local r side dir start status
     for r in $(seq "$rounds"); do
         for side in $(sides_with_peer "$r"); do
-            case $side in
-            docfs) dir=$mnt/fsx-$r.pkg ;;
-            native) dir=$native/fsx-$r ;;
-            peer) dir=$peer/fsx-$r ;;
-            esac
+            dir=$(side_folder "$side" "fsx-$r")
             mkdir -p "$dir"
             sync
             status=0
