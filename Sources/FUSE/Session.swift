@@ -202,8 +202,9 @@ public final class Session: Sendable {
     /// to it. A connection that is still connected still has its file system (the kernel ends
     /// the connection when it drops the file system), so its number cannot have passed to
     /// another mount.
-    /// `device` is a descriptor of the connection's device (the session's own is closed by the
-    /// unmount), to ask it with; -1 when there is none, then the caller must know it is up.
+    ///
+    /// `device` is a descriptor of the connection's device to ask (the unmount closes the
+    /// session's own); -1 when there is none, and then the caller must know the connection is up.
     private func abortStillServedConnection(device: Int32) {
         guard device < 0 || Self.isConnected(device), let (_, minor) = connection.withLock({ $0 }),
             docfs_abort_connection(minor) == 1

@@ -30,6 +30,10 @@ struct PostgresError: Error, CustomStringConvertible {
     let connectionLost: Bool
 
     var description: String { sqlState.map { "\(message) (\($0))" } ?? message }
+
+    /// A connection used after it was closed.
+    static let closed = PostgresError(
+        sqlState: nil, message: "the connection is closed", connectionLost: true)
 }
 
 /// The server's types a result column can have, as far as decoding cares (`pg_type.oid`).
@@ -227,7 +231,7 @@ final class PostgresConnection: @unchecked Sendable {
     /// Runs one statement with `values` bound to `$1`, `$2`, …; results come in binary format.
     func execute(_ sql: String, _ values: [SQLValue], timeout: Duration) throws -> QueryResult {
         guard let handle else {
-            throw PostgresError(sqlState: nil, message: "the connection is closed", connectionLost: true)
+            throw PostgresError.closed
         }
         let deadline = ContinuousClock.now + timeout
         return try within(timeout) { try execute(handle, sql, values, until: deadline) }
@@ -281,7 +285,7 @@ final class PostgresConnection: @unchecked Sendable {
     /// false at the deadline.
     func awaitInput(until deadline: ContinuousClock.Instant) throws -> Bool {
         guard let handle else {
-            throw PostgresError(sqlState: nil, message: "the connection is closed", connectionLost: true)
+            throw PostgresError.closed
         }
         do {
             try waitForSocket(writing: false, until: deadline)
@@ -340,7 +344,7 @@ final class PostgresConnection: @unchecked Sendable {
     /// libpq's last error on this connection.
     private func failure() -> PostgresError {
         guard let handle else {
-            return PostgresError(sqlState: nil, message: "the connection is closed", connectionLost: true)
+            return PostgresError.closed
         }
         let message = Self.firstLine(PQerrorMessage(handle))
         let lost = PQstatus(handle) == CONNECTION_BAD

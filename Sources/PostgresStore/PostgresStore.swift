@@ -254,10 +254,7 @@ extension PostgresStore {
     )
         throws -> Bool
     {
-        let admin = PostgresDatabase(
-            parameters: configuration.with(database: "postgres").connectionParameters(),
-            location: configuration.with(database: "postgres").url, timeout: configuration.timeout,
-            logger: logger)
+        let admin = serverDatabase(configuration, logger: logger)
         return try admin.withConnection { db in
             if try db.exists("SELECT 1 FROM pg_database WHERE datname = $1", [.text(configuration.database)])
             {
@@ -278,13 +275,18 @@ extension PostgresStore {
     )
         throws
     {
-        let admin = PostgresDatabase(
-            parameters: configuration.with(database: "postgres").connectionParameters(),
-            location: configuration.with(database: "postgres").url, timeout: configuration.timeout,
-            logger: logger)
+        let admin = serverDatabase(configuration, logger: logger)
         try admin.withConnection { db in
             try db.query("DROP DATABASE IF EXISTS \(quotedIdentifier(configuration.database)) WITH (FORCE)")
         }
+    }
+
+    /// The server's `postgres` database, for creating and dropping `configuration`'s.
+    private static func serverDatabase(_ configuration: Configuration, logger: Logger) -> PostgresDatabase {
+        let server = configuration.with(database: "postgres")
+        return PostgresDatabase(
+            parameters: server.connectionParameters(), location: server.url, timeout: configuration.timeout,
+            logger: logger)
     }
 
     /// `name` as an SQL identifier in double quotes.

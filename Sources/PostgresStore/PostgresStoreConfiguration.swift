@@ -17,12 +17,16 @@ extension PostgresStore {
         public var sslMode: String
         /// Whether the connection must use TLS (`sslmode` `require` or stricter).
         public var requireTLS: Bool {
-            get { ["require", "verify-ca", "verify-full"].contains(sslMode) }
+            get { Self.tlsModes.contains(sslMode) }
             set { if newValue != requireTLS { sslMode = newValue ? "require" : "prefer" } }
         }
         /// How long any one request (connecting included) may take before it fails with an
         /// I/O error.
         public var timeout: Duration
+
+        /// libpq's `sslmode` values that may connect without TLS, and those that require it.
+        private static let plainModes: Set = ["disable", "allow", "prefer"]
+        private static let tlsModes: Set = ["require", "verify-ca", "verify-full"]
 
         public init(
             host: String = "127.0.0.1", port: Int = 5432, user: String = "postgres", password: String? = nil,
@@ -75,7 +79,7 @@ extension PostgresStore {
                 nonEmpty(path.removingPercentEncoding) ?? nonEmpty(query["dbname"])
                 ?? nonEmpty(environment["PGDATABASE"]) ?? user
             let mode = nonEmpty(query["sslmode"]) ?? nonEmpty(environment["PGSSLMODE"]) ?? "prefer"
-            guard ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"].contains(mode) else {
+            guard Self.plainModes.contains(mode) || Self.tlsModes.contains(mode) else {
                 throw DocumentStoreError.invalidName(mode, reason: "unknown sslmode")
             }
             sslMode = mode
