@@ -482,6 +482,9 @@ struct Chunking: Sendable {
         switch method {
         case .contentDefined:
             guard var stream else { return nil }
+            // Taken out while it runs: a second reference to its buffer would make every
+            // append copy the whole buffer.
+            self.stream = nil
             defer { self.stream = stream }
             let chunk = try stream.next(read: read)
             offset = Int64(stream.offset)
