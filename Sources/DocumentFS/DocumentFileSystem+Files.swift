@@ -48,32 +48,32 @@ extension DocumentFileSystem {
         }
     }
 
-    /// Up to `size` bytes of an open file from `offset`: spill and zero bytes under the lock,
-    /// the store's without it.
+    /// Up to `size` bytes of an open file from `offset`. Where they come from is decided under
+    /// the lock; the spill and the store are read without it.
     func readBytes(handle: FUSE.FileHandle, offset: UInt64, size: Int) throws(Errno) -> [UInt8] {
-        var buffer: [UInt8] = []
-        let pending = try state.withLock { state throws(Errno) -> [StoreRead] in
+        let plan = try state.withLock { state throws(Errno) -> FileContents.ReadPlan in
             guard let file = state.files[handle.rawValue], let contents = file.node.contents else {
                 throw .badFileDescriptor
             }
             if file.generation != contents.generation, let snapshot = file.snapshot {
                 // Another process replaced the file after this open: keep to what it opened.
                 let end = min(Int64(clamping: offset) + Int64(size), snapshot.size)
-                guard end > Int64(clamping: offset) else { return [] }
+                guard end > Int64(clamping: offset) else { return FileContents.ReadPlan() }
                 let count = Int(end - Int64(offset))
-                buffer = [UInt8](repeating: 0, count: count)
-                return [StoreRead(base: snapshot, offset: Int64(offset), count: count, destination: 0)]
+                return FileContents.ReadPlan(
+                    count: count,
+                    store: [StoreRead(base: snapshot, offset: Int64(offset), count: count, destination: 0)])
             }
-            return try contents.read(offset: Int64(clamping: offset), count: size, into: &buffer)
+            return contents.planRead(offset: Int64(clamping: offset), count: size)
         }
-        try fill(&buffer, with: pending)
-        return buffer
+        return try read(plan)
     }
 
-    /// Reads the parts of a read that come from the store (or a base in memory) into `buffer`,
-    /// without the lock.
-    func fill(_ buffer: inout [UInt8], with pending: [StoreRead]) throws(Errno) {
-        for piece in pending {
+    /// The bytes of a planned read, read without the lock.
+    func read(_ plan: FileContents.ReadPlan) throws(Errno) -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: plan.count)
+        try withMutableRawBytes(&buffer) { raw throws(Errno) in try plan.readSpill(into: raw) }
+        for piece in plan.store {
             let data = try baseBytes(piece.base, offset: piece.offset, count: piece.count)
             buffer.withUnsafeMutableBytes { raw in
                 let n = min(data.count, raw.count - piece.destination)
@@ -82,64 +82,67 @@ extension DocumentFileSystem {
                         rebasing: raw[piece.destination..<piece.destination + n]))
             }
         }
+        return buffer
     }
 
-    /// Reads the store chunks a change of `file` must keep, then applies the change under the lock.
-    /// `needs` names the chunks (called under the lock); `apply` runs once they are all in the
-    /// top layer.
-    func withChunksTaken<T>(
-        _ file: ViewNode, _ needs: (FileContents) -> [Int],
-        _ apply: (inout State, FileContents) throws(Errno) -> T
+    /// Changes a file's bytes, holding the file's ``ViewNode/changes`` (the caller holds it).
+    ///
+    /// The chunks the change must keep (`keeping`, asked under the lock) are read from the store
+    /// without the lock; the change is planned under it; its spill I/O (taking those chunks in,
+    /// then `io` into the layer) runs without it; and it is committed under it, with `commit`,
+    /// if the file still writes into that layer. Otherwise (a save froze the layer, another
+    /// process's save replaced the file) what it wrote outside the layer's chunks is zeroed and
+    /// it runs again.
+    func changeContents<T>(
+        _ file: ViewNode, keeping: (FileContents) -> [Int], writing range: Range<Int64>?,
+        io: (SpillLayer) throws(Errno) -> Void,
+        commit: (inout State, FileContents) throws(Errno) -> T
     ) throws(Errno) -> T {
         var fetched: [Int: (base: ContentBase, data: Data)] = [:]
+        var refused = 0
         while true {
-            let missing = try state.withLock { state throws(Errno) -> [(Int, ContentBase)] in
+            let planned = try state.withLock {
+                _ throws(Errno) -> (FileContents, FileContents.PlannedChange) in
                 guard let contents = file.contents else { throw .isDirectory }
-                var missing: [(Int, ContentBase)] = []
-                for chunk in needs(contents) {
-                    if let base = contents.storeReadNeeded(for: chunk), fetched[chunk]?.base != base {
-                        missing.append((chunk, base))
-                    }
-                }
-                if missing.isEmpty { return [] }
-                return missing
+                return (
+                    contents,
+                    contents.planChange(keeping: keeping(contents), writing: range, fetched: fetched)
+                )
             }
-            if missing.isEmpty {
-                let result = try state.withLock { state throws(Errno) -> T? in
-                    guard let contents = file.contents else { throw .isDirectory }
-                    let chunks = needs(contents)
-                    // The base may have moved while the lock was free: then fetch again.
-                    for chunk in chunks {
-                        if let base = contents.storeReadNeeded(for: chunk), fetched[chunk]?.base != base {
-                            return nil
-                        }
-                    }
-                    for chunk in chunks {
-                        try contents.takeIntoTop(chunk, stored: fetched[chunk]?.data)
-                    }
-                    return try apply(&state, contents)
+            let plan: FileContents.ChangePlan
+            switch planned.1 {
+            case .fetch(let missing):
+                for (chunk, base) in missing {
+                    let start = Int64(chunk) * Int64(chunkSize)
+                    let count = Int(min(Int64(chunkSize), base.size - start))
+                    fetched[chunk] = (base, try baseBytes(base, offset: start, count: count))
                 }
-                if let result { return result }
                 continue
+            case .ready(let ready):
+                plan = ready
             }
-            for (chunk, base) in missing {
-                let start = Int64(chunk) * Int64(chunkSize)
-                let count = Int(min(Int64(chunkSize), base.size - start))
-                let data = try baseBytes(base, offset: start, count: count)
-                fetched[chunk] = (base, data)
-            }
-        }
-    }
-
-    /// Retries an operation whose chunks moved under it (another process's save replaced the
-    /// base between reading chunks and applying).
-    func retrying<T>(_ body: () throws(Errno) -> T) throws(Errno) -> T {
-        var attempts = 0
-        while true {
+            let contents = planned.0
             do {
-                return try body()
-            } catch .resourceTemporarilyUnavailable where attempts < 8 {
-                attempts += 1
+                try plan.copyChunks()
+                try io(plan.layer)
+            } catch {
+                let undone = plan.undo()
+                state.withLock { _ in if !undone { contents.seal(plan.layer) } }
+                throw error
+            }
+            let result = try state.withLock { state throws(Errno) -> T? in
+                guard file.contents === contents, contents.commit(plan) else { return nil }
+                return try commit(&state, contents)
+            }
+            if let result { return result }
+            let undone = plan.undo()
+            state.withLock { _ in if !undone { contents.seal(plan.layer) } }
+            refused += 1
+            if refused == 1000 {
+                // Each refusal needs a save to start during this change's I/O: not a live lock
+                // unless something is badly wrong.
+                logger.error("a change of \(file.name.string) was refused 1000 times")
+                throw .ioError
             }
         }
     }
@@ -167,10 +170,17 @@ extension DocumentFileSystem {
         // The request names the writing thread; its process is what a later close matches.
         let writer = known ? nil : threadGroup(of: context.pid)
         let start = Int64(clamping: offset)
-        try retrying { () throws(Errno) in
-            try withChunksTaken(file, { $0.partiallyCoveredChunks(offset: start, count: data.count) }) {
-                state, contents throws(Errno) in
-                try withRawBytes(data) { raw throws(Errno) in try contents.write(raw, at: start) }
+        let end = start + Int64(data.count)
+        file.changes.lock()
+        defer { file.changes.unlock() }
+        try changeContents(
+            file, keeping: { $0.partiallyCoveredChunks(offset: start, count: data.count) },
+            writing: start..<end,
+            io: { layer throws(Errno) in
+                try withRawBytes(data) { raw throws(Errno) in try layer.write(raw, at: start) }
+            },
+            commit: { state, contents throws(Errno) in
+                contents.wrote(upTo: end)
                 let now = Timestamp.now
                 file.record.modified = now
                 file.record.changed = now
@@ -180,8 +190,7 @@ extension DocumentFileSystem {
                     state.files[handle.rawValue]?.writers.insert(context.pid)
                 }
                 changed(&state, file)
-            }
-        }
+            })
     }
 
     /// `copy_file_range(2)` within the mount. A whole saved file copied into an empty one shares
@@ -258,14 +267,27 @@ extension DocumentFileSystem {
     /// Sets a file's size.
     func truncate(_ file: ViewNode, to size: Int64) throws(Errno) {
         guard size >= 0 else { throw .invalidArgument }
-        try retrying { () throws(Errno) in
-            try withChunksTaken(file, { contents in contents.chunkCutBy(size).map { [$0] } ?? [] }) {
-                state, contents throws(Errno) in
-                try contents.truncate(to: size)
+        file.changes.lock()
+        defer { file.changes.unlock() }
+        let (layer, zero) = try changeContents(
+            file, keeping: { contents in contents.chunkCutBy(size).map { [$0] } ?? [] }, writing: nil,
+            io: { _ throws(Errno) in },
+            commit: { state, contents throws(Errno) in
+                let result = contents.truncated(to: size)
                 let now = Timestamp.now
                 file.record.modified = now
                 file.record.changed = now
                 changed(&state, file)
+                return result
+            })
+        // Past the new end, so nothing reads these bytes; zeroed before the next change, which
+        // may grow the file over them.
+        for range in zero {
+            do {
+                try layer.zero(at: range.lowerBound, length: Int64(range.count))
+            } catch {
+                state.withLock { _ in file.contents?.seal(layer) }
+                throw error
             }
         }
     }
@@ -388,18 +410,20 @@ extension DocumentFileSystem {
 
     /// Writes zeros over `start..<stop`, a chunk at a time.
     func zero(_ file: ViewNode, from start: Int64, to stop: Int64) throws(Errno) {
+        file.changes.lock()
+        defer { file.changes.unlock() }
         var at = start
         while at < stop {
             let n = Int(min(Int64(chunkSize) - at % Int64(chunkSize), stop - at))
-            let zeros = [UInt8](repeating: 0, count: n)
             let position = at
-            try retrying { () throws(Errno) in
-                try withChunksTaken(file, { $0.partiallyCoveredChunks(offset: position, count: n) }) {
-                    state, contents throws(Errno) in
-                    try withRawBytes(zeros) { raw throws(Errno) in try contents.write(raw, at: position) }
+            try changeContents(
+                file, keeping: { $0.partiallyCoveredChunks(offset: position, count: n) },
+                writing: position..<position + Int64(n),
+                io: { layer throws(Errno) in try layer.zero(at: position, length: Int64(n)) },
+                commit: { state, contents throws(Errno) in
+                    contents.wrote(upTo: position + Int64(n))
                     changed(&state, file)
-                }
-            }
+                })
             at += Int64(n)
         }
     }

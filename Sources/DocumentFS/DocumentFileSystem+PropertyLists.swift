@@ -99,22 +99,19 @@ extension DocumentFileSystem {
     /// outcome (nil when the file is not a shown property list, or is unchanged).
     @discardableResult
     func compileText(_ file: ViewNode) throws(Errno) -> Result<PropertyListText, PropertyListTextError>? {
-        let job = try state.withLock {
-            _ throws(Errno) -> (PropertyListText.Kind, UInt64, PropertyListText?, [UInt8], [StoreRead])? in
+        let job = state.withLock {
+            _ -> (PropertyListText.Kind, UInt64, PropertyListText?, FileContents.ReadPlan)? in
             guard let contents = file.contents, let kind = contents.propertyList, contents.isModified else {
                 return nil
             }
             if let compiled = contents.compiled, compiled.edits == contents.edits { return nil }
-            var buffer: [UInt8] = []
-            let pending = try contents.read(offset: 0, count: Int(clamping: contents.size), into: &buffer)
-            return (kind, contents.edits, contents.base.text ?? contents.replaces, buffer, pending)
+            let plan = contents.planRead(offset: 0, count: Int(clamping: contents.size))
+            return (kind, contents.edits, contents.base.text ?? contents.replaces, plan)
         }
-        guard let (kind, edits, shown, initial, pending) = job else {
+        guard let (kind, edits, shown, plan) = job else {
             return state.withLock { _ in file.contents?.compiled?.outcome }
         }
-        var buffer = initial
-        try fill(&buffer, with: pending)
-        let text = Data(buffer)
+        let text = Data(try read(plan))
         let outcome: Result<PropertyListText, PropertyListTextError>
         do {
             // The text that was shown, unchanged: the bytes it was made from, as the app wrote them.

@@ -1,6 +1,7 @@
 import CLinuxSupport
 import DocumentEngine
 import Foundation
+import Synchronization
 import SystemPackage
 
 #if canImport(Glibc)
@@ -33,24 +34,34 @@ struct ContentBase: Sendable, Equatable {
 ///
 /// Invariant: every byte of the spill outside ``chunks`` reads as zero (dropped chunks are
 /// punched out), so a chunk can be taken into the layer by writing only what it must keep.
+///
+/// The spill's bytes are read and written without the file system's lock (see
+/// ``FileContents/ChangePlan``); ``chunks`` and ``cut`` say which of them count, and change only
+/// under that lock while the layer is on top and not frozen.
 final class SpillLayer: @unchecked Sendable {
-    // Mutated only under the file system's lock while the layer is active; read-only once a save
-    // has frozen it, so a save may read it without the lock.
     private(set) var chunks: Set<Int> = []
     /// Bytes at or past `cut` in the layers below (and the base) read as zeros: the smallest size
     /// the file was truncated to while this layer was on top.
     var cut: Int64 = .max
-    private var fd: Int32 = -1
+    /// Takes no more writes: an undone change may have left bytes outside ``chunks``.
+    var sealed = false
+    /// Opened by the first write, which runs without the file system's lock while readers may
+    /// look: so it is published atomically.
+    private let fd = Atomic<Int32>(-1)
     private let directory: String
 
     init(directory: String) { self.directory = directory }
 
-    deinit { if fd >= 0 { Glibc.close(fd) } }
+    deinit {
+        let fd = fd.load(ordering: .acquiring)
+        if fd >= 0 { Glibc.close(fd) }
+    }
 
     var isEmpty: Bool { chunks.isEmpty && cut == .max }
 
     private func descriptor() throws(Errno) -> Int32 {
-        if fd >= 0 { return fd }
+        let current = fd.load(ordering: .acquiring)
+        if current >= 0 { return current }
         var opened = docfs_open_tmpfile(directory)
         if opened < 0 {
             // No O_TMPFILE here (some file systems): a named file, unlinked at once.
@@ -59,18 +70,22 @@ final class SpillLayer: @unchecked Sendable {
             if opened >= 0 { template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) } }
         }
         guard opened >= 0 else { throw Errno(rawValue: errno) }
-        fd = opened
-        return fd
+        let (exchanged, original) = fd.compareExchange(
+            expected: -1, desired: opened, ordering: .acquiringAndReleasing)
+        if exchanged { return opened }
+        Glibc.close(opened)
+        return original
     }
 
     func contains(_ chunk: Int) -> Bool { chunks.contains(chunk) }
 
-    /// Writes `bytes` at file offset `offset` (inside chunks that are or become part of this layer).
+    /// Writes `bytes` at file offset `offset`.
     func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(Errno) {
+        guard let address = bytes.baseAddress else { return }
         let fd = try descriptor()
         var done = 0
         while done < bytes.count {
-            let n = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
+            let n = pwrite(fd, address + done, bytes.count - done, off_t(offset) + off_t(done))
             if n < 0 {
                 if errno == EINTR { continue }
                 throw Errno(rawValue: errno)
@@ -79,23 +94,29 @@ final class SpillLayer: @unchecked Sendable {
         }
     }
 
+    /// Marks chunks as part of the layer (under the file system's lock).
     func add(_ chunk: Int) { chunks.insert(chunk) }
+
+    /// Unmarks a chunk (under the file system's lock); its bytes must be zeroed after.
+    func remove(_ chunk: Int) { chunks.remove(chunk) }
 
     /// Reads `count` bytes at `offset` into `buffer` (zeros where nothing was written).
     func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(Errno) {
+        guard let address = buffer.baseAddress else { return }
+        let fd = fd.load(ordering: .acquiring)
         guard fd >= 0 else {
-            memset(buffer.baseAddress!, 0, buffer.count)
+            memset(address, 0, buffer.count)
             return
         }
         var done = 0
         while done < buffer.count {
-            let n = pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+            let n = pread(fd, address + done, buffer.count - done, off_t(offset) + off_t(done))
             if n < 0 {
                 if errno == EINTR { continue }
                 throw Errno(rawValue: errno)
             }
             if n == 0 {
-                memset(buffer.baseAddress! + done, 0, buffer.count - done)
+                memset(address + done, 0, buffer.count - done)
                 return
             }
             done += n
@@ -104,7 +125,8 @@ final class SpillLayer: @unchecked Sendable {
 
     /// Makes `[offset, offset+length)` read as zeros.
     func zero(at offset: Int64, length: Int64) throws(Errno) {
-        guard fd >= 0, length > 0 else { return }
+        guard fd.load(ordering: .acquiring) >= 0, length > 0 else { return }
+        let fd = try descriptor()
         if docfs_punch_hole(fd, off_t(offset), off_t(length)) == 0 { return }
         // No hole punching on this file system: write the zeros.
         let zeros = [UInt8](repeating: 0, count: Int(min(length, 1 << 20)))
@@ -117,14 +139,6 @@ final class SpillLayer: @unchecked Sendable {
             at += Int64(n)
         }
     }
-
-    /// Drops chunks at or past `index` (truncation).
-    func drop(from index: Int, chunkSize: Int) throws(Errno) {
-        for chunk in chunks where chunk >= index {
-            try zero(at: Int64(chunk) * Int64(chunkSize), length: Int64(chunkSize))
-            chunks.remove(chunk)
-        }
-    }
 }
 
 /// The contents of one regular file as the mount sees it: clean bytes from the store (the
@@ -132,7 +146,8 @@ final class SpillLayer: @unchecked Sendable {
 ///
 /// Saving freezes the layers (``freeze()``) and starts a new top layer for writes that arrive
 /// during the save; a successful save makes the frozen state the new base, a failed one keeps
-/// the layers for the next try. All members are guarded by the file system's lock.
+/// the layers for the next try. All members are guarded by the file system's lock; spill bytes
+/// are read and written without it (``ChangePlan``, ``ReadPlan``).
 final class FileContents: @unchecked Sendable {
     var base: ContentBase
     /// Oldest first; the last one takes writes.
@@ -167,7 +182,7 @@ final class FileContents: @unchecked Sendable {
     var isModified: Bool { size != base.size || layers.contains { !$0.isEmpty } }
 
     private var top: SpillLayer {
-        if layers.count > frozen, let last = layers.last { return last }
+        if layers.count > frozen, let last = layers.last, !last.sealed { return last }
         let layer = SpillLayer(directory: spillDirectory)
         layers.append(layer)
         return layer
@@ -197,39 +212,6 @@ final class FileContents: @unchecked Sendable {
         return start < base.size ? .base(base) : .zero
     }
 
-    /// A chunk's bytes (its full length, zeros past the file's end) that must come from the
-    /// store before it can be taken into the top layer, or nil when no store read is needed.
-    func storeReadNeeded(for chunk: Int) -> ContentBase? {
-        if top.contains(chunk) { return nil }
-        if case .base(let base) = source(of: chunk) { return base }
-        return nil
-    }
-
-    /// Takes `chunk` into the top layer, copying what it holds now. `stored` is the chunk's
-    /// bytes from the store when its source is the base.
-    func takeIntoTop(_ chunk: Int, stored: Data?) throws(Errno) {
-        let layer = top
-        guard !layer.contains(chunk) else { return }
-        let start = Int64(chunk) * Int64(chunkSize)
-        switch source(of: chunk) {
-        case .zero:
-            break
-        case .layer(let lower):
-            var bytes = [UInt8](repeating: 0, count: chunkSize)
-            try withMutableRawBytes(&bytes) { raw throws(Errno) in try lower.read(into: raw, at: start) }
-            try withRawBytes(bytes) { raw throws(Errno) in try layer.write(raw, at: start) }
-        case .base(let base):
-            guard let stored else { throw .ioError }
-            let keep = Int(max(0, min(Int64(stored.count), base.size - start)))
-            if keep > 0 {
-                try withRawBytes(Array(stored.prefix(keep))) { raw throws(Errno) in
-                    try layer.write(raw, at: start)
-                }
-            }
-        }
-        layer.add(chunk)
-    }
-
     /// Chunks a write of `count` bytes at `offset` must take in with their old bytes (those it
     /// covers only partly, below the current size).
     func partiallyCoveredChunks(offset: Int64, count: Int) -> [Int] {
@@ -247,93 +229,240 @@ final class FileContents: @unchecked Sendable {
         return result
     }
 
-    /// Writes bytes; every partly covered chunk must already be in the top layer.
-    func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(Errno) {
-        guard bytes.count > 0 else { return }
-        let layer = top
-        let cs = Int64(chunkSize)
-        let end = offset + Int64(bytes.count)
-        for chunk in Int(offset / cs)...Int((end - 1) / cs) where !layer.contains(chunk) {
-            // Fully overwritten (or past the end): nothing old to keep, and the spill reads zeros.
-            layer.add(chunk)
-        }
-        try layer.write(bytes, at: offset)
-        size = max(size, end)
-        edits &+= 1
-    }
-
     /// The chunk a truncation to `newSize` cuts in the middle and that must be taken in first.
     func chunkCutBy(_ newSize: Int64) -> Int? {
         guard newSize < size, newSize % Int64(chunkSize) != 0 else { return nil }
         return Int(newSize / Int64(chunkSize))
     }
 
-    /// Sets the size; the chunk ``chunkCutBy(_:)`` names must already be in the top layer.
-    func truncate(to newSize: Int64) throws(Errno) {
+    // MARK: Changing
+
+    /// A change of the file's bytes (a write, a truncation), planned under the file system's
+    /// lock (``planChange(keeping:writing:fetched:)``), its spill I/O run without it
+    /// (``copyChunks()``, then the change's own writes into ``layer``), and applied under the
+    /// lock (``commit(_:)``) only if the file still writes into the same layer.
+    ///
+    /// Changes of one file run one at a time (``ViewNode/changes``), so only reads and saves run
+    /// beside one. A read may see part of a change in progress, as on any file system. A save
+    /// that freezes the layer meanwhile may store part of it, so the commit fails and the change
+    /// runs again on the new top layer: what the save stored is then replaced by the next save,
+    /// before which the change was never acknowledged.
+    struct ChangePlan: @unchecked Sendable {
+        let layer: SpillLayer
+        let generation: UInt64
+        /// Chunks new to the layer whose old bytes the change keeps, and where those come from.
+        let copies: [(chunk: Int, from: CopySource)]
+        /// Chunks new to the layer with no old bytes to keep (covered whole, or past the end).
+        let added: [Int]
+        let chunkSize: Int
+
+        enum CopySource {
+            /// Nothing: the chunk reads as zeros.
+            case zero
+            /// The chunk as a lower layer holds it. Lower layers take no more writes.
+            case layer(SpillLayer)
+            /// The chunk's first bytes, read from the store; the rest are zeros.
+            case stored(Data)
+        }
+
+        /// Copies the kept bytes of ``copies`` into the layer.
+        func copyChunks() throws(Errno) {
+            var bytes: [UInt8] = []
+            for (chunk, source) in copies {
+                let start = Int64(chunk) * Int64(chunkSize)
+                switch source {
+                case .zero:
+                    break
+                case .layer(let lower):
+                    if bytes.isEmpty { bytes = [UInt8](repeating: 0, count: chunkSize) }
+                    try withMutableRawBytes(&bytes) { raw throws(Errno) in
+                        try lower.read(into: raw, at: start)
+                    }
+                    try withRawBytes(bytes) { raw throws(Errno) in try layer.write(raw, at: start) }
+                case .stored(let data):
+                    let result = data.withUnsafeBytes { raw in
+                        Result { () throws(Errno) in try layer.write(raw, at: start) }
+                    }
+                    try result.get()
+                }
+            }
+        }
+
+        /// Zeroes what the change may have written outside the layer's chunks, when it failed or
+        /// its commit was refused; false when that failed too (the layer must take no more writes).
+        func undo() -> Bool {
+            let chunks = copies.map(\.chunk) + added
+            for chunk in chunks {
+                do {
+                    try layer.zero(at: Int64(chunk) * Int64(chunkSize), length: Int64(chunkSize))
+                } catch {
+                    return false
+                }
+            }
+            return true
+        }
+    }
+
+    /// The outcome of planning a change.
+    enum PlannedChange {
+        case ready(ChangePlan)
+        /// These chunks must first be read from the store, as of these bases.
+        case fetch([(chunk: Int, base: ContentBase)])
+    }
+
+    /// Plans a change that keeps the old bytes of the chunks `keeping` and writes `range` (nil:
+    /// none), given the chunks `fetched` from the store so far.
+    func planChange(
+        keeping: [Int], writing range: Range<Int64>?, fetched: [Int: (base: ContentBase, data: Data)]
+    ) -> PlannedChange {
+        let layer = top
+        let cs = Int64(chunkSize)
+        var copies: [(chunk: Int, from: ChangePlan.CopySource)] = []
+        var missing: [(chunk: Int, base: ContentBase)] = []
+        let kept = Set(keeping)
+        for chunk in kept.sorted() where !layer.contains(chunk) {
+            switch source(of: chunk) {
+            case .zero:
+                copies.append((chunk, .zero))
+            case .layer(let lower):
+                copies.append((chunk, .layer(lower)))
+            case .base(let base):
+                guard let got = fetched[chunk], got.base == base else {
+                    missing.append((chunk, base))
+                    continue
+                }
+                let keep = Int(max(0, min(Int64(got.data.count), base.size - Int64(chunk) * cs)))
+                copies.append((chunk, .stored(got.data.prefix(keep))))
+            }
+        }
+        if !missing.isEmpty { return .fetch(missing) }
+        var added: [Int] = []
+        if let range, !range.isEmpty {
+            for chunk in Int(range.lowerBound / cs)...Int((range.upperBound - 1) / cs)
+            where !layer.contains(chunk) && !kept.contains(chunk) {
+                added.append(chunk)
+            }
+        }
+        return .ready(
+            ChangePlan(
+                layer: layer, generation: generation, copies: copies, added: added, chunkSize: chunkSize))
+    }
+
+    /// Marks a planned change's chunks as the layer's, if the file still writes into that layer;
+    /// false when a save froze it, another process's save replaced the file, or an undo failed
+    /// on it since the plan.
+    func commit(_ plan: ChangePlan) -> Bool {
+        guard plan.generation == generation, layers.count > frozen, layers.last === plan.layer,
+            !plan.layer.sealed
+        else { return false }
+        for (chunk, _) in plan.copies { plan.layer.add(chunk) }
+        for chunk in plan.added { plan.layer.add(chunk) }
+        return true
+    }
+
+    /// After a committed write of bytes up to `end`.
+    func wrote(upTo end: Int64) {
+        size = max(size, end)
+        edits &+= 1
+    }
+
+    /// After a committed change that took in ``chunkCutBy(_:)``: sets the size. Returns the top
+    /// layer's ranges that now lie past the end and must be zeroed before the next change.
+    func truncated(to newSize: Int64) -> (layer: SpillLayer, zero: [Range<Int64>]) {
+        let layer = top
+        var zero: [Range<Int64>] = []
         if newSize < size {
-            let layer = top
             let cs = Int64(chunkSize)
             let firstGone = Int((newSize + cs - 1) / cs)
-            try layer.drop(from: firstGone, chunkSize: chunkSize)
-            if newSize % cs != 0 {
-                let chunk = Int(newSize / cs)
-                let chunkEnd = Int64(chunk + 1) * cs
-                try layer.zero(at: newSize, length: chunkEnd - newSize)
+            for chunk in layer.chunks where chunk >= firstGone {
+                layer.remove(chunk)
+                zero.append(Int64(chunk) * cs..<Int64(chunk + 1) * cs)
             }
+            if newSize % cs != 0 { zero.append(newSize..<(newSize / cs + 1) * cs) }
             layer.cut = min(layer.cut, newSize)
         }
         size = newSize
         edits &+= 1
+        return (layer, zero)
     }
 
-    /// Plans a read: spill and zero bytes are copied now (under the lock); store ranges are
-    /// returned to be read without it.
-    func read(offset: Int64, count: Int, into buffer: inout [UInt8]) throws(Errno) -> [StoreRead] {
-        try Self.plan(offset: offset, count: count, size: size, chunkSize: chunkSize, into: &buffer) {
-            source(of: $0)
+    /// Seals the top layer after a failed undo: its spill may hold bytes outside its chunks.
+    func seal(_ layer: SpillLayer) { layer.sealed = true }
+
+    // MARK: Reading
+
+    /// One part of a read that comes from a spill layer.
+    struct SpillRead: @unchecked Sendable {
+        let layer: SpillLayer
+        let offset: Int64
+        let count: Int
+        /// Where it goes in the read's buffer.
+        let destination: Int
+    }
+
+    /// A read as planned under the file system's lock: its length, and the parts that come
+    /// from spill layers and from the store (the rest are zeros), to be read without the lock.
+    struct ReadPlan: @unchecked Sendable {
+        var count = 0
+        var spill: [SpillRead] = []
+        var store: [StoreRead] = []
+
+        /// Copies the spill parts into `buffer` (``count`` bytes).
+        func readSpill(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) {
+            for piece in spill {
+                try piece.layer.read(
+                    into: UnsafeMutableRawBufferPointer(
+                        rebasing: buffer[piece.destination..<piece.destination + piece.count]),
+                    at: piece.offset)
+            }
         }
     }
 
-    /// Copies the spill and zero parts of `[offset, offset+count)` (clipped to `size`) into
-    /// `buffer`, and returns the parts that come from the store.
-    static func plan(
-        offset: Int64, count: Int, size: Int64, chunkSize: Int, into buffer: inout [UInt8],
-        source: (Int) -> Source
-    ) throws(Errno) -> [StoreRead] {
-        var pending: [StoreRead] = []
+    /// Plans a read of `[offset, offset+count)`, clipped to the size.
+    func planRead(offset: Int64, count: Int) -> ReadPlan {
+        Self.plan(offset: offset, count: count, size: size, chunkSize: chunkSize) { source(of: $0) }
+    }
+
+    /// Where the bytes of `[offset, offset+count)`, clipped to `size`, come from.
+    static func plan(offset: Int64, count: Int, size: Int64, chunkSize: Int, source: (Int) -> Source)
+        -> ReadPlan
+    {
+        var plan = ReadPlan()
         let end = min(offset + Int64(count), size)
-        guard end > offset else {
-            buffer = []
-            return []
-        }
-        buffer = [UInt8](repeating: 0, count: Int(end - offset))
+        guard end > offset else { return plan }
+        plan.count = Int(end - offset)
         let cs = Int64(chunkSize)
         var at = offset
         while at < end {
             let chunk = Int(at / cs)
             let pieceEnd = min(end, Int64(chunk + 1) * cs)
-            let length = Int(pieceEnd - at)
             let destination = Int(at - offset)
             switch source(chunk) {
             case .zero:
                 break
             case .layer(let layer):
-                try withMutableRawBytes(&buffer) { raw throws(Errno) in
-                    try layer.read(
-                        into: UnsafeMutableRawBufferPointer(
-                            rebasing: raw[destination..<destination + length]),
-                        at: at)
+                let length = Int(pieceEnd - at)
+                if let last = plan.spill.last, last.layer === layer,
+                    last.offset + Int64(last.count) == at
+                {
+                    // One pread for consecutive chunks of one layer.
+                    plan.spill[plan.spill.count - 1] = SpillRead(
+                        layer: layer, offset: last.offset, count: last.count + length,
+                        destination: last.destination)
+                } else {
+                    plan.spill.append(
+                        SpillRead(layer: layer, offset: at, count: length, destination: destination))
                 }
             case .base(let base):
                 let stored = min(pieceEnd, base.size) - at
                 if stored > 0 {
-                    pending.append(
+                    plan.store.append(
                         StoreRead(base: base, offset: at, count: Int(stored), destination: destination))
                 }
             }
             at = pieceEnd
         }
-        return pending
+        return plan
     }
 
     // MARK: Saving
@@ -372,18 +501,21 @@ final class FileContents: @unchecked Sendable {
         /// own, named by the save (``ContentUpdate/derived(from:size:chunks:source:)``), so a read
         /// that would need them is a bug: it fails rather than call the store during its save.
         func read(offset: Int64, count: Int) throws -> Data {
-            var buffer: [UInt8] = []
-            let pending = try FileContents.plan(
-                offset: offset, count: count, size: size, chunkSize: chunkSize, into: &buffer
-            ) { chunk in
+            let plan = FileContents.plan(offset: offset, count: count, size: size, chunkSize: chunkSize) {
+                chunk in
                 FileContents.source(of: chunk, layers: layers[...], base: base, chunkSize: chunkSize)
             }
-            if let piece = pending.first {
+            if let piece = plan.store.first {
                 throw DocumentStoreError.io(
                     "a save asked for \(piece.count) stored bytes at \(piece.offset) of a file it holds only in part"
                 )
             }
-            return Data(buffer)
+            var data = Data(count: plan.count)
+            let result = data.withUnsafeMutableBytes { raw in
+                Result { () throws(Errno) in try plan.readSpill(into: raw) }
+            }
+            try result.get()
+            return data
         }
     }
 

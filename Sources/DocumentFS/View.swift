@@ -34,6 +34,10 @@ final class ViewNode: @unchecked Sendable {
     /// The file's other names (hard links to it), for its link count.
     var aliases: [ObjectIdentifier: ViewNode] = [:]
     var openHandles = 0
+    /// Held by a change of the file's bytes (a write, a truncation) for its whole run, since
+    /// its spill I/O runs without the file system's lock: changes of one file run one at a
+    /// time, as the kernel's own inode lock has them anyway.
+    let changes = NSLock()
     /// The contents generation at the last open, for `keep_cache`.
     var openedGeneration: UInt64?
     /// The conflict version the node shows, read-only (see ``ConflictEntry``); nil for the

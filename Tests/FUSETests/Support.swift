@@ -1,8 +1,8 @@
 import FUSE
 import Foundation
 import SystemPackage
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
     import Glibc
@@ -11,42 +11,6 @@ import TestSupport
 struct TestFailure: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
-}
-
-
-/// Blocking work started on its own thread at once (a `Task` would wait for a free
-/// cooperative thread, and the pool may be busy with other suites); await ``value`` later.
-final class Background<T: Sendable>: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var result: Result<T, any Error>?
-
-    init(_ body: @escaping @Sendable () throws -> T) {
-        Thread.detachNewThread { [self] in
-            let outcome = Result { try body() }
-            condition.lock()
-            result = outcome
-            condition.broadcast()
-            condition.unlock()
-        }
-    }
-
-    private func wait() throws -> T {
-        condition.lock()
-        defer { condition.unlock() }
-        while result == nil { condition.wait() }
-        return try result!.get()
-    }
-
-    var value: T {
-        get async throws { try await offThread { try self.wait() } }
-    }
-
-    /// Whether the body has returned or thrown.
-    var isFinished: Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        return result != nil
-    }
 }
 
 /// The mount table as (source, mount point, type, options), read a line at a time with stdio:
@@ -67,7 +31,9 @@ func mountTable() -> [(source: String, mountPoint: String, type: String, options
 
 /// Mounts whose mount point is `path`, as /proc/self/mounts lines ("source mountpoint type options 0 0").
 func mountLines(_ path: String) -> [String] {
-    mountTable().filter { $0.mountPoint == path }.map { "\($0.source) \($0.mountPoint) \($0.type) \($0.options) 0 0" }
+    mountTable().filter { $0.mountPoint == path }.map {
+        "\($0.source) \($0.mountPoint) \($0.type) \($0.options) 0 0"
+    }
 }
 
 func isMounted(_ path: String) -> Bool { !mountLines(path).isEmpty }
@@ -139,7 +105,6 @@ func withMount<T>(
         throw error
     }
 }
-
 
 /// Runs a shell script in `directory` (off the cooperative pool).
 func sh(_ script: String, in directory: String) async throws -> ProcessResult {

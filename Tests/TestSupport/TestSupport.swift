@@ -13,6 +13,41 @@ public func offThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) a
     }
 }
 
+/// Blocking work started on its own thread at once (a `Task` would wait for a free
+/// cooperative thread, and the pool may be busy with other suites); await ``value`` later.
+public final class Background<T: Sendable>: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var result: Result<T, any Error>?
+
+    public init(_ body: @escaping @Sendable () throws -> T) {
+        Thread.detachNewThread { [self] in
+            let outcome = Result { try body() }
+            condition.lock()
+            result = outcome
+            condition.broadcast()
+            condition.unlock()
+        }
+    }
+
+    private func wait() throws -> T {
+        condition.lock()
+        defer { condition.unlock() }
+        while result == nil { condition.wait() }
+        return try result!.get()
+    }
+
+    public var value: T {
+        get async throws { try await offThread { try self.wait() } }
+    }
+
+    /// Whether the body has returned or thrown.
+    public var isFinished: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return result != nil
+    }
+}
+
 /// How a program ended and what it printed.
 public struct ProcessResult: Sendable {
     public var status: Int32

@@ -1,0 +1,304 @@
+import DocumentEngine
+import DocumentFS
+import FUSE
+import Foundation
+import Synchronization
+import SystemPackage
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A flat folder of files in memory whose writes wait while its gate is closed: a spill folder
+/// on a disk that has stalled. Files are opened with direct I/O, so a waiting write is not
+/// already in the page cache for readers to see.
+final class GatedFolder: FileSystem, @unchecked Sendable {
+    struct File {
+        var attributes: FileAttributes
+        var data: [UInt8] = []
+    }
+    struct State {
+        var files: [UInt64: File] = [:]
+        var names: [FUSE.FileName: UInt64] = [:]
+        var next: UInt64 = 2
+        var closed = false
+        /// The files whose writes wait while closed; nil for all.
+        var gated: Set<UInt64>?
+        /// Every file made, in order.
+        var made: [UInt64] = []
+        var parked: [@Sendable () -> Void] = []
+    }
+    let state = Mutex(State())
+    let table: NodeTable<UInt64>
+    let root = FileAttributes(
+        ino: 1, type: .directory, permissions: FilePermissions(rawValue: 0o777), nlink: 2)
+
+    init() {
+        table = NodeTable(root: 1) { _, _ in }
+    }
+
+    /// Writes wait from now on: to `files`, or to every file.
+    func close(_ files: Set<UInt64>? = nil) {
+        state.withLock {
+            $0.closed = true
+            $0.gated = files
+        }
+    }
+
+    /// The file made last.
+    var newest: UInt64? { state.withLock { $0.made.last } }
+
+    /// Writes go through again, the waiting ones first.
+    func open() {
+        let parked = state.withLock { state in
+            state.closed = false
+            defer { state.parked = [] }
+            return state.parked
+        }
+        for write in parked { write() }
+    }
+
+    var parkedCount: Int { state.withLock { $0.parked.count } }
+
+    private func ino(_ node: NodeID) -> UInt64? { table.key(for: node) }
+
+    func lookup(_ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: ReplyEntry) {
+        guard let ino = state.withLock({ $0.names[name] }), let file = state.withLock({ $0.files[ino] })
+        else {
+            return reply.error(.noSuchFileOrDirectory)
+        }
+        reply.entry(ino, in: table, attributes: file.attributes, attributeTimeout: .zero, entryTimeout: .zero)
+    }
+
+    func forget(node: NodeID, lookups: UInt64) { table.forget(node, lookups: lookups) }
+    func batchForget(_ items: [ForgetItem]) { table.forget(items) }
+
+    func getattr(_ context: RequestContext, node: NodeID, handle: FUSE.FileHandle?, reply: ReplyAttr) {
+        if node == .root { return reply.attributes(root, timeout: .zero) }
+        guard let ino = ino(node), let file = state.withLock({ $0.files[ino] }) else {
+            return reply.error(.noSuchFileOrDirectory)
+        }
+        reply.attributes(file.attributes, timeout: .zero)
+    }
+
+    func setattr(_ context: RequestContext, node: NodeID, changes: SetAttributes, reply: ReplyAttr) {
+        guard let ino = ino(node) else { return reply.error(.noSuchFileOrDirectory) }
+        let attributes = state.withLock { state -> FileAttributes? in
+            guard var file = state.files[ino] else { return nil }
+            if let size = changes.size {
+                file.data = Array(file.data.prefix(Int(size)))
+                file.data += repeatElement(0, count: Int(size) - file.data.count)
+                file.attributes.size = size
+            }
+            state.files[ino] = file
+            return file.attributes
+        }
+        guard let attributes else { return reply.error(.noSuchFileOrDirectory) }
+        reply.attributes(attributes, timeout: .zero)
+    }
+
+    func create(
+        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions,
+        flags: OpenFlags, reply: ReplyCreate
+    ) {
+        let made = state.withLock { state -> (UInt64, FileAttributes)? in
+            guard state.names[name] == nil else { return nil }
+            let ino = state.next
+            state.next += 1
+            let attributes = FileAttributes(ino: ino, type: .regular, permissions: permissions, nlink: 1)
+            state.files[ino] = File(attributes: attributes)
+            state.names[name] = ino
+            state.made.append(ino)
+            return (ino, attributes)
+        }
+        guard let (ino, attributes) = made else { return reply.error(.fileExists) }
+        reply.created(
+            ino, in: table, attributes: attributes, handle: FUSE.FileHandle(ino), options: [.directIO],
+            attributeTimeout: .zero, entryTimeout: .zero)
+    }
+
+    /// Only the name goes: the spill's file lives on while DocFS holds it open.
+    func unlink(_ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: ReplyEmpty) {
+        let removed = state.withLock { $0.names.removeValue(forKey: name) != nil }
+        removed ? reply.ok() : reply.error(.noSuchFileOrDirectory)
+    }
+
+    func open(_ context: RequestContext, node: NodeID, flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FUSE.FileHandle(ino(node) ?? 0), options: [.directIO])
+    }
+
+    func read(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64, size: Int,
+        reply: ReplyData
+    ) {
+        let ino = handle.rawValue
+        let bytes = state.withLock { state -> [UInt8] in
+            let data = state.files[ino]?.data ?? []
+            let start = min(Int(offset), data.count)
+            return Array(data[start..<min(start + size, data.count)])
+        }
+        reply.data(bytes)
+    }
+
+    func write(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64, data: [UInt8],
+        info: WriteInfo, reply: ReplyWrite
+    ) {
+        let ino = handle.rawValue
+        let write: @Sendable () -> Void = { [self] in
+            state.withLock { state in
+                guard var file = state.files[ino] else { return }
+                let end = Int(offset) + data.count
+                if file.data.count < end { file.data += repeatElement(0, count: end - file.data.count) }
+                file.data.replaceSubrange(Int(offset)..<end, with: data)
+                file.attributes.size = UInt64(file.data.count)
+                state.files[ino] = file
+            }
+            reply.written(data.count)
+        }
+        let parked = state.withLock { state -> Bool in
+            let waits = state.closed && state.gated?.contains(ino) != false
+            if waits { state.parked.append(write) }
+            return waits
+        }
+        if !parked { write() }
+    }
+
+    func fallocate(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, mode: FallocateMode,
+        offset: UInt64, length: UInt64, reply: ReplyEmpty
+    ) {
+        reply.error(.notSupported)
+    }
+
+    func release(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, info: ReleaseInfo, reply: ReplyEmpty
+    ) {
+        let ino = handle.rawValue
+        state.withLock { state in
+            if !state.names.values.contains(ino) { state.files[ino] = nil }
+        }
+        reply.ok()
+    }
+}
+
+/// What the mount-wide lock covers: bookkeeping only, never a file's spill I/O (issue 16).
+@Suite struct LockScopeTests {
+    /// A write whose spill I/O has stalled holds up its own file only: stat, listing and reading
+    /// in another document go on, and the write lands once the disk comes back.
+    @Test func aStalledSpillWriteHoldsUpOnlyItsOwnFile() async throws {
+        let fixture = try await Fixture.make()
+        let gate = GatedFolder()
+        var template = Array("/tmp/docfs-spill.XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw Errno(rawValue: errno) }
+        let spill = String(cString: made)
+        var options = MountOptions()
+        options.fsName = "gated"
+        options.subtype = "gated"
+        options.drainTimeout = .seconds(2)
+        let session = try Session(filesystem: gate, mountpoint: spill, options: options)
+        try session.start()
+        defer {
+            gate.open()
+            session.unmount()
+            rmdir(spill)
+        }
+        #expect(eventually(timeout: 5) { isMounted(spill) } != nil)
+
+        try await withMount(fixture.store, configure: { $0.fileSystem.spillDirectory = spill }) { mount in
+            let target = mount.url("Project.pkg/new.txt")
+            let other = mount.url("Project.pkg/src/main.swift")
+            let fd = Glibc.open(target, O_CREAT | O_WRONLY, 0o644)
+            #expect(fd >= 0)
+            defer { Glibc.close(fd) }
+            gate.close()
+            let bytes = [UInt8](repeating: 0x61, count: 4096)
+            let writer = Background { () -> Int in
+                bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, 4096) }
+            }
+            #expect(
+                eventually(timeout: 10) { gate.parkedCount > 0 } != nil, "the write never reached the spill")
+
+            let others = Background { () -> (Int, Int, String) in
+                var st = stat()
+                let statted = stat(other, &st) == 0 ? Int(st.st_size) : -1
+                let listed = (try? FileManager.default.contentsOfDirectory(atPath: mount.path).count) ?? -1
+                let text = (try? String(contentsOfFile: other, encoding: .utf8)) ?? ""
+                return (statted, listed, text)
+            }
+            let done = eventually(timeout: 10) { others.isFinished }
+            gate.open()
+            #expect(done != nil, "a stat, a listing and a read waited for another file's spill write")
+            let (size, entries, text) = try await others.value
+            #expect(size == 15)
+            #expect(entries > 0)
+            #expect(text == "print(\"hello\")\n")
+            #expect(try await writer.value == 4096)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: target)) == Data(bytes))
+        }
+    }
+
+    /// A save that freezes a file while a write to it is still in its spill I/O cannot lose the
+    /// write: the write runs again on the new top layer, and the next save stores it.
+    @Test func aWriteCaughtByASaveIsNotLost() async throws {
+        let fixture = try await Fixture.make()
+        let gate = GatedFolder()
+        var template = Array("/tmp/docfs-spill.XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw Errno(rawValue: errno) }
+        let spill = String(cString: made)
+        var options = MountOptions()
+        options.fsName = "gated"
+        options.subtype = "gated"
+        options.drainTimeout = .seconds(2)
+        let session = try Session(filesystem: gate, mountpoint: spill, options: options)
+        try session.start()
+        defer {
+            gate.open()
+            session.unmount()
+            rmdir(spill)
+        }
+        #expect(eventually(timeout: 5) { isMounted(spill) } != nil)
+
+        try await withMount(fixture.store, configure: { $0.fileSystem.spillDirectory = spill }) { mount in
+            let target = mount.url("Project.pkg/caught.txt")
+            let neighbour = mount.url("Project.pkg/neighbour.txt")
+            let fd = Glibc.open(target, O_CREAT | O_RDWR, 0o644)
+            #expect(fd >= 0)
+            defer { Glibc.close(fd) }
+            let old = [UInt8](repeating: 0x6F, count: 8192)
+            #expect(old.withUnsafeBytes { Glibc.pwrite(fd, $0.baseAddress, old.count, 0) } == old.count)
+            // The file's spill is the newest file of the gated folder: stall its writes only.
+            guard let spillFile = gate.newest else { throw TestFailure("no spill file was made") }
+            gate.close([spillFile])
+            let new = [UInt8](repeating: 0x6E, count: 4096)
+            let writer = Background { () -> Int in
+                new.withUnsafeBytes { Glibc.pwrite(fd, $0.baseAddress, 4096, 0) }
+            }
+            #expect(
+                eventually(timeout: 10) { gate.parkedCount > 0 } != nil, "the write never reached the spill")
+
+            // A save of the document (another file's fsync) freezes and stores the file as it is.
+            let saver = Background { () -> Int32 in
+                let other = Glibc.open(neighbour, O_CREAT | O_WRONLY, 0o644)
+                guard other >= 0 else { return errno }
+                defer { Glibc.close(other) }
+                _ = Glibc.write(other, "n", 1)
+                return fsync(other) == 0 ? 0 : errno
+            }
+            let saved = eventually(timeout: 10) { saver.isFinished }
+            gate.open()
+            #expect(saved != nil, "a save waited for a write's spill I/O")
+            #expect(try await saver.value == 0)
+            #expect(try await writer.value == 4096)
+            #expect(fsync(fd) == 0)
+
+            let expected = Data(new + old[4096...])
+            #expect(try Data(contentsOf: URL(fileURLWithPath: target)) == expected)
+            let record = try fixture.record("Project.pkg", "caught.txt")
+            #expect(
+                try fixture.reopen().readContents(of: record.id, at: nil, offset: 0, count: 8192) == expected)
+        }
+    }
+}
