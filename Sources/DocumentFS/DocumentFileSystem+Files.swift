@@ -90,9 +90,8 @@ extension DocumentFileSystem {
     /// The chunks the change must keep (`keeping`, asked under the lock) are read from the store
     /// without the lock; the change is planned under it; its spill I/O (taking those chunks in,
     /// then `io` into the layer) runs without it; and it is committed under it, with `commit`,
-    /// if the file still writes into that layer. Otherwise (a save froze the layer, another
-    /// process's save replaced the file) what it wrote outside the layer's chunks is zeroed and
-    /// it runs again.
+    /// if the file still writes into that layer. Otherwise (another process's save replaced the
+    /// file) what it wrote outside the layer's chunks is zeroed and it runs again.
     func changeContents<T>(
         _ file: ViewNode, keeping: (FileContents) -> [Int], writing range: Range<Int64>?,
         io: (SpillLayer) throws(Errno) -> Void,
@@ -127,7 +126,7 @@ extension DocumentFileSystem {
                 try io(plan.layer)
             } catch {
                 let undone = plan.undo()
-                state.withLock { _ in if !undone { contents.seal(plan.layer) } }
+                state.withLock { _ in contents.changeAbandoned(plan, undone: undone) }
                 throw error
             }
             let result = try state.withLock { state throws(Errno) -> T? in
@@ -136,11 +135,11 @@ extension DocumentFileSystem {
             }
             if let result { return result }
             let undone = plan.undo()
-            state.withLock { _ in if !undone { contents.seal(plan.layer) } }
+            state.withLock { _ in contents.changeAbandoned(plan, undone: undone) }
             refused += 1
             if refused == 1000 {
-                // Each refusal needs a save to start during this change's I/O: not a live lock
-                // unless something is badly wrong.
+                // Each refusal needs another process's save to land during this change's I/O:
+                // not a live lock unless something is badly wrong.
                 logger.error("a change of \(file.name.string) was refused 1000 times")
                 throw .ioError
             }

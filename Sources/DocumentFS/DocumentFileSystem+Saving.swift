@@ -96,9 +96,30 @@ extension DocumentFileSystem {
 
     /// The document's prepared save, unless the mount no longer shows it (deleted, replaced).
     private func prepareShown(_ document: DocumentState, durable: Bool) throws(Errno) -> PreparedSave? {
-        try state.withLock { state throws(Errno) -> PreparedSave? in
-            guard state.documents[document.id] === document else { return nil }
-            return try prepare(&state, document, durable: durable)
+        enum Outcome {
+            case prepared(PreparedSave?)
+            case busy(ViewNode)
+        }
+        while true {
+            let outcome = try state.withLock { state throws(Errno) -> Outcome in
+                guard state.documents[document.id] === document else { return .prepared(nil) }
+                // A file whose change is still writing its spill waits to be frozen: what a save
+                // reads must not change under it.
+                if let busy = document.touched.values.lazy.map({ $0.linkOf ?? $0 })
+                    .first(where: { $0.contents?.changing == true })
+                {
+                    return .busy(busy)
+                }
+                return .prepared(try prepare(&state, document, durable: durable))
+            }
+            switch outcome {
+            case .prepared(let prepared):
+                return prepared
+            case .busy(let file):
+                // The change holds this lock from before its plan until after its commit.
+                file.changes.lock()
+                file.changes.unlock()
+            }
         }
     }
 

@@ -166,6 +166,9 @@ final class FileContents: @unchecked Sendable {
     /// The text shown for the property list whose place this file took (a rename onto it, or a
     /// new file under the name it left): written back unchanged, it stores those bytes.
     var replaces: PropertyListText?
+    /// A change is between its plan and its commit (or undo): its spill I/O may be writing into
+    /// the top layer, so a save must not freeze the layers until it ends.
+    private(set) var changing = false
     /// The last compile of the written text (``edits`` at the time, and its outcome).
     var compiled: (edits: UInt64, outcome: Result<PropertyListText, PropertyListTextError>)?
     let chunkSize: Int
@@ -244,9 +247,9 @@ final class FileContents: @unchecked Sendable {
     ///
     /// Changes of one file run one at a time (``ViewNode/changes``), so only reads and saves run
     /// beside one. A read may see part of a change in progress, as on any file system. A save
-    /// that freezes the layer meanwhile may store part of it, so the commit fails and the change
-    /// runs again on the new top layer: what the save stored is then replaced by the next save,
-    /// before which the change was never acknowledged.
+    /// waits for a change in progress before it freezes the file (``changing``), so frozen
+    /// layers never change and a save may read them twice. A change whose file was replaced
+    /// meanwhile (another process's save) is refused at its commit, undone and run again.
     struct ChangePlan: @unchecked Sendable {
         let layer: SpillLayer
         let generation: UInt64
@@ -336,6 +339,7 @@ final class FileContents: @unchecked Sendable {
             }
         }
         if !missing.isEmpty { return .fetch(missing) }
+        changing = true
         var added: [Int] = []
         if let range, !range.isEmpty {
             for chunk in Int(range.lowerBound / cs)...Int((range.upperBound - 1) / cs)
@@ -355,6 +359,7 @@ final class FileContents: @unchecked Sendable {
         guard plan.generation == generation, layers.count > frozen, layers.last === plan.layer,
             !plan.layer.sealed
         else { return false }
+        changing = false
         for (chunk, _) in plan.copies { plan.layer.add(chunk) }
         for chunk in plan.added { plan.layer.add(chunk) }
         return true
@@ -386,7 +391,14 @@ final class FileContents: @unchecked Sendable {
         return (layer, zero)
     }
 
-    /// Seals the top layer after a failed undo: its spill may hold bytes outside its chunks.
+    /// A planned change that was not committed has been undone (`undone`), or its undo failed:
+    /// then the layer is sealed, since its spill may hold bytes outside its chunks.
+    func changeAbandoned(_ plan: ChangePlan, undone: Bool) {
+        changing = false
+        if !undone { plan.layer.sealed = true }
+    }
+
+    /// Seals a layer whose spill may hold bytes outside its chunks.
     func seal(_ layer: SpillLayer) { layer.sealed = true }
 
     // MARK: Reading
@@ -566,6 +578,8 @@ struct StoreRead: Sendable {
 struct SnapshotSource: ContentsSource {
     let snapshot: FileContents.Snapshot
     var count: Int64 { snapshot.size }
+    /// Frozen layers never change: a save waits for a change in progress before it freezes.
+    var isStable: Bool { true }
     func read(offset: Int64, count: Int) throws -> Data {
         try snapshot.read(offset: offset, count: count)
     }

@@ -240,9 +240,9 @@ final class GatedFolder: FileSystem, @unchecked Sendable {
         }
     }
 
-    /// A save that freezes a file while a write to it is still in its spill I/O cannot lose the
-    /// write: the write runs again on the new top layer, and the next save stores it.
-    @Test func aWriteCaughtByASaveIsNotLost() async throws {
+    /// A save waits for a write that is still in its spill I/O before it freezes the file, so
+    /// what the save reads never changes under it, and it stores the whole write.
+    @Test func aSaveWaitsForAWriteInItsSpillIO() async throws {
         let fixture = try await Fixture.make()
         let gate = GatedFolder()
         var template = Array("/tmp/docfs-spill.XXXXXX".utf8CString)
@@ -279,7 +279,7 @@ final class GatedFolder: FileSystem, @unchecked Sendable {
             #expect(
                 eventually(timeout: 10) { gate.parkedCount > 0 } != nil, "the write never reached the spill")
 
-            // A save of the document (another file's fsync) freezes and stores the file as it is.
+            // A save of the document (another file's fsync) must store the file: it waits.
             let saver = Background { () -> Int32 in
                 let other = Glibc.open(neighbour, O_CREAT | O_WRONLY, 0o644)
                 guard other >= 0 else { return errno }
@@ -287,16 +287,21 @@ final class GatedFolder: FileSystem, @unchecked Sendable {
                 _ = Glibc.write(other, "n", 1)
                 return fsync(other) == 0 ? 0 : errno
             }
-            let saved = eventually(timeout: 10) { saver.isFinished }
+            usleep(1_000_000)
+            let waited = !saver.isFinished
             gate.open()
-            #expect(saved != nil, "a save waited for a write's spill I/O")
+            #expect(waited, "the save froze a file while a write was in its spill I/O")
             #expect(try await saver.value == 0)
             #expect(try await writer.value == 4096)
+            let record = try fixture.record("Project.pkg", "caught.txt")
+            // The save that waited stored the write (no fsync of the file itself yet).
+            #expect(
+                try fixture.reopen().readContents(of: record.id, at: nil, offset: 0, count: 4096)
+                    == Data(new))
             #expect(fsync(fd) == 0)
 
             let expected = Data(new + old[4096...])
             #expect(try Data(contentsOf: URL(fileURLWithPath: target)) == expected)
-            let record = try fixture.record("Project.pkg", "caught.txt")
             #expect(
                 try fixture.reopen().readContents(of: record.id, at: nil, offset: 0, count: 8192) == expected)
         }
