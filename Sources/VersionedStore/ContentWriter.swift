@@ -21,6 +21,8 @@ struct ContentWriter {
     let lineage: Lineage
     let branch: Int64
     let version: VersionID
+    /// The file's new bytes already cut and hashed, when the update gives all of them.
+    var precut: Precut? = nil
 
     /// What a read sees so far, including this save's own rows (a conflict's are in its branch).
     var view: Lineage { branch == 0 ? lineage : Lineage(limit: lineage.limit, branch: branch) }
@@ -118,6 +120,12 @@ struct ContentWriter {
         var replaced: [(window: Range<Int64>, extents: [Int64: Extent])] = []
         var done: Int64 = 0
         var next = 0
+        if let precut, precut.size == size, size > 0, Self.merged(changed) == [0..<size] {
+            // Every byte is new: one window over the whole file, as the loop below would cut it
+            // (from 0 to the end), with the cuts and hashes made before the transaction.
+            replaced.append((0..<Int64.max, try storePrecut(precut, from: content, written: &written)))
+            next = edits.count
+        }
         while next < edits.count {
             let current = next
             let start = max(done, try base.boundary(before: edits[current].lowerBound))
@@ -185,6 +193,36 @@ struct ContentWriter {
         written.chunks += 1
         written.bytes += Int64(data.count)
         return Extent(chunk: id, length: Int64(data.count))
+    }
+
+    /// Stores the chunks of a precut file that the store lacks, reading their bytes from
+    /// `content` again; returns the extents of the whole file.
+    private func storePrecut(
+        _ precut: Precut, from content: NewContent, written: inout (chunks: Int, bytes: Int64)
+    )
+        throws -> [Int64: Extent]
+    {
+        var extents: [Int64: Extent] = [:]
+        var at: Int64 = 0
+        for piece in precut.pieces {
+            defer { at += Int64(piece.length) }
+            guard let hash = piece.hash else { continue }
+            if let id = try tx.chunkID(hash: hash) {
+                extents[at] = Extent(chunk: id, length: Int64(piece.length))
+                continue
+            }
+            var data = Data(capacity: piece.length)
+            while data.count < piece.length {
+                let more = try content.bytes(at: at + Int64(data.count), upTo: piece.length - data.count)
+                if more.isEmpty { throw DocumentStoreError.invalidChange("the contents source ended early") }
+                data.append(more)
+            }
+            let id = try tx.insertChunk(hash: hash, data: data)
+            written.chunks += 1
+            written.bytes += Int64(data.count)
+            extents[at] = Extent(chunk: id, length: Int64(piece.length))
+        }
+        return extents
     }
 
     /// The file a copy or derived update starts from, as of this save's state when its version is
@@ -328,27 +366,22 @@ final class Layout {
     }
 }
 
-/// The bytes of the file being written: changed ranges from the update's source, the rest from
-/// the base (zeros past its end). The source is read a page (a chunk size) at a time, at page
-/// offsets, as a file system's written pages are kept; one page is held at a time.
-private final class NewContent {
-    let base: Layout
-    let size: Int64
-    let changed: [Range<Int64>]
+/// A contents source read a page (a chunk size) at a time, at page offsets, as a file system's
+/// written pages are kept; one page is held at a time. Bytes past what a page holds are zeros.
+final class PagedSource {
     let source: any ContentsSource
+    let size: Int64
     let page: Int64
     private var held: (index: Int64, data: Data)?
 
-    init(base: Layout, size: Int64, changed: [Range<Int64>], source: any ContentsSource, page: Int64) {
-        self.base = base
-        self.size = size
-        self.changed = changed
+    init(source: any ContentsSource, size: Int64, page: Int64) {
         self.source = source
+        self.size = size
         self.page = page
     }
 
-    /// The source's bytes `range` (inside one page and one changed range); zeros past what it holds.
-    private func sourceBytes(_ range: Range<Int64>) throws -> Data {
+    /// The bytes `range` (inside one page).
+    func bytes(_ range: Range<Int64>) throws -> Data {
         let index = range.lowerBound / page
         if held?.index != index {
             held = nil  // let the last page go before the next is read
@@ -374,6 +407,22 @@ private final class NewContent {
         }
         return result
     }
+}
+
+/// The bytes of the file being written: changed ranges from the update's source (a page at a
+/// time), the rest from the base (zeros past its end).
+final class NewContent {
+    let base: Layout
+    let size: Int64
+    let changed: [Range<Int64>]
+    let pages: PagedSource
+
+    init(base: Layout, size: Int64, changed: [Range<Int64>], source: any ContentsSource, page: Int64) {
+        self.base = base
+        self.size = size
+        self.changed = changed
+        pages = PagedSource(source: source, size: size, page: page)
+    }
 
     /// Up to `count` bytes at `offset`: the first stretch that comes from one place (a page of
     /// the source, or the base), as it is, without joining stretches; empty only at the end.
@@ -389,14 +438,66 @@ private final class NewContent {
                 if changed[middle].upperBound <= at { low = middle + 1 } else { high = middle }
             }
             if low < changed.count, changed[low].lowerBound <= at {
-                let to = min(end, changed[low].upperBound, (at / page + 1) * page)
-                return try sourceBytes(at..<to)
+                let to = min(end, changed[low].upperBound, (at / pages.page + 1) * pages.page)
+                return try pages.bytes(at..<to)
             } else {
                 let to = min(end, low < changed.count ? changed[low].lowerBound : end)
                 return try base.bytes(at..<to)
             }
         }
         return Data()
+    }
+}
+
+/// A whole file's new bytes cut into chunks and hashed before the save's write transaction.
+/// Cutting and hashing are most of the cost of storing new bytes and need no store, so saves of
+/// different documents do them side by side rather than in turn; the transaction reads only
+/// the chunks the store lacks again. Only for stable sources (``ContentsSource/isStable``).
+struct Precut: Sendable {
+    struct Piece: Sendable {
+        let length: Int
+        /// nil for a chunk of zeros (a hole).
+        let hash: Data?
+    }
+    let size: Int64
+    let pieces: [Piece]
+}
+
+extension VersionedStore {
+    /// Precuts the updates of `changes` that give every byte of a file from a stable source.
+    func precut(_ changes: DocumentChanges) throws -> [StoreNodeID: Precut] {
+        var result: [StoreNodeID: Precut] = [:]
+        let page = Int64(chunkSize)
+        for (id, update) in changes.contents {
+            switch update {
+            case .replace(let source) where source.isStable && source.count > 0:
+                result[id] = try precut(size: source.count, source: ExactSource(source: source), page: page)
+            case .sparse(let size, let listed, let source) where source.isStable && size > 0:
+                let pages = (size + page - 1) / page
+                guard Set(listed.filter { $0 >= 0 && Int64($0) < pages }).count == pages else { continue }
+                result[id] = try precut(size: size, source: source, page: page)
+            default:
+                continue
+            }
+        }
+        return result
+    }
+
+    private func precut(size: Int64, source: any ContentsSource, page: Int64) throws -> Precut {
+        let pages = PagedSource(source: source, size: size, page: page)
+        var stream = Chunking(chunking, startingAt: 0)
+        var cursor: Int64 = 0
+        var pieces: [Precut.Piece] = []
+        while let data = try stream.next(read: { count in
+            guard cursor < size else { return Data() }
+            let to = min(size, cursor + Int64(count), (cursor / page + 1) * page)
+            let bytes = try pages.bytes(cursor..<to)
+            cursor = to
+            return bytes
+        }) {
+            pieces.append(Precut.Piece(length: data.count, hash: Self.isZero(data) ? nil : Self.hash(data)))
+        }
+        return Precut(size: size, pieces: pieces)
     }
 }
 

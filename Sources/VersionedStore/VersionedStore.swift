@@ -550,13 +550,19 @@ public final class VersionedStore: Sendable {
     }
 
     public func save(_ changes: DocumentChanges) throws -> SaveResult {
-        try write(durable: changes.durable) { tx in try self.save(tx, changes, event: nil) }
+        // Outside the transaction, which saves of other documents wait for.
+        let precut = try precut(changes)
+        return try write(durable: changes.durable) { tx in
+            try self.save(tx, changes, event: nil, precut: precut)
+        }
     }
 
-    /// One save inside a write transaction; `event` overrides the recorded event's kind.
-    func save(_ tx: any StoreTransaction, _ changes: DocumentChanges, event: StoreEvent.Kind?) throws
-        -> SaveResult
-    {
+    /// One save inside a write transaction; `event` overrides the recorded event's kind;
+    /// `precut` holds new contents already cut and hashed.
+    func save(
+        _ tx: any StoreTransaction, _ changes: DocumentChanges, event: StoreEvent.Kind?,
+        precut: [StoreNodeID: Precut] = [:]
+    ) throws -> SaveResult {
         let document = try Self.fetchDocument(tx, changes.document)
         var conflict = false
         if changes.base != document.currentVersion {
@@ -599,7 +605,7 @@ public final class VersionedStore: Sendable {
             let writer = ContentWriter(
                 store: self, tx: tx, node: id,
                 previousSize: previous?.kind == .regularFile ? previous?.size : nil,
-                lineage: before, branch: branch, version: version)
+                lineage: before, branch: branch, version: version, precut: precut[id])
             let result = try writer.write(update)
             record.size = result.size
             written.chunks += result.chunks

@@ -27,11 +27,13 @@ struct SourceFailure: Error, Equatable {}
 struct LoggingSource: ContentsSource {
     let bytes: Data
     var failingRead: Int?
+    let isStable: Bool
     let log = Locked<[SourceRead]>([])
 
-    init(_ bytes: Data, failingRead: Int? = nil) {
+    init(_ bytes: Data, failingRead: Int? = nil, stable: Bool = false) {
         self.bytes = bytes
         self.failingRead = failingRead
+        isStable = stable
     }
 
     var count: Int64 { Int64(bytes.count) }
@@ -308,6 +310,50 @@ struct LiveBufferSource: ContentsSource {
                 pointer.deallocate()
                 live.withLock { $0.now -= 1 }
             })
+    }
+}
+
+/// New contents from a stable source are cut and hashed before the save's transaction, so
+/// that saves of different documents do that work side by side.
+@Suite struct PrecutTests {
+    @Test(
+        "A whole file from a stable source is cut before the transaction, into the chunks the transaction would cut",
+        arguments: StoreKind.all)
+    func precutMatchesTheTransaction(_ kind: StoreKind) throws {
+        let bytes = sampleBytes(300 * 1024 + 77, seed: 31)
+        let pages = (bytes.count + FlatFile.chunk - 1) / FlatFile.chunk
+        for stableFirst in [true, false] {
+            let file = try FlatFile(kind)
+            let first = LoggingSource(bytes, stable: stableFirst)
+            let saved = try file.save(.replace(first))
+            #expect(saved.bytesWritten == Int64(bytes.count))
+            // A stable source is read twice over: cut and hashed first, then the new chunks'
+            // bytes inside the transaction; another source once, inside it.
+            #expect(first.reads.count == (stableFirst ? 2 * pages : pages), "\(first.reads.count) reads")
+            #expect(try file.contents() == bytes)
+
+            // The same bytes the other way deduplicate entirely: the cuts and hashes agree.
+            let second = LoggingSource(bytes, stable: !stableFirst)
+            let again = try file.save(
+                .sparse(size: Int64(bytes.count), chunks: Array(0..<pages), source: second))
+            #expect(again.chunksWritten == 0)
+            #expect(again.bytesWritten == 0)
+            #expect(try file.rows(of: again.version.id).isEmpty)
+            #expect(try file.contents() == bytes)
+            #expect(try file.store.checkIntegrity().isClean)
+        }
+    }
+
+    @Test("A stable source that covers part of a file is not precut", arguments: StoreKind.all)
+    func partialUpdatesAreNotPrecut(_ kind: StoreKind) throws {
+        let file = try FlatFile(kind)
+        let old = sampleBytes(20 * FlatFile.chunk, seed: 32)
+        try file.save(.replace(DataContentsSource(old)))
+        let new = FlatFile.replacing(old, chunk: 7, with: sampleBytes(FlatFile.chunk, seed: 33))
+        let source = LoggingSource(new, stable: true)
+        try file.save(.sparse(size: Int64(new.count), chunks: [7], source: source))
+        #expect(source.reads == [SourceRead(offset: Int64(7 * FlatFile.chunk), count: FlatFile.chunk)])
+        #expect(try file.contents() == new)
     }
 }
 

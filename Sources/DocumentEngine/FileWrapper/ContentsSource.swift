@@ -25,9 +25,16 @@ public protocol ContentsSource: Sendable {
 
     /// Writes all the bytes to `fd` at its current position; returns the number written.
     func write(to fd: FileDescriptor) throws -> Int64
+
+    /// Whether a range read twice gives the same bytes for as long as the source lives (bytes
+    /// in memory, a frozen snapshot; not a file others may change). A store may then cut and
+    /// hash new contents before its write transaction and read them again inside it.
+    var isStable: Bool { get }
 }
 
 extension ContentsSource {
+    public var isStable: Bool { false }
+
     public func data() throws -> Data {
         guard count <= Int64(Int.max) else { throw FileWrapperError.contentsTooLarge(count) }
         return try read(offset: 0, count: Int(count))
@@ -55,6 +62,7 @@ public struct DataContentsSource: ContentsSource {
     public init(_ bytes: Data) { self.bytes = bytes }
 
     public var count: Int64 { Int64(bytes.count) }
+    public var isStable: Bool { true }
 
     public func read(offset: Int64, count: Int) throws -> Data {
         guard offset >= 0, count >= 0 else {
