@@ -41,9 +41,14 @@
 #        mount (in a package), natively and on the peer; target ≤ 1.5× the peer (issue 16).
 #        fsx.py fails on the peer, which refuses fallocate; xfstests' fsx turns off what a
 #        file system refuses, so only with BENCH_FSX does the row have a peer figure
+#   b14  two writers (issue 16's concurrency): a writer replaces its own document's 32 MiB file
+#        (8 MiB small) with new bytes 6 times (O_TRUNC, write, fsync); the time of one writer
+#        alone, then of two at once in two documents, and 2 × alone ÷ together: how much of
+#        the second core the mount lets two writers use (target ≥ 1.7). Also natively and on
+#        the peer, as info
 #   fuse_layer  the FUSE layer's micro-benchmark (scripts/fuse-bench.sh)
 #
-# The peer (issue 16): B4, B5, B12 and B13 also run on a FUSE passthrough file system beside the native
+# The peer (issue 16): B4, B5, B12, B13 and B14 also run on a FUSE passthrough file system beside the native
 # folder, libfuse's own `passthrough_ll`, compiled from the examples folder of Debian's
 # libfuse3-dev (its default options: no writeback cache, its own timeouts), so that the table's
 # "DocFS ÷ peer" shows what is FUSE's cost and what is DocFS's.
@@ -58,7 +63,7 @@
 #                          a smoke test of a few minutes
 #   BENCH_ROUNDS=N         rounds per figure (default 3; B10 runs once)
 #   BENCH_ONLY=LIST        only these figures, a comma list of the names above (default all:
-#                          b1,…,b10,fuse_layer); the data and stores are made as for a whole run
+#                          b1,…,b14,fuse_layer); the data and stores are made as for a whole run
 #   BENCH_STORE=sqlite|postgres|both
 #                          the store the mounts serve (default sqlite): an SQLite file beside the
 #                          native folder, or databases on a PostgreSQL server (both: one run each,
@@ -90,7 +95,7 @@ for argument in "$@"; do
     esac
 done
 rounds=${BENCH_ROUNDS:-3}
-all_figures="b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 b11 b12 b13 fuse_layer"
+all_figures="b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 b11 b12 b13 b14 fuse_layer"
 only=${BENCH_ONLY:-}
 for figure in ${only//,/ }; do
     case " $all_figures " in
@@ -125,11 +130,11 @@ MiB=$((1 << 20))
 case $size in
 full)
     big=$((1024 * MiB)) rand=$((256 * MiB)) files=10000 documents=1000 images=100
-    save=$((64 * MiB)) fsx_ops=20000
+    save=$((64 * MiB)) fsx_ops=20000 two=$((32 * MiB))
     ;;
 small)
     big=$((64 * MiB)) rand=$((32 * MiB)) files=1000 documents=100 images=20
-    save=$((16 * MiB)) fsx_ops=5000
+    save=$((16 * MiB)) fsx_ops=5000 two=$((8 * MiB))
     ;;
 *)
     echo "bench: BENCH_SIZE must be full or small" >&2
@@ -197,7 +202,7 @@ mkdir -p "$native" "$native_roots" "$work/store" "$mnt" "$mnt_roots" "$mnt_secon
 peer_src=$work/peer-source
 mnt_peer=$work/mnt-peer
 peer=""
-if selected b4 || selected b5 || selected b12 || selected b13; then
+if selected b4 || selected b5 || selected b12 || selected b13 || selected b14; then
     examples=/usr/share/doc/libfuse3-dev/examples
     mkdir -p "$peer_src" "$mnt_peer"
     if [ -f "$examples/passthrough_ll.c" ] &&
@@ -924,6 +929,43 @@ b13() {
     done
 }
 
+# --- B14: two writers ----------------------------------------------------------------------
+
+b14_writer() { # SOURCE FOLDER: replaces FOLDER/f.bin with SOURCE's bytes 6 times
+    local i
+    for i in 1 2 3 4 5 6; do "$helper" replace "$1" "$2/f.bin" >/dev/null || return 1; done
+}
+
+b14() {
+    local r side a b start alone together
+    for name in a b; do
+        [ -f "$work/two-$name.bin" ] || "$helper" mkfile "$work/two-$name.bin" "$two" || return 1
+    done
+    for r in $(seq "$rounds"); do
+        for side in $(sides_with_peer "$r"); do
+            a=$(side_folder "$side" "two-a-$r")
+            b=$(side_folder "$side" "two-b-$r")
+            mkdir -p "$a" "$b"
+            : >"$a/f.bin"
+            : >"$b/f.bin"
+            sync
+            start=$EPOCHREALTIME
+            b14_writer "$work/two-a.bin" "$a" || return 1
+            alone=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.3f", b - a}')
+            start=$EPOCHREALTIME
+            b14_writer "$work/two-a.bin" "$a" &
+            local first=$!
+            b14_writer "$work/two-b.bin" "$b" || return 1
+            wait "$first" || return 1
+            together=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.3f", b - a}')
+            sample b14.alone "$side" "$r" "$alone"
+            sample b14.together "$side" "$r" "$together"
+            sample b14.speedup "$side" "$r" "$(awk -v a="$alone" -v t="$together" 'BEGIN {printf "%.3f", 2 * a / t}')"
+            rm -rf "$a" "$b"
+        done
+    done
+}
+
 # --- The FUSE layer -------------------------------------------------------------------------
 
 fuse_layer() {
@@ -946,6 +988,7 @@ run_figure "B10: history thins and space comes back (fsx, then docfs gc)" b10
 run_figure "B11: cp of a 1 GiB wrapper inside the mount (copy offload)" b11
 run_figure "B12: safe-save in a big folder" b12
 run_figure "B13: fsx, 20,000 operations" b13
+run_figure "B14: two writers" b14
 run_figure "FUSE layer micro-benchmark" fuse_layer
 
 # --- The report -----------------------------------------------------------------------------
@@ -956,7 +999,7 @@ export BENCH_NATIVE="$fs_type on $fs_source ($work)"
 export BENCH_LOAD="load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 export BENCH_MODE=$size BENCH_ROUNDS=$rounds BENCH_CHUNK_SIZE=$chunk_size
 export BENCH_BIG_BYTES=$big BENCH_RAND_BYTES=$rand BENCH_FILES=$files BENCH_DOCUMENTS=$documents BENCH_IMAGES=$images
-export BENCH_SAVE_BYTES=$save BENCH_FSX_OPS=$fsx_ops
+export BENCH_SAVE_BYTES=$save BENCH_FSX_OPS=$fsx_ops BENCH_TWO_BYTES=$two
 export BENCH_FAILED="${failed[*]:-}"
 
 echo

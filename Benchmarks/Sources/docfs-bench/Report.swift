@@ -13,6 +13,8 @@ enum Target {
     case ratioAtLeast(Double)
     /// The DocFS median at most this, in the figure's unit.
     case atMost(Double)
+    /// The DocFS median at least this, in the figure's unit.
+    case atLeast(Double)
     /// The DocFS value must be 0 in every round.
     case zero
     /// DocFS ÷ the FUSE passthrough peer at least this (rates: higher is better; issue 16).
@@ -26,6 +28,7 @@ enum Target {
         case .ratioAtMost(let x): return "≤ \(trimmed(x))× native"
         case .ratioAtLeast(let x): return "≥ \(trimmed(x))× native"
         case .atMost(let x): return "≤ \(Report.text(x, unit)) \(unit)"
+        case .atLeast(let x): return "≥ \(Report.text(x, unit)) \(unit)"
         case .zero: return "0"
         case .peerRatioAtLeast(let x): return "≥ \(trimmed(x))× peer"
         case .peerRatioAtMost(let x): return "≤ \(trimmed(x))× peer"
@@ -54,6 +57,8 @@ struct Sizes {
     /// B9's text wrapper and B10's fsx operations.
     var save = "64 MiB"
     var fsxOperations = "20,000"
+    /// B14's file, per writer.
+    var twoWriters = "32 MiB"
     /// What "bytes written to the store" counts, and what the daemon reads, for the store kind.
     var storeWrites = "DB + WAL"
     var storeReads = "SQLite records"
@@ -83,6 +88,7 @@ struct Sizes {
         images = count("BENCH_IMAGES") ?? images
         save = mib("BENCH_SAVE_BYTES") ?? save
         fsxOperations = count("BENCH_FSX_OPS") ?? fsxOperations
+        twoWriters = mib("BENCH_TWO_BYTES") ?? twoWriters
     }
 }
 
@@ -194,6 +200,20 @@ func figureCatalog(chunkSize: Double, sizes: Sizes) -> [Figure] {
             label:
                 "B13 fsx, 20,000 random operations on one file in a package (\(ProcessInfo.processInfo.environment["BENCH_FSX"] == nil ? "scripts/reliability/fsx.py" : "xfstests' ltp/fsx"))",
             unit: "s", target: .peerRatioAtMost(1.5)),
+        Figure(
+            id: "b14.alone",
+            label:
+                "B14 one writer replacing its own document's \(sizes.twoWriters) file (O_TRUNC, write, fsync) 6 times",
+            unit: "s", target: .none),
+        Figure(
+            id: "b14.together",
+            label: "B14 two writers at once, each in its own document (the same work each)", unit: "s",
+            target: .none),
+        Figure(
+            id: "b14.speedup",
+            label:
+                "B14 two writers: the work of two done together, as a multiple of one alone's speed (2 × alone ÷ together)",
+            unit: "×", target: .atLeast(1.7)),
         Figure(
             id: "b6.open.ms",
             label: "B6 `Document.open` + list, package of \(files) wrappers (store vs folder)", unit: "ms",
@@ -375,6 +395,7 @@ struct Report {
             case .ratioAtMost(let x): isMet = ratio.map { $0 <= x }
             case .ratioAtLeast(let x): isMet = ratio.map { $0 >= x }
             case .atMost(let x): isMet = docfs.map { $0.median <= x }
+            case .atLeast(let x): isMet = docfs.map { $0.median >= x }
             case .zero: isMet = docfs.map { $0.max == 0 }
             case .peerRatioAtLeast(let x): isMet = peerRatio.map { $0 >= x }
             case .peerRatioAtMost(let x): isMet = peerRatio.map { $0 <= x }
