@@ -184,35 +184,45 @@ final class GatedFolder: FileSystem, @unchecked Sendable {
     }
 }
 
+/// Mounts the fixture store with its spill folder on a ``GatedFolder`` (opened again at the end),
+/// and opens a new file `name` of `Project.pkg` for reading and writing.
+func withGatedSpill(
+    file name: String,
+    _ body: (Fixture, GatedFolder, TestMount, _ file: String, _ fd: Int32) async throws -> Void
+) async throws {
+    let fixture = try await Fixture.make()
+    let gate = GatedFolder()
+    var template = Array("/tmp/docfs-spill.XXXXXX".utf8CString)
+    guard let made = mkdtemp(&template) else { throw Errno(rawValue: errno) }
+    let spill = String(cString: made)
+    var options = MountOptions()
+    options.fsName = "gated"
+    options.subtype = "gated"
+    options.drainTimeout = .seconds(2)
+    let session = try Session(filesystem: gate, mountpoint: spill, options: options)
+    try session.start()
+    defer {
+        gate.open()
+        session.unmount()
+        rmdir(spill)
+    }
+    #expect(eventually(timeout: 5) { isMounted(spill) } != nil)
+    try await withMount(fixture.store, configure: { $0.fileSystem.spillDirectory = spill }) { mount in
+        let path = mount.url("Project.pkg/\(name)")
+        let fd = Glibc.open(path, O_CREAT | O_RDWR, 0o644)
+        guard fd >= 0 else { throw Errno(rawValue: errno) }
+        defer { Glibc.close(fd) }
+        try await body(fixture, gate, mount, path, fd)
+    }
+}
+
 /// What the mount-wide lock covers: bookkeeping only, never a file's spill I/O (issue 16).
 @Suite struct LockScopeTests {
     /// A write whose spill I/O has stalled holds up its own file only: stat, listing and reading
     /// in another document go on, and the write lands once the disk comes back.
     @Test func aStalledSpillWriteHoldsUpOnlyItsOwnFile() async throws {
-        let fixture = try await Fixture.make()
-        let gate = GatedFolder()
-        var template = Array("/tmp/docfs-spill.XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw Errno(rawValue: errno) }
-        let spill = String(cString: made)
-        var options = MountOptions()
-        options.fsName = "gated"
-        options.subtype = "gated"
-        options.drainTimeout = .seconds(2)
-        let session = try Session(filesystem: gate, mountpoint: spill, options: options)
-        try session.start()
-        defer {
-            gate.open()
-            session.unmount()
-            rmdir(spill)
-        }
-        #expect(eventually(timeout: 5) { isMounted(spill) } != nil)
-
-        try await withMount(fixture.store, configure: { $0.fileSystem.spillDirectory = spill }) { mount in
-            let target = mount.url("Project.pkg/new.txt")
+        try await withGatedSpill(file: "new.txt") { fixture, gate, mount, target, fd in
             let other = mount.url("Project.pkg/src/main.swift")
-            let fd = Glibc.open(target, O_CREAT | O_WRONLY, 0o644)
-            #expect(fd >= 0)
-            defer { Glibc.close(fd) }
             gate.close()
             let bytes = [UInt8](repeating: 0x61, count: 4096)
             let writer = Background { () -> Int in
@@ -243,30 +253,8 @@ final class GatedFolder: FileSystem, @unchecked Sendable {
     /// A save waits for a write that is still in its spill I/O before it freezes the file, so
     /// what the save reads never changes under it, and it stores the whole write.
     @Test func aSaveWaitsForAWriteInItsSpillIO() async throws {
-        let fixture = try await Fixture.make()
-        let gate = GatedFolder()
-        var template = Array("/tmp/docfs-spill.XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw Errno(rawValue: errno) }
-        let spill = String(cString: made)
-        var options = MountOptions()
-        options.fsName = "gated"
-        options.subtype = "gated"
-        options.drainTimeout = .seconds(2)
-        let session = try Session(filesystem: gate, mountpoint: spill, options: options)
-        try session.start()
-        defer {
-            gate.open()
-            session.unmount()
-            rmdir(spill)
-        }
-        #expect(eventually(timeout: 5) { isMounted(spill) } != nil)
-
-        try await withMount(fixture.store, configure: { $0.fileSystem.spillDirectory = spill }) { mount in
-            let target = mount.url("Project.pkg/caught.txt")
+        try await withGatedSpill(file: "caught.txt") { fixture, gate, mount, target, fd in
             let neighbour = mount.url("Project.pkg/neighbour.txt")
-            let fd = Glibc.open(target, O_CREAT | O_RDWR, 0o644)
-            #expect(fd >= 0)
-            defer { Glibc.close(fd) }
             let old = [UInt8](repeating: 0x6F, count: 8192)
             #expect(old.withUnsafeBytes { Glibc.pwrite(fd, $0.baseAddress, old.count, 0) } == old.count)
             // The file's spill is the newest file of the gated folder: stall its writes only.
