@@ -268,9 +268,22 @@ extension DocumentFileSystem {
         guard size >= 0 else { throw .invalidArgument }
         file.changes.lock()
         defer { file.changes.unlock() }
+        var cut: Int?
         let (layer, zero) = try changeContents(
-            file, keeping: { contents in contents.chunkCutBy(size).map { [$0] } ?? [] }, writing: nil,
-            io: { _ throws(Errno) in },
+            file,
+            keeping: { contents in
+                cut = contents.chunkCutBy(size)
+                return cut.map { [$0] } ?? []
+            },
+            writing: nil,
+            io: { layer throws(Errno) in
+                // The chunk the new end cuts reads as zeros past it before the size changes: a
+                // save waits for this change, and a read racing it may see those zeros early.
+                if cut != nil {
+                    let end = (size / Int64(chunkSize) + 1) * Int64(chunkSize)
+                    try layer.zero(at: size, length: end - size)
+                }
+            },
             commit: { state, contents throws(Errno) in
                 let result = contents.truncated(to: size)
                 let now = Timestamp.now
@@ -279,8 +292,8 @@ extension DocumentFileSystem {
                 changed(&state, file)
                 return result
             })
-        // Past the new end, so nothing reads these bytes; zeroed before the next change, which
-        // may grow the file over them.
+        // Chunks no longer in the layer, so nothing reads them; zeroed before the next change,
+        // which may take them in again. If that fails, the layer takes no more writes.
         for range in zero {
             do {
                 try layer.zero(at: range.lowerBound, length: Int64(range.count))

@@ -371,8 +371,9 @@ final class FileContents: @unchecked Sendable {
         edits &+= 1
     }
 
-    /// After a committed change that took in ``chunkCutBy(_:)``: sets the size. Returns the top
-    /// layer's ranges that now lie past the end and must be zeroed before the next change.
+    /// After a committed change that took in ``chunkCutBy(_:)`` and zeroed it past `newSize`:
+    /// sets the size. Returns the top layer's chunks past the end, no longer in it, whose bytes
+    /// must be zeroed before the next change.
     func truncated(to newSize: Int64) -> (layer: SpillLayer, zero: [Range<Int64>]) {
         let layer = top
         var zero: [Range<Int64>] = []
@@ -383,7 +384,6 @@ final class FileContents: @unchecked Sendable {
                 layer.remove(chunk)
                 zero.append(Int64(chunk) * cs..<Int64(chunk + 1) * cs)
             }
-            if newSize % cs != 0 { zero.append(newSize..<(newSize / cs + 1) * cs) }
             layer.cut = min(layer.cut, newSize)
         }
         size = newSize
