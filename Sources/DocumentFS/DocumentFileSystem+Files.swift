@@ -372,13 +372,15 @@ extension DocumentFileSystem {
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, info: ReleaseInfo,
         reply: ReplyEmpty
     ) {
-        state.withLock { state in
-            guard let open = state.files.removeValue(forKey: handle.rawValue) else { return }
+        let dropped = state.withLock { state -> [SpillLayer] in
+            guard let open = state.files.removeValue(forKey: handle.rawValue) else { return [] }
             open.node.openHandles -= 1
             if !open.node.linked && open.node.openHandles == 0 && table.node(for: open.node.ino) == nil {
                 state.nodes[open.node.ino] = nil
             }
+            return open.node.openHandles == 0 ? open.node.contents?.dropClean() ?? [] : []
         }
+        withExtendedLifetime(dropped) {}
         reply.ok()
     }
 

@@ -45,6 +45,9 @@ final class SpillLayer: @unchecked Sendable {
     var cut: Int64 = .max
     /// Takes no more writes: an undone change may have left bytes outside ``chunks``.
     var sealed = false
+    /// Holds the base's own bytes for its chunks (the layer a save stored, kept as a cache of
+    /// them): takes no writes, and is not a change.
+    var clean = false
     /// Opened by the first write, which runs without the file system's lock while readers may
     /// look: so it is published atomically.
     private let fd = Atomic<Int32>(-1)
@@ -182,10 +185,10 @@ final class FileContents: @unchecked Sendable {
     }
 
     /// Whether anything was written or truncated since the base.
-    var isModified: Bool { size != base.size || layers.contains { !$0.isEmpty } }
+    var isModified: Bool { size != base.size || layers.contains { !$0.clean && !$0.isEmpty } }
 
     private var top: SpillLayer {
-        if layers.count > frozen, let last = layers.last, !last.sealed { return last }
+        if layers.count > frozen, let last = layers.last, !last.sealed, !last.clean { return last }
         let layer = SpillLayer(directory: spillDirectory)
         layers.append(layer)
         return layer
@@ -495,7 +498,8 @@ final class FileContents: @unchecked Sendable {
         func changedChunks(storedSize: Int64) -> [Int] {
             var changed = Set<Int>()
             var lowest = base.size
-            for layer in layers {
+            // A clean layer's chunks are the base's: not changes, and its cut is in the base.
+            for layer in layers where !layer.clean {
                 changed.formUnion(layer.chunks)
                 lowest = min(lowest, layer.cut)
             }
@@ -539,16 +543,37 @@ final class FileContents: @unchecked Sendable {
             generation: generation)
     }
 
-    /// The save of `snapshot` is in the store as `version` of `node`: the frozen layers go.
-    /// `text`: the file was stored as this compiled property list, and keeps reading as its text.
+    /// The save of `snapshot` is in the store as `version` of `node`: the frozen layers go but
+    /// the newest, which now holds the base's own bytes for its chunks and stays as a clean cache
+    /// of them, so that taking them in again or reading them costs a spill read, not a store
+    /// read (a file a program keeps open and saves often, as fsx and databases do). `text`: the
+    /// file was stored as this compiled property list, and keeps reading as its text.
     func saved(_ snapshot: Snapshot, as node: StoreNodeID, version: VersionID, text: PropertyListText? = nil)
     {
         // Replaced while the save ran (its layers and base are gone): what was saved is an older
         // state, and the file's node is marked changed, so the next save stores the new one.
         guard snapshot.generation == generation else { return }
-        layers.removeFirst(min(frozen, layers.count))
+        let done = min(frozen, layers.count)
+        // Its cut stays: chunks at or past it that it lacks are zeros in the base too.
+        let kept = done > 0 && text == nil && !layers[done - 1].sealed ? layers[done - 1] : nil
+        layers.removeFirst(done)
+        if let kept {
+            kept.clean = true
+            layers.insert(kept, at: 0)
+        }
         frozen = 0
         base = ContentBase(node: node, version: version, size: snapshot.size, text: text)
+    }
+
+    /// Drops the clean cache layer (the file's last handle closed); returns it, to be let go
+    /// without the file system's lock, since closing a spill frees its disk blocks.
+    func dropClean() -> [SpillLayer] {
+        let count = layers.prefix { $0.clean }.count
+        guard count > 0 else { return [] }
+        let dropped = Array(layers.prefix(count))
+        layers.removeFirst(count)
+        frozen = max(0, frozen - count)
+        return dropped
     }
 
     /// The save failed: the frozen layers stay, under whatever was written since.

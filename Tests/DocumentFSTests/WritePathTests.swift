@@ -39,6 +39,42 @@ struct WritePathTests {
     }
 
     @Test(
+        "after an fsync, the chunks the file's save wrote are taken in again from the spill, not the store",
+        arguments: StoreKind.all)
+    func savedLayerStaysAsACache(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
+        let store = fixture.store
+        try await withMount(store) { mount in
+            let path = mount.url("Project.pkg/kept.bin")
+            let first = sampleBytes(300 * 1024, seed: 41)
+            let fd = open(path, O_CREAT | O_RDWR, 0o644)
+            #expect(fd >= 0)
+            #expect(first.withUnsafeBytes { pwrite(fd, $0.baseAddress, first.count, 0) } == first.count)
+            #expect(fsync(fd) == 0)
+
+            // Partial writes into both saved chunks need their other bytes: none come from the
+            // store.
+            store.purgeCache()
+            let before = store.statistics
+            let patch = [UInt8](repeating: 0x5A, count: 100)
+            #expect(patch.withUnsafeBytes { pwrite(fd, $0.baseAddress, 100, 10) } == 100)
+            #expect(patch.withUnsafeBytes { pwrite(fd, $0.baseAddress, 100, 290 * 1024) } == 100)
+            var expected = first
+            expected.replaceSubrange(10..<110, with: patch)
+            expected.replaceSubrange(290 * 1024..<290 * 1024 + 100, with: patch)
+            #expect(fsync(fd) == 0)
+            #expect(store.statistics.chunksRead == before.chunksRead, "a chunk was read from the store")
+            close(fd)
+            let record = try fixture.record("Project.pkg", "kept.bin")
+            #expect(
+                try fixture.reopen().readContents(of: record.id, at: nil, offset: 0, count: expected.count)
+                    == expected)
+
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == expected)
+        }
+    }
+
+    @Test(
         "a file written and closed in a package is saved; mkdir, mv and rm are saved by the quiet interval",
         arguments: StoreKind.all)
     func packageEdits(_ kind: StoreKind) async throws {
