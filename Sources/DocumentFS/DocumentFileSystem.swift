@@ -71,7 +71,8 @@ public final class DocumentFileSystem: FileSystem {
     private let startSequence: Int64
     /// Owner of the mount root, from the store file when it is a local file.
     let rootOwner: (uid: UInt32, gid: UInt32)
-    let spillDirectory: String
+    /// Where written chunks are kept until saved.
+    let spillFiles: SpillFiles
     /// The folder of the store file; empty for a store that is not a local file.
     let storeDirectory: String
     let chunkSize: Int
@@ -181,14 +182,14 @@ public final class DocumentFileSystem: FileSystem {
             store.location.hasPrefix("/") ? (store.location as NSString).deletingLastPathComponent : ""
         var isDirectory: ObjCBool = false
         if let given = configuration.spillDirectory {
-            spillDirectory = given
+            spillFiles = SpillFiles(directory: given)
         } else if !storeDirectory.isEmpty,
             FileManager.default.fileExists(atPath: storeDirectory, isDirectory: &isDirectory),
             isDirectory.boolValue, Glibc.access(storeDirectory, W_OK) == 0
         {
-            spillDirectory = storeDirectory
+            spillFiles = SpillFiles(directory: storeDirectory)
         } else {
-            spillDirectory = NSTemporaryDirectory()
+            spillFiles = SpillFiles(directory: NSTemporaryDirectory())
         }
         let forgotten = ForgetRelay()
         table = NodeTable(root: mountRootInode) { ino, _ in forgotten.target?.forgotten(ino) }
@@ -351,7 +352,7 @@ public final class DocumentFileSystem: FileSystem {
         if record.kind == .regularFile && record.linkOf == nil {
             node.contents = FileContents(
                 base: ContentBase(node: record.id, version: record.version, size: record.size),
-                chunkSize: chunkSize, spillDirectory: spillDirectory)
+                chunkSize: chunkSize, spill: spillFiles)
         }
         return node
     }

@@ -29,6 +29,58 @@ struct ContentBase: Sendable, Equatable {
     }
 }
 
+/// Where spill files come from: unnamed files in one folder, kept for reuse when a layer lets
+/// its file go. Making one costs the file system an inode allocation, which on ext4 took a
+/// quarter of the daemon's time under fsx (a new layer after every save).
+final class SpillFiles: Sendable {
+    let directory: String
+    private let idle = Mutex<[Int32]>([])
+    /// At most this many idle files, each at most `largestKept` bytes long (its blocks stay
+    /// taken until it is reused).
+    static let keptIdle = 16
+    static let largestKept: Int64 = 4 << 20
+
+    init(directory: String) { self.directory = directory }
+
+    deinit {
+        for fd in idle.withLock({ $0 }) { Glibc.close(fd) }
+    }
+
+    /// An empty spill file: an idle one emptied, or a new one.
+    func take() throws(Errno) -> Int32 {
+        while let fd = idle.withLock({ $0.popLast() }) {
+            if ftruncate(fd, 0) == 0 { return fd }
+            Glibc.close(fd)
+        }
+        var opened = docfs_open_tmpfile(directory)
+        if opened < 0 {
+            // No O_TMPFILE here (some file systems): a named file, unlinked at once.
+            var template = Array("\(directory)/.docfs-spill-XXXXXX".utf8CString)
+            opened = mkstemp(&template)
+            if opened >= 0 { template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) } }
+        }
+        guard opened >= 0 else { throw Errno(rawValue: errno) }
+        return opened
+    }
+
+    /// Takes back a file no layer uses: kept if small and there is room, else closed. It is
+    /// emptied when taken again, not now, since this may run under the file system's lock.
+    func give(_ fd: Int32) {
+        var st = stat()
+        let small = fstat(fd, &st) == 0 && Int64(st.st_size) <= Self.largestKept
+        if small
+            && idle.withLock({ idle in
+                guard idle.count < Self.keptIdle else { return false }
+                idle.append(fd)
+                return true
+            })
+        {
+            return
+        }
+        Glibc.close(fd)
+    }
+}
+
 /// Written chunks of one file, kept in an unnamed local file (the spill) rather than in memory,
 /// so a large write costs disk, not RAM.
 ///
@@ -51,13 +103,13 @@ final class SpillLayer: @unchecked Sendable {
     /// Opened by the first write, which runs without the file system's lock while readers may
     /// look: so it is published atomically.
     private let fd = Atomic<Int32>(-1)
-    private let directory: String
+    private let files: SpillFiles
 
-    init(directory: String) { self.directory = directory }
+    init(files: SpillFiles) { self.files = files }
 
     deinit {
         let fd = fd.load(ordering: .acquiring)
-        if fd >= 0 { Glibc.close(fd) }
+        if fd >= 0 { files.give(fd) }
     }
 
     var isEmpty: Bool { chunks.isEmpty && cut == .max }
@@ -65,18 +117,11 @@ final class SpillLayer: @unchecked Sendable {
     private func descriptor() throws(Errno) -> Int32 {
         let current = fd.load(ordering: .acquiring)
         if current >= 0 { return current }
-        var opened = docfs_open_tmpfile(directory)
-        if opened < 0 {
-            // No O_TMPFILE here (some file systems): a named file, unlinked at once.
-            var template = Array("\(directory)/.docfs-spill-XXXXXX".utf8CString)
-            opened = mkstemp(&template)
-            if opened >= 0 { template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) } }
-        }
-        guard opened >= 0 else { throw Errno(rawValue: errno) }
+        let opened = try files.take()
         let (exchanged, original) = fd.compareExchange(
             expected: -1, desired: opened, ordering: .acquiringAndReleasing)
         if exchanged { return opened }
-        Glibc.close(opened)
+        files.give(opened)
         return original
     }
 
@@ -175,13 +220,13 @@ final class FileContents: @unchecked Sendable {
     /// The last compile of the written text (``edits`` at the time, and its outcome).
     var compiled: (edits: UInt64, outcome: Result<PropertyListText, PropertyListTextError>)?
     let chunkSize: Int
-    let spillDirectory: String
+    let spill: SpillFiles
 
-    init(base: ContentBase, chunkSize: Int, spillDirectory: String) {
+    init(base: ContentBase, chunkSize: Int, spill: SpillFiles) {
         self.base = base
         self.size = base.size
         self.chunkSize = chunkSize
-        self.spillDirectory = spillDirectory
+        self.spill = spill
     }
 
     /// Whether anything was written or truncated since the base.
@@ -189,7 +234,7 @@ final class FileContents: @unchecked Sendable {
 
     private var top: SpillLayer {
         if layers.count > frozen, let last = layers.last, !last.sealed, !last.clean { return last }
-        let layer = SpillLayer(directory: spillDirectory)
+        let layer = SpillLayer(files: spill)
         layers.append(layer)
         return layer
     }
