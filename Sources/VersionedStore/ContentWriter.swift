@@ -204,6 +204,8 @@ struct ContentWriter {
     {
         var extents: [Int64: Extent] = [:]
         var at: Int64 = 0
+        written.chunks += precut.stored.chunks
+        written.bytes += precut.stored.bytes
         for piece in precut.pieces {
             defer { at += Int64(piece.length) }
             guard let hash = piece.hash else { continue }
@@ -453,6 +455,12 @@ final class NewContent {
 /// Cutting and hashing are most of the cost of storing new bytes and need no store, so saves of
 /// different documents do them side by side rather than in turn; the transaction reads only
 /// the chunks the store lacks again. Only for stable sources (``ContentsSource/isStable``).
+///
+/// A large file's new chunks are also stored on the way, in transactions of their own of about
+/// ``batchBytes`` each: one huge transaction made SQLite's log search for every page it
+/// wrote in a log as large as the file. Until the save commits, those chunks are referenced by
+/// nothing, like any chunk garbage collection may take: the save's transaction looks each one
+/// up, and stores again any that is gone.
 struct Precut: Sendable {
     struct Piece: Sendable {
         let length: Int
@@ -461,6 +469,10 @@ struct Precut: Sendable {
     }
     let size: Int64
     let pieces: [Piece]
+    /// The chunks and bytes stored ahead of the save.
+    var stored = (chunks: 0, bytes: Int64(0))
+
+    static let batchBytes = 8 << 20
 }
 
 extension VersionedStore {
@@ -488,6 +500,9 @@ extension VersionedStore {
         var stream = Chunking(chunking, startingAt: 0)
         var cursor: Int64 = 0
         var pieces: [Precut.Piece] = []
+        var batch: [(hash: Data, data: Data)] = []
+        var batched = 0
+        var stored = (chunks: 0, bytes: Int64(0))
         while let data = try stream.next(read: { count in
             guard cursor < size else { return Data() }
             let to = min(size, cursor + Int64(count), (cursor / page + 1) * page)
@@ -495,9 +510,31 @@ extension VersionedStore {
             cursor = to
             return bytes
         }) {
-            pieces.append(Precut.Piece(length: data.count, hash: Self.isZero(data) ? nil : Self.hash(data)))
+            let hash = Self.isZero(data) ? nil : Self.hash(data)
+            pieces.append(Precut.Piece(length: data.count, hash: hash))
+            guard let hash else { continue }
+            batch.append((hash, data))
+            batched += data.count
+            // The last part (under a batch) is left to the save's own transaction, so a small
+            // file is still stored in one.
+            if batched >= Precut.batchBytes {
+                let chunks = batch
+                batch = []
+                batched = 0
+                let added = try write(durable: false) { tx -> (chunks: Int, bytes: Int64) in
+                    var added = (chunks: 0, bytes: Int64(0))
+                    for chunk in chunks where try tx.chunkID(hash: chunk.hash) == nil {
+                        _ = try tx.insertChunk(hash: chunk.hash, data: chunk.data)
+                        added.chunks += 1
+                        added.bytes += Int64(chunk.data.count)
+                    }
+                    return added
+                }
+                stored.chunks += added.chunks
+                stored.bytes += added.bytes
+            }
         }
-        return Precut(size: size, pieces: pieces)
+        return Precut(size: size, pieces: pieces, stored: stored)
     }
 }
 

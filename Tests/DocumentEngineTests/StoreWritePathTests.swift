@@ -344,6 +344,24 @@ struct LiveBufferSource: ContentsSource {
         }
     }
 
+    @Test(
+        "A large file's new chunks are stored ahead in batches; the save reads again only the last part",
+        arguments: StoreKind.all)
+    func largeFilesStoreChunksAhead(_ kind: StoreKind) throws {
+        let file = try FlatFile(kind)
+        let bytes = sampleBytes(10 << 20, seed: 34)
+        let pages = (bytes.count + FlatFile.chunk - 1) / FlatFile.chunk
+        let source = LoggingSource(bytes, stable: true)
+        let saved = try file.save(.replace(source))
+        #expect(saved.bytesWritten == Int64(bytes.count))
+        // One pass to cut, hash and store the first 8 MiB; the rest read again inside the save.
+        #expect(
+            source.reads.count > pages && source.reads.count < pages + pages / 3,
+            "\(source.reads.count) reads")
+        #expect(try file.contents() == bytes)
+        #expect(try file.store.checkIntegrity().isClean)
+    }
+
     @Test("A stable source that covers part of a file is not precut", arguments: StoreKind.all)
     func partialUpdatesAreNotPrecut(_ kind: StoreKind) throws {
         let file = try FlatFile(kind)
