@@ -71,6 +71,12 @@ struct FlatFile {
         return try store.save(changes)
     }
 
+    /// The file reads as `expected`, and the store's integrity walk finds nothing.
+    func expectHolds(_ expected: Data, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        #expect(try contents() == expected, sourceLocation: sourceLocation)
+        #expect(try store.checkIntegrity().isClean, sourceLocation: sourceLocation)
+    }
+
     func contents(at version: VersionID? = nil) throws -> Data {
         let size = try #require(try store.node(document.root, at: version)).size
         return try store.readContents(of: document.root, at: version, offset: 0, count: Int(size))
@@ -330,7 +336,7 @@ struct LiveBufferSource: ContentsSource {
             // A stable source is read twice over: cut and hashed first, then the new chunks'
             // bytes inside the transaction; another source once, inside it.
             #expect(first.reads.count == (stableFirst ? 2 * pages : pages), "\(first.reads.count) reads")
-            #expect(try file.contents() == bytes)
+            #expect(try file.contents(at: saved.version.id) == bytes)
 
             // The same bytes the other way deduplicate entirely: the cuts and hashes agree.
             let second = LoggingSource(bytes, stable: !stableFirst)
@@ -339,8 +345,7 @@ struct LiveBufferSource: ContentsSource {
             #expect(again.chunksWritten == 0)
             #expect(again.bytesWritten == 0)
             #expect(try file.rows(of: again.version.id).isEmpty)
-            #expect(try file.contents() == bytes)
-            #expect(try file.store.checkIntegrity().isClean)
+            try file.expectHolds(bytes)
         }
     }
 
@@ -358,8 +363,7 @@ struct LiveBufferSource: ContentsSource {
         #expect(
             source.reads.count > pages && source.reads.count < pages + pages / 3,
             "\(source.reads.count) reads")
-        #expect(try file.contents() == bytes)
-        #expect(try file.store.checkIntegrity().isClean)
+        try file.expectHolds(bytes)
     }
 
     @Test("A stable source that covers part of a file is not precut", arguments: StoreKind.all)
