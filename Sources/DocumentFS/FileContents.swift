@@ -63,8 +63,9 @@ final class SpillFiles: Sendable {
         return opened
     }
 
-    /// Takes back a file no layer uses: kept if small and there is room, else closed. It is
-    /// emptied when taken again, not now, since this may run under the file system's lock.
+    /// Takes back a file no layer uses: kept if small and there is room, else closed on another
+    /// thread (closing frees its blocks). A kept one is emptied when taken again. Either way no
+    /// disk work happens here, since a layer may be let go under the file system's lock.
     func give(_ fd: Int32) {
         var st = stat()
         let small = fstat(fd, &st) == 0 && Int64(st.st_size) <= Self.largestKept
@@ -77,7 +78,7 @@ final class SpillFiles: Sendable {
         {
             return
         }
-        Glibc.close(fd)
+        DispatchQueue.global(qos: .utility).async { _ = Glibc.close(fd) }
     }
 }
 
