@@ -62,7 +62,7 @@ extension DocumentFileSystem {
                 let count = Int(end - Int64(offset))
                 return FileContents.ReadPlan(
                     count: count,
-                    store: [StoreRead(base: snapshot, offset: Int64(offset), count: count, destination: 0)])
+                    store: [StoreRead(source: snapshot, offset: Int64(offset), count: count, destination: 0)])
             }
             return contents.planRead(offset: Int64(clamping: offset), count: size)
         }
@@ -74,7 +74,7 @@ extension DocumentFileSystem {
         var buffer = [UInt8](repeating: 0, count: plan.count)
         try withMutableRawBytes(&buffer) { raw throws(Errno) in try plan.readSpill(into: raw) }
         for piece in plan.store {
-            let data = try baseBytes(piece.base, offset: piece.offset, count: piece.count)
+            let data = try baseBytes(piece.source, offset: piece.offset, count: piece.count)
             buffer.withUnsafeMutableBytes { raw in
                 let n = min(data.count, raw.count - piece.destination)
                 data.copyBytes(

@@ -174,8 +174,9 @@ final class SpillLayer: @unchecked Sendable {
 
     /// Makes `[offset, offset+length)` read as zeros.
     func zero(at offset: Int64, length: Int64) throws(Errno) {
-        guard fd.load(ordering: .acquiring) >= 0, length > 0 else { return }
-        let fd = try descriptor()
+        // Never written: it reads as zeros already.
+        let fd = fd.load(ordering: .acquiring)
+        guard fd >= 0, length > 0 else { return }
         if docfs_punch_hole(fd, off_t(offset), off_t(length)) == 0 { return }
         // No hole punching on this file system: write the zeros.
         let zeros = [UInt8](repeating: 0, count: Int(min(length, 1 << 20)))
@@ -299,7 +300,7 @@ final class FileContents: @unchecked Sendable {
     /// waits for a change in progress before it freezes the file (``changing``), so frozen
     /// layers never change and a save may read them twice. A change whose file was replaced
     /// meanwhile (another process's save) is refused at its commit, undone and run again.
-    struct ChangePlan: @unchecked Sendable {
+    struct ChangePlan: Sendable {
         let layer: SpillLayer
         let generation: UInt64
         /// Chunks new to the layer whose old bytes the change keeps, and where those come from.
@@ -308,7 +309,7 @@ final class FileContents: @unchecked Sendable {
         let added: [Int]
         let chunkSize: Int
 
-        enum CopySource {
+        enum CopySource: Sendable {
             /// Nothing: the chunk reads as zeros.
             case zero
             /// The chunk as a lower layer holds it. Lower layers take no more writes.
@@ -452,18 +453,9 @@ final class FileContents: @unchecked Sendable {
 
     // MARK: Reading
 
-    /// One part of a read that comes from a spill layer.
-    struct SpillRead: @unchecked Sendable {
-        let layer: SpillLayer
-        let offset: Int64
-        let count: Int
-        /// Where it goes in the read's buffer.
-        let destination: Int
-    }
-
     /// A read as planned under the file system's lock: its length, and the parts that come
     /// from spill layers and from the store (the rest are zeros), to be read without the lock.
-    struct ReadPlan: @unchecked Sendable {
+    struct ReadPlan: Sendable {
         var count = 0
         var spill: [SpillRead] = []
         var store: [StoreRead] = []
@@ -471,7 +463,7 @@ final class FileContents: @unchecked Sendable {
         /// Copies the spill parts into `buffer` (``count`` bytes).
         func readSpill(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) {
             for piece in spill {
-                try piece.layer.read(
+                try piece.source.read(
                     into: UnsafeMutableRawBufferPointer(
                         rebasing: buffer[piece.destination..<piece.destination + piece.count]),
                     at: piece.offset)
@@ -503,22 +495,22 @@ final class FileContents: @unchecked Sendable {
                 break
             case .layer(let layer):
                 let length = Int(pieceEnd - at)
-                if let last = plan.spill.last, last.layer === layer,
+                if let last = plan.spill.last, last.source === layer,
                     last.offset + Int64(last.count) == at
                 {
                     // One pread for consecutive chunks of one layer.
                     plan.spill[plan.spill.count - 1] = SpillRead(
-                        layer: layer, offset: last.offset, count: last.count + length,
+                        source: layer, offset: last.offset, count: last.count + length,
                         destination: last.destination)
                 } else {
                     plan.spill.append(
-                        SpillRead(layer: layer, offset: at, count: length, destination: destination))
+                        SpillRead(source: layer, offset: at, count: length, destination: destination))
                 }
             case .base(let base):
                 let stored = min(pieceEnd, base.size) - at
                 if stored > 0 {
                     plan.store.append(
-                        StoreRead(base: base, offset: at, count: Int(stored), destination: destination))
+                        StoreRead(source: base, offset: at, count: Int(stored), destination: destination))
                 }
             }
             at = pieceEnd
@@ -636,14 +628,17 @@ final class FileContents: @unchecked Sendable {
     }
 }
 
-/// A range of a read that comes from the store.
-struct StoreRead: Sendable {
-    var base: ContentBase
+/// A range of a read, and where it comes from: a spill layer, or the store at a base.
+struct ReadPart<Source: Sendable>: Sendable {
+    var source: Source
     var offset: Int64
     var count: Int
     /// Where it goes in the read's buffer.
     var destination: Int
 }
+
+typealias SpillRead = ReadPart<SpillLayer>
+typealias StoreRead = ReadPart<ContentBase>
 
 /// Reads a frozen file's written chunks for the store's streaming save.
 struct SnapshotSource: ContentsSource {

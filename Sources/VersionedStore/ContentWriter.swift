@@ -187,11 +187,9 @@ struct ContentWriter {
     /// Stores one chunk's bytes unless the store has them; nil for zeros (a hole).
     private func storeChunk(_ data: Data, written: inout (chunks: Int, bytes: Int64)) throws -> Extent? {
         if VersionedStore.isZero(data) { return nil }
-        let hash = VersionedStore.hash(data)
-        if let id = try tx.chunkID(hash: hash) { return Extent(chunk: id, length: Int64(data.count)) }
-        let id = try tx.insertChunk(hash: hash, data: data)
-        written.chunks += 1
-        written.bytes += Int64(data.count)
+        let id = try VersionedStore.storeChunk(tx, hash: VersionedStore.hash(data), written: &written) {
+            data
+        }
         return Extent(chunk: id, length: Int64(data.count))
     }
 
@@ -209,19 +207,17 @@ struct ContentWriter {
         for piece in precut.pieces {
             defer { at += Int64(piece.length) }
             guard let hash = piece.hash else { continue }
-            if let id = try tx.chunkID(hash: hash) {
-                extents[at] = Extent(chunk: id, length: Int64(piece.length))
-                continue
+            let id = try VersionedStore.storeChunk(tx, hash: hash, written: &written) {
+                var data = Data(capacity: piece.length)
+                while data.count < piece.length {
+                    let more = try content.bytes(at: at + Int64(data.count), upTo: piece.length - data.count)
+                    if more.isEmpty {
+                        throw DocumentStoreError.invalidChange("the contents source ended early")
+                    }
+                    data.append(more)
+                }
+                return data
             }
-            var data = Data(capacity: piece.length)
-            while data.count < piece.length {
-                let more = try content.bytes(at: at + Int64(data.count), upTo: piece.length - data.count)
-                if more.isEmpty { throw DocumentStoreError.invalidChange("the contents source ended early") }
-                data.append(more)
-            }
-            let id = try tx.insertChunk(hash: hash, data: data)
-            written.chunks += 1
-            written.bytes += Int64(data.count)
             extents[at] = Extent(chunk: id, length: Int64(piece.length))
         }
         return extents
@@ -476,6 +472,20 @@ struct Precut: Sendable {
 }
 
 extension VersionedStore {
+    /// The id of the chunk with this hash, stored first (its bytes from `data`, which is called
+    /// only then, and counted in `written`) when the store lacks it.
+    static func storeChunk(
+        _ tx: any StoreTransaction, hash: Data, written: inout (chunks: Int, bytes: Int64),
+        data: () throws -> Data
+    ) throws -> Int64 {
+        if let id = try tx.chunkID(hash: hash) { return id }
+        let bytes = try data()
+        let id = try tx.insertChunk(hash: hash, data: bytes)
+        written.chunks += 1
+        written.bytes += Int64(bytes.count)
+        return id
+    }
+
     /// Precuts the updates of `changes` that give every byte of a file from a stable source.
     func precut(_ changes: DocumentChanges) throws -> [StoreNodeID: Precut] {
         var result: [StoreNodeID: Precut] = [:]
@@ -523,10 +533,8 @@ extension VersionedStore {
                 batched = 0
                 let added = try write(durable: false) { tx -> (chunks: Int, bytes: Int64) in
                     var added = (chunks: 0, bytes: Int64(0))
-                    for chunk in chunks where try tx.chunkID(hash: chunk.hash) == nil {
-                        _ = try tx.insertChunk(hash: chunk.hash, data: chunk.data)
-                        added.chunks += 1
-                        added.bytes += Int64(chunk.data.count)
+                    for chunk in chunks {
+                        _ = try Self.storeChunk(tx, hash: chunk.hash, written: &added) { chunk.data }
                     }
                     return added
                 }
