@@ -6,9 +6,15 @@
 /// one per version that changed what starts at that offset. The state at version V is, per wrapper
 /// (and per offset), the row with the highest version ≤ V. `branch` is 0 for the main line; a conflict version's rows carry
 /// its own id as branch and apply on top of the main line as of the version it was based on.
+///
+/// `extents_live` repeats, per file, the main line's newest extent at each start, without the
+/// removals, plus a row at start −1 whose version is the newest of all the file's main-line
+/// rows: a read as of a version at or after that one needs only these rows, where the history
+/// walk costs every row the file ever had. It is derived data, kept in step by every write of
+/// `extents` and rebuilt from it where rows are removed.
 enum PostgresSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion: Int64 = 5
+    static let formatVersion: Int64 = 6
     /// Recorded in `store_meta` as `application`, so other databases are recognised as foreign.
     static let applicationID: Int64 = 0x446F_6346
     /// The key of the transaction-level advisory lock every write holds: writers take turns, as
@@ -88,6 +94,14 @@ enum PostgresSchema {
             PRIMARY KEY (node, branch, start, version)
         );
         CREATE INDEX extents_by_chunk ON extents(chunk);
+        CREATE TABLE extents_live (
+            node BIGINT NOT NULL,
+            start BIGINT NOT NULL,
+            version BIGINT NOT NULL,
+            chunk BIGINT,
+            length BIGINT NOT NULL,
+            PRIMARY KEY (node, start)
+        );
         CREATE TABLE store_settings (
             key TEXT PRIMARY KEY,
             value TEXT NOT NULL
@@ -140,6 +154,34 @@ extension PostgresSchema {
             // Format 5: hard links; a record that is another name of a wrapper names it.
             try db.query("ALTER TABLE nodes ADD COLUMN link_of BIGINT")
         }
+        if format < 6 {
+            // Format 6: the main line's current extents, kept beside the history.
+            try db.query(
+                """
+                CREATE TABLE extents_live (node BIGINT NOT NULL, start BIGINT NOT NULL, version BIGINT NOT NULL,
+                    chunk BIGINT, length BIGINT NOT NULL, PRIMARY KEY (node, start))
+                """)
+            try rebuildLiveExtents(db, of: nil)
+        }
         try db.query("UPDATE store_meta SET value = $1 WHERE key = 'format'", [.int(formatVersion)])
+    }
+
+    /// Derives `extents_live` again from `extents` for `nodes` (all files when nil).
+    static func rebuildLiveExtents(_ db: SQLConnection, of nodes: [Int64]?) throws {
+        let filter = nodes == nil ? "" : "AND node = ANY($1::text::bigint[])"
+        let arguments = nodes.map { [PostgresTransaction.array($0)] } ?? []
+        try db.query("DELETE FROM extents_live WHERE TRUE \(filter)", arguments)
+        try db.query(
+            """
+            INSERT INTO extents_live(node, start, version, chunk, length)
+            SELECT DISTINCT ON (node, start) node, start, version, chunk, length FROM extents
+            WHERE branch = 0 \(filter) ORDER BY node, start, version DESC
+            """, arguments)
+        try db.query("DELETE FROM extents_live WHERE chunk IS NULL \(filter)", arguments)
+        try db.query(
+            """
+            INSERT INTO extents_live(node, start, version, chunk, length)
+            SELECT node, -1, max(version), NULL, 0 FROM extents WHERE branch = 0 \(filter) GROUP BY node
+            """, arguments)
     }
 }

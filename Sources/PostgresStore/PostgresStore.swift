@@ -168,7 +168,7 @@ final class PostgresBackend: StoreBackend {
     /// is over 64 MiB).
     func reclaimSpace() throws {
         try database.withConnection { db in
-            try db.query("VACUUM (ANALYZE) chunks, extents, nodes, versions, events")
+            try db.query("VACUUM (ANALYZE) chunks, extents, extents_live, nodes, versions, events")
             let table = try db.scalar("SELECT pg_total_relation_size('chunks')") ?? 0
             let live = try db.scalar("SELECT COALESCE(SUM(size), 0)::bigint FROM chunks") ?? 0
             if table > 64 << 20, live * 4 < table {

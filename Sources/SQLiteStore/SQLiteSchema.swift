@@ -8,9 +8,14 @@ import GRDB
 /// with the highest version ≤ V. So a save writes only the rows it changes, and reading an old
 /// version needs no copy. `branch` is 0 for the main line; a conflict version's rows carry its own
 /// id as branch and apply on top of the main line as of the version it was based on.
+///
+/// `extents_live` repeats, per file, the main line's newest extent at each start, without the
+/// removals, plus a row at start −1 whose version is the newest of all the file's main-line
+/// rows: a read as of a version at or after that one needs only these rows. It is derived data,
+/// kept in step by every write of `extents` and rebuilt from it where rows are removed.
 enum SQLiteSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion = 6
+    static let formatVersion = 7
     /// `PRAGMA application_id`: "DocF", so other SQLite files are recognised as foreign.
     static let applicationID: Int32 = 0x446F_6346
 
@@ -159,6 +164,24 @@ enum SQLiteSchema {
                     ALTER TABLE nodes ADD COLUMN link_of INTEGER;
                     UPDATE store_meta SET value = 6 WHERE key = 'format';
                     """)
+        }
+        // v7: the main line's current extents, so that reading or saving the current contents
+        // walks the file's extents, not every row its history left (B2: a file replaced 150 times
+        // had 943 starts in 2,034 rows for 7 live extents). See `SQLiteTransaction.extents`.
+        migrator.registerMigration("v7") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE extents_live (
+                        node INTEGER NOT NULL,
+                        start INTEGER NOT NULL,
+                        version INTEGER NOT NULL,
+                        chunk INTEGER,
+                        length INTEGER NOT NULL,
+                        PRIMARY KEY (node, start)
+                    ) WITHOUT ROWID;
+                    UPDATE store_meta SET value = 7 WHERE key = 'format';
+                    """)
+            try SQLiteTransaction(db: db).rebuildLiveExtents(of: nil)
         }
         return migrator
     }

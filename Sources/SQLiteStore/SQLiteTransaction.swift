@@ -104,6 +104,10 @@ struct SQLiteTransaction: StoreTransaction {
         try db.execute(
             sql: "DELETE FROM extents WHERE node IN (SELECT DISTINCT node FROM nodes WHERE document = ?)",
             arguments: [d])
+        try db.execute(
+            sql:
+                "DELETE FROM extents_live WHERE node IN (SELECT DISTINCT node FROM nodes WHERE document = ?)",
+            arguments: [d])
         try db.execute(sql: "DELETE FROM nodes WHERE document = ?", arguments: [d])
         try db.execute(sql: "DELETE FROM versions WHERE document = ?", arguments: [d])
         try db.execute(sql: "DELETE FROM documents WHERE id = ?", arguments: [d])
@@ -306,6 +310,29 @@ struct SQLiteTransaction: StoreTransaction {
         -> [Int64: Extent?]
     {
         var map: [Int64: Extent?] = [:]
+        if branch == 0 {
+            // No main-line row of the file is newer than `limit`: its current extents are the answer.
+            guard
+                let newest = try Int64.fetchOne(
+                    db.cachedStatement(sql: "SELECT version FROM extents_live WHERE node = ? AND start = -1"),
+                    arguments: [node.rawValue])
+            else { return map }
+            if newest <= limit {
+                let rows = try Row.fetchCursor(
+                    db.cachedStatement(
+                        sql:
+                            "SELECT start, chunk, length FROM extents_live WHERE node = ? AND start BETWEEN ? AND ?"
+                    ),
+                    arguments: [node.rawValue, max(0, starts.lowerBound), starts.upperBound])
+                while let row = try rows.next() {
+                    let start: Int64 = try row.stored(0, "start")
+                    let chunk = try row.stored(1, "chunk", as: Int64?.self)
+                    map[start] = .some(
+                        try chunk.map { Extent(chunk: $0, length: try row.stored(2, "length")) })
+                }
+                return map
+            }
+        }
         // The latest row at each start, found by SQLite in one walk of the primary key: with
         // max(), the bare columns are that row's. (Sorting every version's rows instead, and
         // skipping all but the first of each start here, made a save of a file with a long
@@ -339,6 +366,42 @@ struct SQLiteTransaction: StoreTransaction {
                 node.rawValue, branch, start, version.rawValue, extent?.chunk, extent?.length ?? 0,
             ])
         }
+        guard branch == 0 else { return }
+        let live = try db.cachedStatement(
+            sql:
+                "INSERT OR REPLACE INTO extents_live(node, start, version, chunk, length) VALUES (?, ?, ?, ?, ?)"
+        )
+        let gone = try db.cachedStatement(sql: "DELETE FROM extents_live WHERE node = ? AND start = ?")
+        for (start, extent) in rows {
+            if let extent {
+                try live.execute(arguments: [
+                    node.rawValue, start, version.rawValue, extent.chunk, extent.length,
+                ])
+            } else {
+                try gone.execute(arguments: [node.rawValue, start])
+            }
+        }
+        try live.execute(arguments: [node.rawValue, -1, version.rawValue, nil, 0])
+    }
+
+    /// Derives `extents_live` again from `extents` for `nodes` (all files when nil).
+    func rebuildLiveExtents(of nodes: Set<StoreNodeID>?) throws {
+        let filter = nodes == nil ? "" : "AND node = ?"
+        let remove = nodes == nil ? "DELETE FROM extents_live" : "DELETE FROM extents_live WHERE node = ?"
+        // With max(), SQLite takes the other columns from the row that has it.
+        let sql = """
+            \(remove);
+            INSERT INTO extents_live(node, start, version, chunk, length)
+                SELECT node, start, max(version), chunk, length FROM extents
+                WHERE branch = 0 \(filter) GROUP BY node, start;
+            DELETE FROM extents_live WHERE chunk IS NULL \(filter);
+            INSERT INTO extents_live(node, start, version, chunk, length)
+                SELECT node, -1, max(version), NULL, 0 FROM extents WHERE branch = 0 \(filter) GROUP BY node;
+            """
+        guard let nodes else { return try db.execute(sql: sql) }
+        for node in nodes {
+            try db.execute(sql: sql, arguments: StatementArguments(Array(repeating: node.rawValue, count: 4)))
+        }
     }
 
     func extentRowKeys(of document: DocumentID) throws -> [(key: ExtentRowKey, hasChunk: Bool)] {
@@ -369,6 +432,7 @@ struct SQLiteTransaction: StoreTransaction {
         for key in keys {
             try statement.execute(arguments: [key.node.rawValue, key.branch, key.start, key.version.rawValue])
         }
+        try rebuildLiveExtents(of: Set(keys.lazy.filter { $0.branch == 0 }.map(\.node)))
     }
 
     // MARK: Chunks

@@ -151,6 +151,9 @@ public enum DanglingReference: Sendable, Hashable, CaseIterable {
     case missingCurrentVersion
     /// Extent rows belong to a wrapper that has no rows (the id is the wrapper's).
     case contentsWithoutNode
+    /// A backend's copy of a file's current extents disagrees with its history (the id is the
+    /// wrapper's). Backends without such a copy have none.
+    case staleCurrentExtents
 
     var message: String {
         switch self {
@@ -159,6 +162,7 @@ public enum DanglingReference: Sendable, Hashable, CaseIterable {
         case .versionWithoutDocument: return "versions belong to missing document"
         case .missingCurrentVersion: return "document's current version is missing; document"
         case .contentsWithoutNode: return "contents belong to missing wrapper"
+        case .staleCurrentExtents: return "the current extents disagree with the history of wrapper"
         }
     }
 }
@@ -224,7 +228,9 @@ public protocol StoreTransaction {
     // MARK: Extents
 
     /// The newest row of each start offset in `starts` of `node` in `branch` with a version ≤
-    /// `limit`: the extent that begins there, or nil where one was removed.
+    /// `limit`: the extent that begins there, or nil where one was removed. On the main line
+    /// (branch 0) removals may be left out, and the cost should follow the file's extents, not
+    /// its history, when `limit` is at or after its newest row.
     func extents(_ node: StoreNodeID, branch: Int64, upTo limit: Int64, starts: ClosedRange<Int64>) throws
         -> [Int64: Extent?]
     /// Writes one row per start offset (replacing one with the same node, branch, start and

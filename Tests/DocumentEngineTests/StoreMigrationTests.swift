@@ -31,16 +31,16 @@ import Testing
             version = saved.version.id
         }
         // What format 1 wrote: chunk i of the file at index i of chunk_map, one row per chunk,
-        // the last one shorter; no settings, no extents.
+        // the last one shorter; no settings, no extents, no current extents.
         let queue = try DatabaseQueue(path: path)
         try queue.write { db in
-            try db.execute(sql: "DROP TABLE extents; DROP TABLE store_settings")
+            try db.execute(sql: "DROP TABLE extents; DROP TABLE extents_live; DROP TABLE store_settings")
             try db.execute(
                 sql: """
                     CREATE TABLE chunk_map (node INTEGER NOT NULL, branch INTEGER NOT NULL, idx INTEGER NOT NULL,
                         version INTEGER NOT NULL, chunk INTEGER, PRIMARY KEY (node, branch, idx, version)) WITHOUT ROWID;
                     CREATE INDEX chunk_map_by_chunk ON chunk_map(chunk);
-                    DELETE FROM grdb_migrations WHERE identifier IN ('v2', 'v3');
+                    DELETE FROM grdb_migrations WHERE identifier IN ('v2', 'v3', 'v7');
                     UPDATE store_meta SET value = 1 WHERE key = 'format';
                     """)
             for index in 0..<4 {
@@ -75,5 +75,47 @@ import Testing
             try store.readContents(of: document.root, at: version, offset: 0, count: bytes.count) == bytes)
         #expect(saved.bytesWritten <= Int64(bytes.count))
         #expect(try store.checkIntegrity().isClean)
+    }
+
+    @Test(
+        "A store from before the current-extents table gets one, derived from its history",
+        arguments: StoreKind.all)
+    func currentExtentsAreDerived(_ kind: StoreKind) throws {
+        let fixture = try StoreFixture(kind, chunkSize: 64 * 1024)
+        let store = fixture.store
+        let document = try store.createDocument(
+            named: "m.bin", kind: .flat, type: nil, permissions: nil, origin: "")
+        var saved: [(version: VersionID, bytes: Data)] = []
+        for seed in 0..<3 {
+            let bytes = sampleBytes(200_000 + seed * 50_000, seed: UInt64(40 + seed))
+            var changes = DocumentChanges(
+                document: document.id, base: try store.document(document.id).currentVersion)
+            var record = try #require(try store.node(document.root))
+            record.size = Int64(bytes.count)
+            changes.nodes = [record]
+            changes.contents[document.root] = .replace(DataContentsSource(bytes))
+            saved.append((try store.save(changes).version.id, bytes))
+        }
+        // What the format before wrote: no extents_live (SQLite: migrations up to v6, format 6;
+        // PostgreSQL: format 5).
+        switch kind {
+        case .sqlite:
+            _ = try fixture.sql(
+                "DROP TABLE extents_live; DELETE FROM grdb_migrations WHERE identifier = 'v7'; UPDATE store_meta SET value = 6 WHERE key = 'format'"
+            )
+        default:
+            _ = try fixture.sql(
+                "DROP TABLE extents_live; UPDATE store_meta SET value = 5 WHERE key = 'format'")
+        }
+        let reopened = try fixture.reopen()
+        for (version, bytes) in saved {
+            #expect(
+                try reopened.readContents(of: document.root, at: version, offset: 0, count: bytes.count)
+                    == bytes)
+        }
+        let last = try #require(saved.last).bytes
+        #expect(try reopened.readContents(of: document.root, at: nil, offset: 0, count: last.count) == last)
+        let report = try reopened.checkIntegrity()
+        #expect(report.isClean, "\(report.problems)")
     }
 }
