@@ -193,8 +193,8 @@ struct ContentWriter {
         return Extent(chunk: id, length: Int64(data.count))
     }
 
-    /// Stores the chunks of a precut file that the store lacks, reading their bytes from
-    /// `content` again; returns the extents of the whole file.
+    /// Stores the chunks of a precut file that the store lacks, from the precut's pending bytes
+    /// or else read from `content` again; returns the extents of the whole file.
     private func storePrecut(
         _ precut: Precut, from content: NewContent, written: inout (chunks: Int, bytes: Int64)
     )
@@ -208,6 +208,7 @@ struct ContentWriter {
             defer { at += Int64(piece.length) }
             guard let hash = piece.hash else { continue }
             let id = try VersionedStore.storeChunk(tx, hash: hash, written: &written) {
+                if let data = precut.pending[hash] { return data }
                 var data = Data(capacity: piece.length)
                 while data.count < piece.length {
                     let more = try content.bytes(at: at + Int64(data.count), upTo: piece.length - data.count)
@@ -467,6 +468,9 @@ struct Precut: Sendable {
     let pieces: [Piece]
     /// The chunks and bytes stored ahead of the save.
     var stored = (chunks: 0, bytes: Int64(0))
+    /// The bytes of the last part, not stored ahead, by hash: the save's transaction stores
+    /// them without reading the source again (at most about ``batchBytes``).
+    var pending: [Data: Data] = [:]
 
     static let batchBytes = 8 << 20
 }
@@ -542,7 +546,9 @@ extension VersionedStore {
                 stored.bytes += added.bytes
             }
         }
-        return Precut(size: size, pieces: pieces, stored: stored)
+        var pending: [Data: Data] = [:]
+        for chunk in batch { pending[chunk.hash] = chunk.data }
+        return Precut(size: size, pieces: pieces, stored: stored, pending: pending)
     }
 }
 
