@@ -115,7 +115,8 @@ final class RequestLoop: @unchecked Sendable {
                 fuse_session_exit(session)
                 break
             }
-            let more = state.withLock { state -> Bool in
+            // Nobody waits for the counts (only for `result`): no wake-up.
+            let more = state.withLock(wake: false) { state -> Bool in
                 state.idle -= 1
                 guard state.idle == 0, state.started < maxWorkers else { return false }
                 state.started += 1
@@ -126,7 +127,7 @@ final class RequestLoop: @unchecked Sendable {
             // A request read after the session was told to exit is still answered: its caller
             // would otherwise wait for the abort.
             fuse_session_process_buf(session, &buffer)
-            state.withLock { $0.idle += 1 }
+            state.withLock(wake: false) { $0.idle += 1 }
         }
         state.withLock { state in
             state.idle -= 1

@@ -32,11 +32,14 @@ final class Monitor<State>: @unchecked Sendable {
         mutex.deallocate()
     }
 
-    /// Runs `body` under the lock and wakes every waiter afterwards.
-    func withLock<R>(_ body: (inout State) throws -> R) rethrows -> R {
+    /// Runs `body` under the lock and, unless `wake` is false, wakes every waiter afterwards.
+    /// Pass false for changes no waiter waits for: a waiter woken for nothing costs a context
+    /// switch (the request loop's counts change twice per request, and woke the thread waiting
+    /// for the loop's end each time).
+    func withLock<R>(wake: Bool = true, _ body: (inout State) throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)
         defer {
-            pthread_cond_broadcast(cond)
+            if wake { pthread_cond_broadcast(cond) }
             pthread_mutex_unlock(mutex)
         }
         return try body(&state)
