@@ -1,3 +1,5 @@
+import VersionedStore
+
 /// The PostgreSQL store's schema: the SQLite store's (see `SQLiteSchema` in SQLiteStore), with
 /// PostgreSQL types.
 ///
@@ -172,16 +174,7 @@ extension PostgresSchema {
         let arguments = nodes.map { [PostgresTransaction.array($0)] } ?? []
         try db.query("DELETE FROM extents_live WHERE TRUE \(filter)", arguments)
         try db.query(
-            """
-            INSERT INTO extents_live(node, start, version, chunk, length)
-            SELECT DISTINCT ON (node, start) node, start, version, chunk, length FROM extents
-            WHERE branch = 0 \(filter) ORDER BY node, start, version DESC
-            """, arguments)
-        try db.query("DELETE FROM extents_live WHERE chunk IS NULL \(filter)", arguments)
-        try db.query(
-            """
-            INSERT INTO extents_live(node, start, version, chunk, length)
-            SELECT node, -1, max(version), NULL, 0 FROM extents WHERE branch = 0 \(filter) GROUP BY node
-            """, arguments)
+            "INSERT INTO extents_live(node, start, version, chunk, length) \(PortableSQL.currentExtents(filter))",
+            arguments)
     }
 }

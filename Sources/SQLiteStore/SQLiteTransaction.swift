@@ -386,21 +386,14 @@ struct SQLiteTransaction: StoreTransaction {
 
     /// Derives `extents_live` again from `extents` for `nodes` (all files when nil).
     func rebuildLiveExtents(of nodes: Set<StoreNodeID>?) throws {
-        let filter = nodes == nil ? "" : "AND node = ?"
-        let remove = nodes == nil ? "DELETE FROM extents_live" : "DELETE FROM extents_live WHERE node = ?"
-        // With max(), SQLite takes the other columns from the row that has it.
-        let sql = """
-            \(remove);
-            INSERT INTO extents_live(node, start, version, chunk, length)
-                SELECT node, start, max(version), chunk, length FROM extents
-                WHERE branch = 0 \(filter) GROUP BY node, start;
-            DELETE FROM extents_live WHERE chunk IS NULL \(filter);
-            INSERT INTO extents_live(node, start, version, chunk, length)
-                SELECT node, -1, max(version), NULL, 0 FROM extents WHERE branch = 0 \(filter) GROUP BY node;
-            """
-        guard let nodes else { return try db.execute(sql: sql) }
+        let insert = "INSERT INTO extents_live(node, start, version, chunk, length) "
+        guard let nodes else {
+            return try db.execute(sql: "DELETE FROM extents_live; " + insert + PortableSQL.currentExtents())
+        }
+        let sql =
+            "DELETE FROM extents_live WHERE node = ?; " + insert + PortableSQL.currentExtents("AND node = ?")
         for node in nodes {
-            try db.execute(sql: sql, arguments: StatementArguments(Array(repeating: node.rawValue, count: 4)))
+            try db.execute(sql: sql, arguments: [node.rawValue, node.rawValue, node.rawValue])
         }
     }
 

@@ -16,21 +16,26 @@ package enum PortableSQL {
             return "SELECT DISTINCT node FROM extents WHERE node NOT IN (SELECT node FROM nodes)"
         case .staleCurrentExtents:
             return """
-                SELECT node FROM (SELECT * FROM (\(currentExtents)) d EXCEPT SELECT * FROM extents_live) a
+                SELECT node FROM (SELECT * FROM (\(currentExtents())) d EXCEPT SELECT * FROM extents_live) a
                 UNION
-                SELECT node FROM (SELECT * FROM extents_live EXCEPT SELECT * FROM (\(currentExtents)) d) b
+                SELECT node FROM (SELECT * FROM extents_live EXCEPT SELECT * FROM (\(currentExtents())) d) b
                 """
         }
     }
 
     /// What `extents_live` holds, derived from the history: per file, the newest main-line row
-    /// at each start that holds a chunk, and at start −1 the version of its newest row.
-    private static let currentExtents = """
+    /// at each start that holds a chunk, and at start −1 the version of its newest row. Columns
+    /// in `extents_live`'s order. `condition` (such as `AND node = ?`) narrows both parts to
+    /// some files. The backends rebuild the table with it, and the integrity check compares
+    /// the table with it.
+    package static func currentExtents(_ condition: String = "") -> String {
+        """
         SELECT e.node, e.start, e.version, e.chunk, e.length FROM extents e
-        WHERE e.branch = 0 AND e.chunk IS NOT NULL AND NOT EXISTS (
+        WHERE e.branch = 0 AND e.chunk IS NOT NULL \(condition) AND NOT EXISTS (
             SELECT 1 FROM extents n
             WHERE n.node = e.node AND n.branch = 0 AND n.start = e.start AND n.version > e.version)
         UNION ALL
-        SELECT node, -1, max(version), NULL, 0 FROM extents WHERE branch = 0 GROUP BY node
+        SELECT node, -1, max(version), NULL, 0 FROM extents WHERE branch = 0 \(condition) GROUP BY node
         """
+    }
 }
