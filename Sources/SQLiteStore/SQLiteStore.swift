@@ -57,6 +57,12 @@ public final class SQLiteStore: VersionedDocumentStore, Sendable {
     /// log's size afterwards measures exactly what later transactions write.
     public func checkpoint() throws { try backend.checkpoint() }
 
+    /// The checkpoints the background thread has completed, for tests.
+    package var backgroundCheckpoints: Int { backend.checkpointer.checkpoints }
+    /// Holds background checkpoints back, for tests; resume before the store is released.
+    package func suspendBackgroundCheckpoints() { backend.checkpointer.suspend() }
+    package func resumeBackgroundCheckpoints() { backend.checkpointer.resume() }
+
     /// The embedded default store: `Default.docstore` in the Documents folder of the app id
     /// `docfs` (see ``SearchPaths``).
     public static func defaultStorePath(environment: [String: String] = ProcessInfo.processInfo.environment)
@@ -75,6 +81,8 @@ final class SQLiteBackend: StoreBackend {
     var location: String { path }
     let chunkSize: Int
     let pool: DatabasePool
+    /// Checkpoints the log beside the commits instead of inside them.
+    let checkpointer: Checkpointer
     /// Whether the writer connection may still be at `synchronous = NORMAL` after a deferred save.
     private let writerMayBeRelaxed = Atomic(false)
 
@@ -87,6 +95,8 @@ final class SQLiteBackend: StoreBackend {
         var configuration = Configuration()
         configuration.busyMode = .timeout(30)
         configuration.label = "docfs.store"
+        let checkpointer = Checkpointer(path: path)
+        self.checkpointer = checkpointer
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
             // FULL: a committed save survives power loss, which fsync's contract needs. Set here,
@@ -97,6 +107,7 @@ final class SQLiteBackend: StoreBackend {
                 // A save of up to 16 MiB keeps its pages in memory until it commits: with the
                 // default 2 MiB a save of a few chunks spilled, and wrote pages to the log twice.
                 try db.execute(sql: "PRAGMA cache_size = -16384")
+                if let connection = db.sqliteConnection { checkpointer.install(on: connection) }
             }
         } catch {
             throw Self.storeError(error, path: path)
@@ -149,6 +160,14 @@ final class SQLiteBackend: StoreBackend {
                 try db.checkpoint(.truncate)
             }
         }
+    }
+
+    deinit {
+        // The hook's context is the checkpointer, which must not be called once it is closed.
+        pool.writeWithoutTransaction { db in
+            if let connection = db.sqliteConnection { checkpointer.uninstall(from: connection) }
+        }
+        checkpointer.close()
     }
 
     /// Creates (0600) or checks the file before SQLite opens it; returns whether it is new.
