@@ -1,5 +1,6 @@
 import DocumentEngine
 import Foundation
+import Synchronization
 
 /// Writes one file's content update inside a save.
 ///
@@ -514,24 +515,20 @@ extension VersionedStore {
         var stream = Chunking(chunking, startingAt: 0)
         var cursor: Int64 = 0
         var pieces: [Precut.Piece] = []
+        var stored = (chunks: 0, bytes: Int64(0))
+        let hasher = ChunkHasher()
+        var unhashed = 0
         var batch: [(hash: Data, data: Data)] = []
         var batched = 0
-        var stored = (chunks: 0, bytes: Int64(0))
-        while let data = try stream.next(read: { count in
-            guard cursor < size else { return Data() }
-            let to = min(size, cursor + Int64(count), (cursor / page + 1) * page)
-            let bytes = try pages.bytes(cursor..<to)
-            cursor = to
-            return bytes
-        }) {
-            let hash = Self.isZero(data) ? nil : Self.hash(data)
-            pieces.append(Precut.Piece(length: data.count, hash: hash))
-            guard let hash else { continue }
-            batch.append((hash, data))
-            batched += data.count
-            // The last part (under a batch) is left to the save's own transaction, so a small
-            // file is still stored in one.
-            if batched >= Precut.batchBytes {
+        // Takes the hashed chunks in order; the last part (under a batch) is left to the save's
+        // own transaction, so a small file is still stored in one.
+        func collect(_ hashed: [ChunkHasher.Hashed]) throws {
+            for chunk in hashed {
+                pieces.append(Precut.Piece(length: chunk.data.count, hash: chunk.hash))
+                guard let hash = chunk.hash else { continue }
+                batch.append((hash, chunk.data))
+                batched += chunk.data.count
+                guard batched >= Precut.batchBytes else { continue }
                 let chunks = batch
                 batch = []
                 batched = 0
@@ -546,9 +543,58 @@ extension VersionedStore {
                 stored.bytes += added.bytes
             }
         }
+        while let data = try stream.next(read: { count in
+            guard cursor < size else { return Data() }
+            let to = min(size, cursor + Int64(count), (cursor / page + 1) * page)
+            let bytes = try pages.bytes(cursor..<to)
+            cursor = to
+            return bytes
+        }) {
+            hasher.add(data)
+            unhashed += data.count
+            if unhashed >= Precut.batchBytes {
+                unhashed = 0
+                try collect(hasher.take())
+            }
+        }
+        try collect(hasher.take())
         var pending: [Data: Data] = [:]
         for chunk in batch { pending[chunk.hash] = chunk.data }
         return Precut(size: size, pieces: pieces, stored: stored, pending: pending)
+    }
+}
+
+/// Hashes chunks on another thread while the caller cuts the next ones, and gives them back in
+/// the order they were added.
+///
+/// Cutting and hashing cost about the same per byte (0.7 ms per MB each on this project's test
+/// machine); done one after the other they were most of a whole-file save's own CPU.
+private final class ChunkHasher: Sendable {
+    struct Hashed: Sendable {
+        let data: Data
+        /// nil for a chunk of zeros (a hole).
+        let hash: Data?
+    }
+    // Serial, so the results come in the order the chunks were added.
+    private let queue = DispatchQueue(label: "docfs.store.hash", target: .global(qos: .userInitiated))
+    private let group = DispatchGroup()
+    private let results = Mutex<[Hashed]>([])
+
+    func add(_ data: Data) {
+        queue.async(group: group) { [self] in
+            let hashed = Hashed(
+                data: data, hash: VersionedStore.isZero(data) ? nil : VersionedStore.hash(data))
+            results.withLock { $0.append(hashed) }
+        }
+    }
+
+    /// Every chunk added so far, hashed, once they all are.
+    func take() -> [Hashed] {
+        group.wait()
+        return results.withLock { results in
+            defer { results = [] }
+            return results
+        }
     }
 }
 
