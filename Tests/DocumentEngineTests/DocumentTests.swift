@@ -440,7 +440,7 @@ final class RichTextDocument: Document {
             FileCoordinator.coordinatedItem(for: tmp.url("Doc.pkg/inner.txt")) == package.standardizedFileURL)
         // Another process holds the package's write lock for 300 ms (flock(1) on the same lock file).
         let lockFile = tmp.path(".Doc.pkg.docfs-lock")
-        FileManager.default.createFile(atPath: lockFile, contents: nil)
+        #expect(FileManager.default.createFile(atPath: lockFile, contents: nil))
         let holder = Process()
         holder.executableURL = URL(fileURLWithPath: "/usr/bin/flock")
         holder.arguments = ["-x", lockFile, "-c", "echo locked; sleep 0.3"]
