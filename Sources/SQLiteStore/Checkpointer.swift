@@ -57,6 +57,10 @@ final class Checkpointer: Sendable {
         }
     }
 
+    /// Runs `body` while no background checkpoint runs: a checkpoint that needs the whole log
+    /// (TRUNCATE) fails at once, busy handler or not, if another connection is checkpointing.
+    func excluding<T>(_ body: () throws -> T) rethrows -> T { try queue.sync(execute: body) }
+
     /// Holds background checkpoints back until ``resume()``, for tests.
     func suspend() { queue.suspend() }
     func resume() { queue.resume() }

@@ -370,23 +370,41 @@ final class SQLiteBackend: StoreBackend {
     /// rebuilt once by a VACUUM (which needs the file's size again in free disk); later ones
     /// only truncate their free pages. The write-ahead log is truncated too.
     func reclaimSpace() throws {
-        do {
-            try pool.writeWithoutTransaction { db in
-                if try Int.fetchOne(db, sql: "PRAGMA auto_vacuum") != 2 {
-                    try db.execute(sql: "PRAGMA auto_vacuum = INCREMENTAL")
-                    try db.execute(sql: "VACUUM")
-                } else {
-                    try db.execute(sql: "PRAGMA incremental_vacuum")
-                }
-                try db.checkpoint(.truncate)
+        try truncatingLog { db in
+            if try Int.fetchOne(db, sql: "PRAGMA auto_vacuum") != 2 {
+                try db.execute(sql: "PRAGMA auto_vacuum = INCREMENTAL")
+                try db.execute(sql: "VACUUM")
+            } else {
+                try db.execute(sql: "PRAGMA incremental_vacuum")
             }
-        } catch {
-            throw Self.storeError(error, path: path)
         }
     }
 
-    func checkpoint() throws {
-        do { _ = try pool.writeWithoutTransaction { try $0.checkpoint(.truncate) } } catch {
+    func checkpoint() throws { try truncatingLog { _ in } }
+
+    /// Runs `body` on the writer, then copies the whole log into the database file and empties
+    /// it. A checkpoint running elsewhere makes that fail at once with SQLITE_BUSY (SQLite calls
+    /// no busy handler for it): this store's own background checkpoints are held off meanwhile,
+    /// another process's are waited out, for up to 10 s.
+    private func truncatingLog(_ body: (Database) throws -> Void) throws {
+        do {
+            try checkpointer.excluding {
+                var attempts = 0
+                while true {
+                    do {
+                        return try pool.writeWithoutTransaction { db in
+                            try body(db)
+                            _ = try db.checkpoint(.truncate)
+                        }
+                    } catch let error as DatabaseError
+                        where error.resultCode == .SQLITE_BUSY && attempts < 200
+                    {
+                        attempts += 1
+                        usleep(50_000)
+                    }
+                }
+            }
+        } catch {
             throw Self.storeError(error, path: path)
         }
     }

@@ -56,7 +56,7 @@ import Testing
         tree.removeFileWrapper(old)
         let replacement = sampleBytes(1_000_000, seed: 4242)
         tree.addRegularFile(withContents: replacement, preferredFilename: "image042.png")
-        try StoreTestTools.sqlite(path, "PRAGMA wal_checkpoint(TRUNCATE);")
+        try store.checkpoint()
         let sizeBefore = StoreTestTools.fileSize(path) + StoreTestTools.fileSize(path + "-wal")
         let result = try store.save(tree, to: info.id, base: unchanged.version.id, origin: "test")
         let walAfter = StoreTestTools.fileSize(path + "-wal")
