@@ -201,10 +201,15 @@ struct PostgresTransaction: StoreTransaction {
             [.int(node.rawValue), .int(version.rawValue)])
     }
 
-    func nodesEverNamed(_ name: String, in parent: StoreNodeID, except: StoreNodeID) throws -> [StoreNodeID] {
+    func nodesNamed(
+        _ name: String, in parent: StoreNodeID, except: StoreNodeID, branch: Int64, upTo limit: Int64
+    )
+        throws -> [StoreNodeID]
+    {
         try db.query(
-            "SELECT DISTINCT node FROM nodes WHERE parent = $1 AND name = $2 AND node != $3",
-            [.int(parent.rawValue), .text(name), .int(except.rawValue)]
+            PortableSQL.nodesNamed(
+                parent: "$1", name: "$2", except: "$3", branch: "$4::bigint", limit: "$5::bigint"),
+            [.int(parent.rawValue), .text(name), .int(except.rawValue), .int(branch), .int(limit)]
         ).map { StoreNodeID(rawValue: try $0.int("node")) }
     }
 

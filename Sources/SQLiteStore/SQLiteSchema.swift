@@ -15,7 +15,7 @@ import GRDB
 /// kept in step by every write of `extents` and rebuilt from it where rows are removed.
 enum SQLiteSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion = 7
+    static let formatVersion = 8
     /// `PRAGMA application_id`: "DocF", so other SQLite files are recognised as foreign.
     static let applicationID: Int32 = 0x446F_6346
 
@@ -182,6 +182,17 @@ enum SQLiteSchema {
                     UPDATE store_meta SET value = 7 WHERE key = 'format';
                     """)
             try SQLiteTransaction(db: db).rebuildLiveExtents(of: nil)
+        }
+        // v8: the names index orders each name's rows by branch, removal and version, so that
+        // the check that a saved name is free reads one row, not every wrapper that ever had the
+        // name (`PortableSQL.nodesNamed`; a file saved 1,500 times by safe-saves took 5 ms per save).
+        migrator.registerMigration("v8") { db in
+            try db.execute(
+                sql: """
+                    DROP INDEX nodes_by_parent;
+                    CREATE INDEX nodes_by_name ON nodes(parent, name, branch, removed, version);
+                    UPDATE store_meta SET value = 8 WHERE key = 'format';
+                    """)
         }
         return migrator
     }

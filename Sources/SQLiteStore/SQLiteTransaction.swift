@@ -237,11 +237,16 @@ struct SQLiteTransaction: StoreTransaction {
             arguments: [node.rawValue, version.rawValue]) == true
     }
 
-    func nodesEverNamed(_ name: String, in parent: StoreNodeID, except: StoreNodeID) throws -> [StoreNodeID] {
+    func nodesNamed(
+        _ name: String, in parent: StoreNodeID, except: StoreNodeID, branch: Int64, upTo limit: Int64
+    )
+        throws -> [StoreNodeID]
+    {
         try Int64.fetchAll(
             db.cachedStatement(
-                sql: "SELECT DISTINCT node FROM nodes WHERE parent = ? AND name = ? AND node != ?"),
-            arguments: [parent.rawValue, name, except.rawValue]
+                sql: PortableSQL.nodesNamed(parent: "?1", name: "?2", except: "?3", branch: "?4", limit: "?5")
+            ),
+            arguments: [parent.rawValue, name, except.rawValue, branch, limit]
         ).map(StoreNodeID.init(rawValue:))
     }
 

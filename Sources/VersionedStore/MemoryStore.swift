@@ -213,11 +213,21 @@ final class MemoryTransaction: StoreTransaction {
         (tables.nodes[node] ?? []).contains { $0.branch == 0 && $0.record.version > version }
     }
 
-    func nodesEverNamed(_ name: String, in parent: StoreNodeID, except: StoreNodeID) throws -> [StoreNodeID] {
-        let candidates = tables.nodes.filter { node, rows in
-            node != except && rows.contains { $0.record.parent == parent && $0.record.name == name }
+    func nodesNamed(
+        _ name: String, in parent: StoreNodeID, except: StoreNodeID, branch: Int64, upTo limit: Int64
+    )
+        throws -> [StoreNodeID]
+    {
+        let named = tables.nodes.filter { node, rows in
+            guard node != except else { return false }
+            let onBranch = branch == 0 ? [] : rows.filter { $0.branch == branch }
+            let scope =
+                onBranch.isEmpty
+                ? rows.filter { $0.branch == 0 && $0.record.version.rawValue <= limit } : onBranch
+            guard let state = scope.max(by: { $0.record.version < $1.record.version }) else { return false }
+            return !state.removed && state.record.parent == parent && state.record.name == name
         }
-        return candidates.keys.sorted()
+        return named.keys.sorted()
     }
 
     func insertNode(_ row: StoredNode) throws {

@@ -38,4 +38,42 @@ package enum PortableSQL {
         SELECT node, -1, max(version), NULL, 0 FROM extents WHERE branch = 0 \(condition) GROUP BY node
         """
     }
+
+    /// `StoreTransaction.nodesNamed`, with the parameters' placeholders.
+    ///
+    /// A store never has two wrappers of one name in one folder at any version (every save
+    /// checks it). So the newest main-line row up to `limit` that names it there, not removed,
+    /// belongs to the only wrapper that can still have the name on the main line: any other
+    /// one that had it then kept it would have had it at that row's version too. That row is
+    /// one descending step of the `nodes_by_name` index, however many wrappers had the name
+    /// before (a file saved by safe-saves leaves a removed one per save). A conflict branch
+    /// adds its own rows of the name. Each candidate is then judged by its state at the lineage:
+    /// the primary key (node, branch, version) read backwards finds that row first, since a
+    /// branch's id is a version id, above the main line's 0.
+    package static func nodesNamed(
+        parent: String, name: String, except: String, branch: String, limit: String
+    )
+        -> String
+    {
+        """
+        SELECT c.node FROM (
+            SELECT node FROM (
+                SELECT node FROM nodes
+                WHERE parent = \(parent) AND name = \(name) AND branch = 0 AND removed = 0
+                    AND version <= \(limit)
+                ORDER BY version DESC LIMIT 1
+            ) m
+            UNION
+            SELECT node FROM nodes
+            WHERE parent = \(parent) AND name = \(name) AND branch = \(branch) AND \(branch) != 0
+                AND removed = 0
+        ) c
+        WHERE c.node != \(except) AND (
+            SELECT s.removed = 0 AND s.parent = \(parent) AND s.name = \(name) FROM nodes s
+            WHERE s.node = c.node
+                AND ((\(branch) != 0 AND s.branch = \(branch)) OR (s.branch = 0 AND s.version <= \(limit)))
+            ORDER BY s.branch DESC, s.version DESC LIMIT 1
+        )
+        """
+    }
 }

@@ -215,8 +215,15 @@ public protocol StoreTransaction {
     func latestNode(_ node: StoreNodeID, branch: Int64, upTo limit: Int64) throws -> StoredNode?
     /// Whether the main line has a row of `node` newer than `version`.
     func nodeChanged(_ node: StoreNodeID, after version: VersionID) throws -> Bool
-    /// Wrappers other than `except` that have a row named `name` in `parent` (in any version).
-    func nodesEverNamed(_ name: String, in parent: StoreNodeID, except: StoreNodeID) throws -> [StoreNodeID]
+    /// Wrappers other than `except` named `name` in `parent` and not removed as of a lineage:
+    /// their newest row on `branch` if that is not 0 and they have one there, else their newest
+    /// main-line row up to version `limit`. Only wrappers with some row of that name can be
+    /// among them, and the answer must not cost a read of each one's rows (a name saved by
+    /// safe-saves has a removed wrapper per save).
+    func nodesNamed(
+        _ name: String, in parent: StoreNodeID, except: StoreNodeID, branch: Int64, upTo limit: Int64
+    )
+        throws -> [StoreNodeID]
     /// Writes a row (replacing one with the same node, branch and version).
     func insertNode(_ row: StoredNode) throws
     /// Every wrapper row of `document`, for retention.

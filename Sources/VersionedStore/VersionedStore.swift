@@ -725,8 +725,9 @@ public final class VersionedStore: Sendable {
                     "\(record.name.debugDescription) has a device number but is not a device")
             }
             // Another live wrapper with this name in this parent?
-            for candidate in try tx.nodesEverNamed(record.name, in: parentID, except: record.id)
-            where !removed.contains(candidate) {
+            let named = try tx.nodesNamed(
+                record.name, in: parentID, except: record.id, branch: lineage.branch, upTo: lineage.limit)
+            for candidate in named where !removed.contains(candidate) {
                 let current = try records[candidate] ?? Self.node(tx, candidate, lineage: lineage)
                 if let current, current.parent == parentID, current.name == record.name {
                     throw DocumentStoreError.invalidChange(

@@ -78,7 +78,7 @@ import Testing
     }
 
     @Test(
-        "A store from before the current-extents table gets one, derived from its history",
+        "A store from before the current-extents table gets one, derived from its history, and the names index",
         arguments: StoreKind.all)
     func currentExtentsAreDerived(_ kind: StoreKind) throws {
         let fixture = try StoreFixture(kind, chunkSize: 64 * 1024)
@@ -96,18 +96,24 @@ import Testing
             changes.contents[document.root] = .replace(DataContentsSource(bytes))
             saved.append((try store.save(changes).version.id, bytes))
         }
-        // What the format before wrote: no extents_live (SQLite: migrations up to v6, format 6;
-        // PostgreSQL: format 5).
+        // What the formats before wrote: no extents_live, names indexed by parent and name only
+        // (SQLite: migrations up to v6, format 6; PostgreSQL: format 5).
+        let before =
+            "DROP TABLE extents_live; DROP INDEX nodes_by_name; CREATE INDEX nodes_by_parent ON nodes(parent, name)"
         switch kind {
         case .sqlite:
             _ = try fixture.sql(
-                "DROP TABLE extents_live; DELETE FROM grdb_migrations WHERE identifier = 'v7'; UPDATE store_meta SET value = 6 WHERE key = 'format'"
+                "\(before); DELETE FROM grdb_migrations WHERE identifier IN ('v7', 'v8'); UPDATE store_meta SET value = 6 WHERE key = 'format'"
             )
         default:
-            _ = try fixture.sql(
-                "DROP TABLE extents_live; UPDATE store_meta SET value = 5 WHERE key = 'format'")
+            _ = try fixture.sql("\(before); UPDATE store_meta SET value = 5 WHERE key = 'format'")
         }
         let reopened = try fixture.reopen()
+        let indexes = try fixture.sql(
+            kind == .sqlite
+                ? "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'nodes' ORDER BY name"
+                : "SELECT indexname FROM pg_indexes WHERE tablename = 'nodes' ORDER BY indexname")
+        #expect(indexes.contains("nodes_by_name") && !indexes.contains("nodes_by_parent"), "\(indexes)")
         for (version, bytes) in saved {
             #expect(
                 try reopened.readContents(of: document.root, at: version, offset: 0, count: bytes.count)
