@@ -189,7 +189,7 @@ enum SQLiteSchema {
         migrator.registerMigration("v8") { db in
             try db.execute(
                 sql: """
-                    DROP INDEX nodes_by_parent;
+                    DROP INDEX IF EXISTS nodes_by_parent;
                     CREATE INDEX nodes_by_name ON nodes(parent, name, branch, removed, version);
                     UPDATE store_meta SET value = 8 WHERE key = 'format';
                     """)
