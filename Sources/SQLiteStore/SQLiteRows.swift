@@ -89,6 +89,30 @@ extension Row: ColumnSource {
     }
 }
 
+extension Statement {
+    /// Steps through the rows the statement selects with `arguments`, giving each to `body` as
+    /// the statement's current row. GRDB's cursors build a row object per statement run, which
+    /// was most of reading one wrapper row (a save looks up each record it removes or checks);
+    /// the statement is reset afterwards, so that no read transaction outlives the call.
+    func forEachRow(arguments: StatementArguments, _ body: (StatementRow) throws -> Void) throws {
+        try setArguments(arguments)
+        let handle = sqliteStatement
+        defer { sqlite3_reset(handle) }
+        let row = StatementRow(statement: handle)
+        while true {
+            let code = sqlite3_step(handle)
+            if code == SQLITE_DONE { return }
+            guard code == SQLITE_ROW else {
+                let message = sqlite3_db_handle(handle).flatMap { sqlite3_errmsg($0) }.map {
+                    String(cString: $0)
+                }
+                throw DatabaseError(resultCode: ResultCode(rawValue: code), message: message, sql: sql)
+            }
+            try body(row)
+        }
+    }
+}
+
 /// The row a statement is stepping through, read with SQLite's column functions: decoding
 /// through GRDB's generic conversions spent most of reading 10,000 records in looking up
 /// generic metadata (issue 15, B6).
