@@ -185,7 +185,7 @@ enum SQLiteSchema {
         }
         // v8: the names index orders each name's rows by branch, removal and version, so that
         // the check that a saved name is free reads one row, not every wrapper that ever had the
-        // name (`PortableSQL.nodesNamed`; a file saved 1,500 times by safe-saves took 5 ms per save).
+        // name (`PortableSQL.nodesNamed`; after 1,000 safe-saves of one file a save took 23.7 ms).
         migrator.registerMigration("v8") { db in
             try db.execute(
                 sql: """

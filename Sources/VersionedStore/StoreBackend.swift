@@ -218,8 +218,8 @@ public protocol StoreTransaction {
     /// Wrappers other than `except` named `name` in `parent` and not removed as of a lineage:
     /// their newest row on `branch` if that is not 0 and they have one there, else their newest
     /// main-line row up to version `limit`. Only wrappers with some row of that name can be
-    /// among them, and the answer must not cost a read of each one's rows (a name saved by
-    /// safe-saves has a removed wrapper per save).
+    /// among them. The SQL backends do not read each one's rows (a name saved by safe-saves has
+    /// a removed wrapper per save): see `PortableSQL.nodesNamed`.
     func nodesNamed(
         _ name: String, in parent: StoreNodeID, except: StoreNodeID, branch: Int64, upTo limit: Int64
     )
