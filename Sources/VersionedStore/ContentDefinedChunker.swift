@@ -13,7 +13,8 @@ import Foundation
 /// file, start at the last old cut point at or before the edit and stop at the first new cut point
 /// past the edit that is also an old cut point (shifted by the change in length): the rest is unchanged.
 ///
-/// Cut points are part of the store format: the gear table, the masks and the cut rule must never change.
+/// Cut points are part of the store format: the gear table, the masks and the cut rule must never
+/// change, and neither may the sizes the store cuts with (`Chunking.Policy`).
 public struct ContentDefinedChunker: Sendable, Equatable {
     /// No chunk but the last is shorter than this.
     public let minimumSize: Int

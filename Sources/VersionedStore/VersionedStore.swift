@@ -33,12 +33,13 @@ public final class VersionedStore: Sendable {
     /// a durable commit has covered since: an `fsync` after a durable save needs no second sync.
     private let durability = Mutex((deferred: 0, covered: 0))
 
-    /// How contents are cut into chunks (content-defined, at most a chunk size long).
-    let chunking: Chunking.Method
+    /// How contents are cut into chunks: content-defined, at most a chunk size long, and finer
+    /// for small files (``Chunking/Policy``).
+    let chunking: Chunking.Policy
 
     public init(backend: any StoreBackend) {
         self.backend = backend
-        chunking = Chunking.method(chunkSize: backend.chunkSize)
+        chunking = Chunking.Policy(chunkSize: backend.chunkSize)
     }
 
     public var statistics: StoreStatistics { counters.withLock { $0 } }

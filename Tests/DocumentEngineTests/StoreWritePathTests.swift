@@ -417,6 +417,47 @@ struct LiveBufferSource: ContentsSource {
     }
 }
 
+/// Small files are cut finer, so an edit of one stores a few KiB, not a large chunk's worth.
+@Suite struct SmallFileChunkingTests {
+    @Test(
+        "An edit of a 200 KiB file stores at most two small chunks, however it is saved; a 2 MiB file keeps large chunks",
+        arguments: StoreKind.all)
+    func smallFilesCutFiner(_ kind: StoreKind) throws {
+        let fixture = try StoreFixture(kind)
+        let store = fixture.store
+        let info = try store.createDocument(
+            named: "small.bin", kind: .flat, type: nil, permissions: nil, origin: "")
+        func save(_ update: ContentUpdate) throws -> SaveResult {
+            var changes = DocumentChanges(document: info.id, base: try store.document(info.id).currentVersion)
+            changes.contents[info.root] = update
+            return try store.save(changes)
+        }
+        var bytes = sampleBytes(200 << 10, seed: 41)
+        let first = try save(.replace(DataContentsSource(bytes)))
+        #expect(first.chunksWritten >= 4, "\(first.chunksWritten) chunks for 200 KiB")
+        // An editor's whole-file write, then an in-place write of the same page.
+        for (round, offset) in [100_000, 150_000].enumerated() {
+            bytes.replaceSubrange(offset..<offset + 100, with: sampleBytes(100, seed: UInt64(50 + round)))
+            let update: ContentUpdate =
+                round == 0
+                ? .replace(DataContentsSource(bytes)) : .sparse(size: Int64(bytes.count), chunks: [0], source: DataContentsSource(bytes))
+            let saved = try save(update)
+            #expect(saved.bytesWritten <= 64 << 10, "an edit stored \(saved.bytesWritten) bytes")
+            #expect(try store.readContents(of: info.root, at: nil, offset: 0, count: bytes.count) == bytes)
+        }
+        let large = sampleBytes(2 << 20, seed: 42)
+        let saved = try save(.replace(DataContentsSource(large)))
+        #expect(saved.chunksWritten <= 32, "\(saved.chunksWritten) chunks for 2 MiB")
+        #expect(try store.readContents(of: info.root, at: nil, offset: 0, count: large.count) == large)
+        // Shrunk into the small class: the new end is cut again, the rest kept, the bytes right.
+        let shrunk = sampleBytes(500 << 10, seed: 42)
+        let cut = try save(.sparse(size: Int64(shrunk.count), chunks: [], source: DataContentsSource(shrunk)))
+        #expect(cut.bytesWritten <= 256 << 10)
+        #expect(try store.readContents(of: info.root, at: nil, offset: 0, count: large.count) == shrunk)
+        #expect(try store.checkIntegrity().isClean)
+    }
+}
+
 @Suite struct DeferredSaveTests {
     @Test("A deferred save is seen at once by another store on the file; the writer goes back to FULL")
     func visibleAtOnce() throws {
