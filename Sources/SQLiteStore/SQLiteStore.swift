@@ -83,6 +83,8 @@ final class SQLiteBackend: StoreBackend {
     let pool: DatabasePool
     /// Checkpoints the log beside the commits instead of inside them.
     let checkpointer: Checkpointer
+    /// Reads parts of chunks outside the pool.
+    let slices: ChunkSlices
     /// Whether the writer connection may still be at `synchronous = NORMAL` after a deferred save.
     private let writerMayBeRelaxed = Atomic(false)
 
@@ -97,6 +99,7 @@ final class SQLiteBackend: StoreBackend {
         configuration.label = "docfs.store"
         let checkpointer = Checkpointer(path: path)
         self.checkpointer = checkpointer
+        slices = ChunkSlices(path: path)
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
             // FULL: a committed save survives power loss, which fsync's contract needs. Set here,
@@ -322,32 +325,7 @@ final class SQLiteBackend: StoreBackend {
     /// map of an incremental-vacuum file lets it skip to them), not the whole chunk, so a cold
     /// 4 KiB read costs a few pages instead of up to 256 KiB.
     func chunkSlice(_ id: Int64, _ range: Range<Int>) throws -> Data? {
-        do {
-            return try pool.read { db -> Data? in
-                var blob: OpaquePointer?
-                guard
-                    sqlite3_blob_open(db.sqliteConnection, "main", "chunks", "data", id, 0, &blob)
-                        == SQLITE_OK,
-                    let blob
-                else {
-                    if let blob { sqlite3_blob_close(blob) }
-                    return nil  // no such chunk (collected): the full read reports it
-                }
-                defer { sqlite3_blob_close(blob) }
-                let size = Int(sqlite3_blob_bytes(blob))
-                guard range.lowerBound >= 0, range.upperBound <= size else { return nil }
-                var data = Data(count: range.count)
-                let status = data.withUnsafeMutableBytes { buffer in
-                    sqlite3_blob_read(blob, buffer.baseAddress, Int32(range.count), Int32(range.lowerBound))
-                }
-                guard status == SQLITE_OK else {
-                    throw DatabaseError(resultCode: ResultCode(rawValue: status))
-                }
-                return data
-            }
-        } catch {
-            throw Self.storeError(error, path: path)
-        }
+        do { return try slices.read(id, range) } catch { throw Self.storeError(error, path: path) }
     }
 
     /// SQLite reads cost no round trip: a snapshot is as cheap as single statements.

@@ -1,6 +1,8 @@
 import DocumentEngine
 import Foundation
+import SQLiteStore
 import StoreTestSupport
+import TestSupport
 import Testing
 
 /// Reads at a saved version on the stores that read parts of a stored chunk (SQLite's
@@ -62,5 +64,34 @@ struct SavedVersionReadTests {
         #expect(whole == bytes)
         let stored = Int(try fixture.sql("SELECT COUNT(*) FROM chunks")) ?? -1
         #expect(reader.statistics.chunksRead - statistics.chunksRead == stored, "one fetch per stored chunk")
+    }
+
+    @Test(
+        "SQLite reads slices outside any transaction: a truncating checkpoint right after 200 of them succeeds"
+    )
+    func slicesHoldNoReadTransaction() throws {
+        let fixture = try StoreFixture(.sqlite)
+        let store = fixture.store
+        let sqlite = try #require(store as? SQLiteStore)
+        let info = try store.createDocument(
+            named: "big.bin", kind: .flat, type: nil, permissions: nil, origin: "")
+        let bytes = sampleBytes(3 << 20, seed: 7)
+        var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+        changes.contents[info.root] = .replace(DataContentsSource(bytes))
+        let version = try store.save(changes).version.id
+        let reader = try #require(try fixture.reopen() as? SQLiteStore)
+        #expect(try reader.readContents(of: info.root, at: version, offset: 0, count: 4096) == bytes.prefix(4096))
+        let before = reader.statistics
+        var state: UInt64 = 1
+        for _ in 0..<200 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            let offset = Int(state >> 33) % (bytes.count - 4096)
+            let read = try reader.readContents(of: info.root, at: version, offset: Int64(offset), count: 4096)
+            #expect(read == bytes.subdata(in: offset..<offset + 4096), "at \(offset)")
+        }
+        #expect(reader.statistics.bytesRead - before.bytesRead <= 200 * 4096, "slices, not whole chunks")
+        // TRUNCATE needs every reader gone; a slice connection still in a read would make it busy.
+        try reader.checkpoint()
+        #expect(StoreTestTools.fileSize(sqlite.path + "-wal") == 0)
     }
 }
