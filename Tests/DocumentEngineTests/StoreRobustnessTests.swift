@@ -256,7 +256,8 @@ import TestSupport
     func chunks(of files: [String: Data], chunkSize: Int) -> Set<Data> {
         var result: Set<Data> = []
         for data in files.values {
-            var chunking = Chunking(Chunking.method(chunkSize: chunkSize), startingAt: 0)
+            var chunking = Chunking(
+                Chunking.Policy(chunkSize: chunkSize).method(forSize: Int64(data.count)), startingAt: 0)
             var offset = 0
             while let chunk = try? chunking.next(read: { count in
                 let piece = data.subdata(in: offset..<min(data.count, offset + count))
