@@ -333,7 +333,7 @@ extension DocumentFileSystem {
         if record.kind == .regularFile {
             node.contents = FileContents(
                 base: ContentBase(node: record.id, version: record.version, size: record.size),
-                pageSize: pageSize, spill: spillFiles)
+                chunkSize: chunkSize, spill: spillFiles)
         }
         if record.id == tree.top { tree.root = node }
         state.nodes[ino] = node
@@ -453,7 +453,7 @@ extension DocumentFileSystem {
         node.tree = tree
         node.contents = FileContents(
             base: ContentBase(node: record.id, version: nil, size: Int64(text.count), bytes: text),
-            pageSize: pageSize, spill: spillFiles)
+            chunkSize: chunkSize, spill: spillFiles)
         state.nodes[ino] = node
         return node
     }

@@ -87,11 +87,11 @@ extension DocumentFileSystem {
 
     /// Changes a file's bytes, holding the file's ``ViewNode/changes`` (the caller holds it).
     ///
-    /// The pages the change must keep (`keeping`, asked under the lock) are read from the store
-    /// without the lock; the change is planned under it; its spill I/O (taking those pages in,
+    /// The chunks the change must keep (`keeping`, asked under the lock) are read from the store
+    /// without the lock; the change is planned under it; its spill I/O (taking those chunks in,
     /// then `io` into the layer) runs without it; and it is committed under it, with `commit`,
     /// if the file still writes into that layer. Otherwise (another process's save replaced the
-    /// file) what it wrote outside the layer's pages is zeroed and it runs again.
+    /// file) what it wrote outside the layer's chunks is zeroed and it runs again.
     func changeContents<T>(
         _ file: ViewNode, keeping: (FileContents) -> [Int], writing range: Range<Int64>?,
         io: (SpillLayer) throws(Errno) -> Void,
@@ -111,10 +111,10 @@ extension DocumentFileSystem {
             let plan: FileContents.ChangePlan
             switch planned.1 {
             case .fetch(let missing):
-                for (page, base) in missing {
-                    let start = Int64(page) * Int64(pageSize)
-                    let count = Int(min(Int64(pageSize), base.size - start))
-                    fetched[page] = (base, try baseBytes(base, offset: start, count: count))
+                for (chunk, base) in missing {
+                    let start = Int64(chunk) * Int64(chunkSize)
+                    let count = Int(min(Int64(chunkSize), base.size - start))
+                    fetched[chunk] = (base, try baseBytes(base, offset: start, count: count))
                 }
                 continue
             case .ready(let ready):
@@ -122,7 +122,7 @@ extension DocumentFileSystem {
             }
             let contents = planned.0
             do {
-                try plan.copyPages()
+                try plan.copyChunks()
                 try io(plan.layer)
             } catch {
                 let undone = plan.undo()
@@ -156,7 +156,7 @@ extension DocumentFileSystem {
         }
     }
 
-    /// Writes bytes into an open file's top layer, taking in first the pages it covers in part.
+    /// Writes bytes into an open file's top layer, taking in first the chunks it covers in part.
     func writeBytes(
         _ context: RequestContext, handle: FUSE.FileHandle, offset: UInt64, data: [UInt8], isWritePage: Bool
     ) throws(Errno) {
@@ -173,7 +173,7 @@ extension DocumentFileSystem {
         file.changes.lock()
         defer { file.changes.unlock() }
         try changeContents(
-            file, keeping: { $0.partiallyCoveredPages(offset: start, count: data.count) },
+            file, keeping: { $0.partiallyCoveredChunks(offset: start, count: data.count) },
             writing: start..<end,
             io: { layer throws(Errno) in
                 try withRawBytes(data) { raw throws(Errno) in try layer.write(raw, at: start) }
@@ -194,7 +194,7 @@ extension DocumentFileSystem {
 
     /// `copy_file_range(2)` within the mount. A whole saved file copied into an empty one shares
     /// its chunks: the copy's contents are the source's stored version, and its save names them
-    /// (``ContentUpdate/derivedRanges(from:size:changed:source:)``), so no byte is read or written.
+    /// (``ContentUpdate/derived(from:size:chunks:source:)``), so no byte is read or written.
     /// Any other range is copied here, a megabyte at a time, as the caller's reads and writes
     /// would (answering `ENOSYS` would make the kernel stop asking for the whole mount).
     public func copyFileRange(
@@ -272,15 +272,15 @@ extension DocumentFileSystem {
         let (layer, zero) = try changeContents(
             file,
             keeping: { contents in
-                cut = contents.pageCutBy(size)
+                cut = contents.chunkCutBy(size)
                 return cut.map { [$0] } ?? []
             },
             writing: nil,
             io: { layer throws(Errno) in
-                // The page the new end cuts reads as zeros past it before the size changes: a
+                // The chunk the new end cuts reads as zeros past it before the size changes: a
                 // save waits for this change, and a read racing it may see those zeros early.
                 if cut != nil {
-                    let end = (size / Int64(pageSize) + 1) * Int64(pageSize)
+                    let end = (size / Int64(chunkSize) + 1) * Int64(chunkSize)
                     try layer.zero(at: size, length: end - size)
                 }
             },
@@ -422,18 +422,16 @@ extension DocumentFileSystem {
         }
     }
 
-    /// Writes zeros over `start..<stop`, a mebibyte at a time, so that one change's plan stays
-    /// small (a few hundred pages).
+    /// Writes zeros over `start..<stop`, a chunk at a time.
     func zero(_ file: ViewNode, from start: Int64, to stop: Int64) throws(Errno) {
         file.changes.lock()
         defer { file.changes.unlock() }
         var at = start
         while at < stop {
-            let step = Int64(max(pageSize, Self.zeroStep))
-            let n = Int(min(step - at % step, stop - at))
+            let n = Int(min(Int64(chunkSize) - at % Int64(chunkSize), stop - at))
             let position = at
             try changeContents(
-                file, keeping: { $0.partiallyCoveredPages(offset: position, count: n) },
+                file, keeping: { $0.partiallyCoveredChunks(offset: position, count: n) },
                 writing: position..<position + Int64(n),
                 io: { layer throws(Errno) in try layer.zero(at: position, length: Int64(n)) },
                 commit: { state, contents throws(Errno) in

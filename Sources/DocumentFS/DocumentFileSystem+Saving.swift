@@ -289,16 +289,16 @@ extension DocumentFileSystem {
                     let source = SnapshotSource(snapshot: snapshot)
                     if sameNode || snapshot.base.size == 0 {
                         let storedSize = stored?.kind == .regularFile ? stored?.size ?? 0 : 0
-                        changes.contents[record.id] = .ranges(
-                            size: snapshot.size, changed: snapshot.changedRanges(storedSize: storedSize),
+                        changes.contents[record.id] = .sparse(
+                            size: snapshot.size, chunks: snapshot.changedChunks(storedSize: storedSize),
                             source: source)
                     } else {
                         // The file was another one before (renamed over this name): the store
                         // starts from that file's chunks and takes only the written ones.
-                        changes.contents[record.id] = .derivedRanges(
+                        changes.contents[record.id] = .derived(
                             from: NodeLookup(snapshot.base.node, at: snapshot.base.version),
                             size: snapshot.size,
-                            changed: snapshot.changedRanges(storedSize: snapshot.base.size), source: source)
+                            chunks: snapshot.changedChunks(storedSize: snapshot.base.size), source: source)
                     }
                 }
             }

@@ -14,10 +14,10 @@ import SystemPackage
 /// package its wrappers are directories, regular files and symbolic links.
 ///
 /// - **Lazy reads.** Listings, `stat`, `readlink` and xattrs come from wrapper records (read per
-///   document on first use); `read` asks the store for exactly the bytes it needs.
-/// - **Incremental saves.** Writes collect in per-file layers of dirty 4 KiB pages (kept in
-///   unnamed local files, not in memory). A save sends the document's changed records and only
-///   the dirty byte ranges to the store as one atomic version. Save points: `fsync` (durable before it
+///   document on first use); `read` asks the store for exactly the chunks it needs.
+/// - **Incremental saves.** Writes collect in per-file layers of dirty chunks (kept in unnamed
+///   local files, not in memory). A save sends the document's changed records and only the
+///   dirty chunks to the store as one atomic version. Save points: `fsync` (durable before it
 ///   returns), the close of a dirty file, a rename onto a wrapper's name, a quiet interval after
 ///   the last change, and unmount. A save's error is what `close`/`fsync` return.
 /// - **Editors.** Scratch files (``ScratchNames``) are real files that are never saved; renaming
@@ -43,7 +43,7 @@ public final class DocumentFileSystem: FileSystem {
         public var pollInterval: Duration = .milliseconds(100)
         /// A document with unsaved changes is saved once this long has passed without a change.
         public var quietInterval: Duration = .seconds(1)
-        /// Where written pages wait for their save (unnamed files); nil: beside the store file,
+        /// Where written chunks wait for their save (unnamed files); nil: beside the store file,
         /// or the system's temporary directory for stores that are not local files.
         public var spillDirectory: String?
         /// Names of files that are never saved.
@@ -71,17 +71,11 @@ public final class DocumentFileSystem: FileSystem {
     private let startSequence: Int64
     /// Owner of the mount root, from the store file when it is a local file.
     let rootOwner: (uid: UInt32, gid: UInt32)
-    /// Where written pages are kept until saved.
+    /// Where written chunks are kept until saved.
     let spillFiles: SpillFiles
     /// The folder of the store file; empty for a store that is not a local file.
     let storeDirectory: String
-    /// The unit in which written bytes are tracked: the kernel's page, so that the page-aligned
-    /// writes the kernel sends never read old bytes to keep. At the store's 256 KiB chunk, a 4 KiB
-    /// random write first copied 256 KiB from the store into the spill, and a save cut and
-    /// hashed whole 256 KiB pages around each edit.
-    let pageSize = 4096
-    /// A zeroing (fallocate) changes at most this much at a time.
-    static let zeroStep = 1 << 20
+    let chunkSize: Int
     /// The XML texts of stored binary property lists (`archives=xml`).
     let textViews = TextViews()
     /// Wakes the committer when a close asks for a save.
@@ -162,7 +156,7 @@ public final class DocumentFileSystem: FileSystem {
 
     /// - Parameters:
     ///   - store: the store to show; a store shared with others is fine.
-    ///   - configuration: timeouts, save policy and where dirty pages wait.
+    ///   - configuration: timeouts, save policy and where dirty chunks wait.
     ///   - logger: where store errors are reported.
     public init(
         store: any DocumentStore, configuration: Configuration = Configuration(),
@@ -171,6 +165,7 @@ public final class DocumentFileSystem: FileSystem {
         self.store = store
         self.configuration = configuration
         self.logger = logger
+        chunkSize = store.chunkSize
         let instance = Self.instances.add(1, ordering: .relaxed).newValue
         let host = ProcessInfo.processInfo.hostName
         origin = "\(configuration.origin) (\(host) pid \(getpid())\(instance > 1 ? ".\(instance)" : ""))"
@@ -357,7 +352,7 @@ public final class DocumentFileSystem: FileSystem {
         if record.kind == .regularFile && record.linkOf == nil {
             node.contents = FileContents(
                 base: ContentBase(node: record.id, version: record.version, size: record.size),
-                pageSize: pageSize, spill: spillFiles)
+                chunkSize: chunkSize, spill: spillFiles)
         }
         return node
     }

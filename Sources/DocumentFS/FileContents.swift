@@ -82,23 +82,23 @@ final class SpillFiles: Sendable {
     }
 }
 
-/// Written pages of one file, kept in an unnamed local file (the spill) rather than in memory,
+/// Written chunks of one file, kept in an unnamed local file (the spill) rather than in memory,
 /// so a large write costs disk, not RAM.
 ///
-/// Invariant: every byte of the spill outside ``pages`` reads as zero (dropped pages are
-/// punched out), so a page can be taken into the layer by writing only what it must keep.
+/// Invariant: every byte of the spill outside ``chunks`` reads as zero (dropped chunks are
+/// punched out), so a chunk can be taken into the layer by writing only what it must keep.
 ///
 /// The spill's bytes are read and written without the file system's lock (see
-/// ``FileContents/ChangePlan``); ``pages`` and ``cut`` say which of them count, and change only
+/// ``FileContents/ChangePlan``); ``chunks`` and ``cut`` say which of them count, and change only
 /// under that lock while the layer is on top and not frozen.
 final class SpillLayer: @unchecked Sendable {
-    private(set) var pages: Set<Int> = []
+    private(set) var chunks: Set<Int> = []
     /// Bytes at or past `cut` in the layers below (and the base) read as zeros: the smallest size
     /// the file was truncated to while this layer was on top.
     var cut: Int64 = .max
-    /// Takes no more writes: an undone change may have left bytes outside ``pages``.
+    /// Takes no more writes: an undone change may have left bytes outside ``chunks``.
     var sealed = false
-    /// Holds the base's own bytes for its pages (the layer a save stored, kept as a cache of
+    /// Holds the base's own bytes for its chunks (the layer a save stored, kept as a cache of
     /// them): takes no writes, and is not a change.
     var clean = false
     /// Opened by the first write, which runs without the file system's lock while readers may
@@ -113,7 +113,7 @@ final class SpillLayer: @unchecked Sendable {
         if fd >= 0 { files.give(fd) }
     }
 
-    var isEmpty: Bool { pages.isEmpty && cut == .max }
+    var isEmpty: Bool { chunks.isEmpty && cut == .max }
 
     private func descriptor() throws(Errno) -> Int32 {
         let current = fd.load(ordering: .acquiring)
@@ -126,7 +126,7 @@ final class SpillLayer: @unchecked Sendable {
         return original
     }
 
-    func contains(_ page: Int) -> Bool { pages.contains(page) }
+    func contains(_ chunk: Int) -> Bool { chunks.contains(chunk) }
 
     /// Writes `bytes` at file offset `offset`.
     func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(Errno) {
@@ -143,11 +143,11 @@ final class SpillLayer: @unchecked Sendable {
         }
     }
 
-    /// Marks pages as part of the layer (under the file system's lock).
-    func add(_ page: Int) { pages.insert(page) }
+    /// Marks chunks as part of the layer (under the file system's lock).
+    func add(_ chunk: Int) { chunks.insert(chunk) }
 
-    /// Unmarks a page (under the file system's lock); its bytes must be zeroed after.
-    func remove(_ page: Int) { pages.remove(page) }
+    /// Unmarks a chunk (under the file system's lock); its bytes must be zeroed after.
+    func remove(_ chunk: Int) { chunks.remove(chunk) }
 
     /// Reads `count` bytes at `offset` into `buffer` (zeros where nothing was written).
     func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(Errno) {
@@ -192,7 +192,7 @@ final class SpillLayer: @unchecked Sendable {
 }
 
 /// The contents of one regular file as the mount sees it: clean bytes from the store (the
-/// base) under layers of written pages.
+/// base) under layers of written chunks.
 ///
 /// Saving freezes the layers (``freeze()``) and starts a new top layer for writes that arrive
 /// during the save; a successful save makes the frozen state the new base, a failed one keeps
@@ -221,13 +221,13 @@ final class FileContents: @unchecked Sendable {
     private(set) var changing = false
     /// The last compile of the written text (``edits`` at the time, and its outcome).
     var compiled: (edits: UInt64, outcome: Result<PropertyListText, PropertyListTextError>)?
-    let pageSize: Int
+    let chunkSize: Int
     let spill: SpillFiles
 
-    init(base: ContentBase, pageSize: Int, spill: SpillFiles) {
+    init(base: ContentBase, chunkSize: Int, spill: SpillFiles) {
         self.base = base
         self.size = base.size
-        self.pageSize = pageSize
+        self.chunkSize = chunkSize
         self.spill = spill
     }
 
@@ -241,7 +241,7 @@ final class FileContents: @unchecked Sendable {
         return layer
     }
 
-    /// Where a page's bytes come from, looking through `layers[0..<limit]` then the base.
+    /// Where a chunk's bytes come from, looking through `layers[0..<limit]` then the base.
     enum Source {
         case layer(SpillLayer)
         /// The base, whose bytes past `size` are zeros.
@@ -249,50 +249,50 @@ final class FileContents: @unchecked Sendable {
         case zero
     }
 
-    func source(of page: Int) -> Source {
-        Self.source(of: page, layers: layers[...], base: base, pageSize: pageSize)
+    func source(of chunk: Int) -> Source {
+        Self.source(of: chunk, layers: layers[...], base: base, chunkSize: chunkSize)
     }
 
-    /// The source of a page seen through `layers` (oldest first) over `base`.
-    static func source(of page: Int, layers: ArraySlice<SpillLayer>, base: ContentBase, pageSize: Int)
+    /// The source of a chunk seen through `layers` (oldest first) over `base`.
+    static func source(of chunk: Int, layers: ArraySlice<SpillLayer>, base: ContentBase, chunkSize: Int)
         -> Source
     {
-        let start = Int64(page) * Int64(pageSize)
+        let start = Int64(chunk) * Int64(chunkSize)
         for layer in layers.reversed() {
-            if layer.contains(page) { return .layer(layer) }
+            if layer.contains(chunk) { return .layer(layer) }
             if start >= layer.cut { return .zero }
         }
         return start < base.size ? .base(base) : .zero
     }
 
-    /// Pages a write of `count` bytes at `offset` must take in with their old bytes (those it
+    /// Chunks a write of `count` bytes at `offset` must take in with their old bytes (those it
     /// covers only partly, below the current size).
-    func partiallyCoveredPages(offset: Int64, count: Int) -> [Int] {
+    func partiallyCoveredChunks(offset: Int64, count: Int) -> [Int] {
         guard count > 0 else { return [] }
         let end = offset + Int64(count)
-        let cs = Int64(pageSize)
+        let cs = Int64(chunkSize)
         var result: [Int] = []
-        for page in Int(offset / cs)...Int((end - 1) / cs) {
-            let pageStart = Int64(page) * cs
+        for chunk in Int(offset / cs)...Int((end - 1) / cs) {
+            let chunkStart = Int64(chunk) * cs
             // Old bytes that matter: below the current size and outside the written range.
-            let keepEnd = min(pageStart + cs, size)
-            let coversAll = offset <= pageStart && end >= keepEnd
-            if !coversAll && pageStart < size { result.append(page) }
+            let keepEnd = min(chunkStart + cs, size)
+            let coversAll = offset <= chunkStart && end >= keepEnd
+            if !coversAll && chunkStart < size { result.append(chunk) }
         }
         return result
     }
 
-    /// The page a truncation to `newSize` cuts in the middle and that must be taken in first.
-    func pageCutBy(_ newSize: Int64) -> Int? {
-        guard newSize < size, newSize % Int64(pageSize) != 0 else { return nil }
-        return Int(newSize / Int64(pageSize))
+    /// The chunk a truncation to `newSize` cuts in the middle and that must be taken in first.
+    func chunkCutBy(_ newSize: Int64) -> Int? {
+        guard newSize < size, newSize % Int64(chunkSize) != 0 else { return nil }
+        return Int(newSize / Int64(chunkSize))
     }
 
     // MARK: Changing
 
     /// A change of the file's bytes (a write, a truncation), planned under the file system's
     /// lock (``planChange(keeping:writing:fetched:)``), its spill I/O run without it
-    /// (``copyPages()``, then the change's own writes into ``layer``), and applied under the
+    /// (``copyChunks()``, then the change's own writes into ``layer``), and applied under the
     /// lock (``commit(_:)``) only if the file still writes into the same layer.
     ///
     /// Changes of one file run one at a time (``ViewNode/changes``), so only reads and saves run
@@ -303,31 +303,31 @@ final class FileContents: @unchecked Sendable {
     struct ChangePlan: Sendable {
         let layer: SpillLayer
         let generation: UInt64
-        /// Pages new to the layer whose old bytes the change keeps, and where those come from.
-        let copies: [(page: Int, from: CopySource)]
-        /// Pages new to the layer with no old bytes to keep (covered whole, or past the end).
+        /// Chunks new to the layer whose old bytes the change keeps, and where those come from.
+        let copies: [(chunk: Int, from: CopySource)]
+        /// Chunks new to the layer with no old bytes to keep (covered whole, or past the end).
         let added: [Int]
-        let pageSize: Int
+        let chunkSize: Int
 
         enum CopySource: Sendable {
-            /// Nothing: the page reads as zeros.
+            /// Nothing: the chunk reads as zeros.
             case zero
-            /// The page as a lower layer holds it. Lower layers take no more writes.
+            /// The chunk as a lower layer holds it. Lower layers take no more writes.
             case layer(SpillLayer)
-            /// The page's first bytes, read from the store; the rest are zeros.
+            /// The chunk's first bytes, read from the store; the rest are zeros.
             case stored(Data)
         }
 
         /// Copies the kept bytes of ``copies`` into the layer.
-        func copyPages() throws(Errno) {
+        func copyChunks() throws(Errno) {
             var bytes: [UInt8] = []
-            for (page, source) in copies {
-                let start = Int64(page) * Int64(pageSize)
+            for (chunk, source) in copies {
+                let start = Int64(chunk) * Int64(chunkSize)
                 switch source {
                 case .zero:
                     break
                 case .layer(let lower):
-                    if bytes.isEmpty { bytes = [UInt8](repeating: 0, count: pageSize) }
+                    if bytes.isEmpty { bytes = [UInt8](repeating: 0, count: chunkSize) }
                     try withMutableRawBytes(&bytes) { raw throws(Errno) in
                         try lower.read(into: raw, at: start)
                     }
@@ -341,13 +341,13 @@ final class FileContents: @unchecked Sendable {
             }
         }
 
-        /// Zeroes what the change may have written outside the layer's pages, when it failed or
+        /// Zeroes what the change may have written outside the layer's chunks, when it failed or
         /// its commit was refused; false when that failed too (the layer must take no more writes).
         func undo() -> Bool {
-            let pages = copies.map(\.page) + added
-            for page in pages {
+            let chunks = copies.map(\.chunk) + added
+            for chunk in chunks {
                 do {
-                    try layer.zero(at: Int64(page) * Int64(pageSize), length: Int64(pageSize))
+                    try layer.zero(at: Int64(chunk) * Int64(chunkSize), length: Int64(chunkSize))
                 } catch {
                     return false
                 }
@@ -359,50 +359,50 @@ final class FileContents: @unchecked Sendable {
     /// The outcome of planning a change.
     enum PlannedChange {
         case ready(ChangePlan)
-        /// These pages must first be read from the store, as of these bases.
-        case fetch([(page: Int, base: ContentBase)])
+        /// These chunks must first be read from the store, as of these bases.
+        case fetch([(chunk: Int, base: ContentBase)])
     }
 
-    /// Plans a change that keeps the old bytes of the pages `keeping` and writes `range` (nil:
-    /// none), given the pages `fetched` from the store so far.
+    /// Plans a change that keeps the old bytes of the chunks `keeping` and writes `range` (nil:
+    /// none), given the chunks `fetched` from the store so far.
     func planChange(
         keeping: [Int], writing range: Range<Int64>?, fetched: [Int: (base: ContentBase, data: Data)]
     ) -> PlannedChange {
         let layer = top
-        let cs = Int64(pageSize)
-        var copies: [(page: Int, from: ChangePlan.CopySource)] = []
-        var missing: [(page: Int, base: ContentBase)] = []
+        let cs = Int64(chunkSize)
+        var copies: [(chunk: Int, from: ChangePlan.CopySource)] = []
+        var missing: [(chunk: Int, base: ContentBase)] = []
         let kept = Set(keeping)
-        for page in kept.sorted() where !layer.contains(page) {
-            switch source(of: page) {
+        for chunk in kept.sorted() where !layer.contains(chunk) {
+            switch source(of: chunk) {
             case .zero:
-                copies.append((page, .zero))
+                copies.append((chunk, .zero))
             case .layer(let lower):
-                copies.append((page, .layer(lower)))
+                copies.append((chunk, .layer(lower)))
             case .base(let base):
-                guard let got = fetched[page], got.base == base else {
-                    missing.append((page, base))
+                guard let got = fetched[chunk], got.base == base else {
+                    missing.append((chunk, base))
                     continue
                 }
-                let keep = Int(max(0, min(Int64(got.data.count), base.size - Int64(page) * cs)))
-                copies.append((page, .stored(got.data.prefix(keep))))
+                let keep = Int(max(0, min(Int64(got.data.count), base.size - Int64(chunk) * cs)))
+                copies.append((chunk, .stored(got.data.prefix(keep))))
             }
         }
         if !missing.isEmpty { return .fetch(missing) }
         changing = true
         var added: [Int] = []
         if let range, !range.isEmpty {
-            for page in Int(range.lowerBound / cs)...Int((range.upperBound - 1) / cs)
-            where !layer.contains(page) && !kept.contains(page) {
-                added.append(page)
+            for chunk in Int(range.lowerBound / cs)...Int((range.upperBound - 1) / cs)
+            where !layer.contains(chunk) && !kept.contains(chunk) {
+                added.append(chunk)
             }
         }
         return .ready(
             ChangePlan(
-                layer: layer, generation: generation, copies: copies, added: added, pageSize: pageSize))
+                layer: layer, generation: generation, copies: copies, added: added, chunkSize: chunkSize))
     }
 
-    /// Marks a planned change's pages as the layer's, if the file still writes into that layer;
+    /// Marks a planned change's chunks as the layer's, if the file still writes into that layer;
     /// false when a save froze it, another process's save replaced the file, or an undo failed
     /// on it since the plan.
     func commit(_ plan: ChangePlan) -> Bool {
@@ -410,8 +410,8 @@ final class FileContents: @unchecked Sendable {
             !plan.layer.sealed
         else { return false }
         changing = false
-        for (page, _) in plan.copies { plan.layer.add(page) }
-        for page in plan.added { plan.layer.add(page) }
+        for (chunk, _) in plan.copies { plan.layer.add(chunk) }
+        for chunk in plan.added { plan.layer.add(chunk) }
         return true
     }
 
@@ -421,18 +421,18 @@ final class FileContents: @unchecked Sendable {
         edits &+= 1
     }
 
-    /// After a committed change that took in ``pageCutBy(_:)`` and zeroed it past `newSize`:
-    /// sets the size. Returns the top layer's pages past the end, no longer in it, whose bytes
+    /// After a committed change that took in ``chunkCutBy(_:)`` and zeroed it past `newSize`:
+    /// sets the size. Returns the top layer's chunks past the end, no longer in it, whose bytes
     /// must be zeroed before the next change.
     func truncated(to newSize: Int64) -> (layer: SpillLayer, zero: [Range<Int64>]) {
         let layer = top
         var zero: [Range<Int64>] = []
         if newSize < size {
-            let cs = Int64(pageSize)
+            let cs = Int64(chunkSize)
             let firstGone = Int((newSize + cs - 1) / cs)
-            for page in layer.pages where page >= firstGone {
-                layer.remove(page)
-                zero.append(Int64(page) * cs..<Int64(page + 1) * cs)
+            for chunk in layer.chunks where chunk >= firstGone {
+                layer.remove(chunk)
+                zero.append(Int64(chunk) * cs..<Int64(chunk + 1) * cs)
             }
             layer.cut = min(layer.cut, newSize)
         }
@@ -442,13 +442,13 @@ final class FileContents: @unchecked Sendable {
     }
 
     /// A planned change that was not committed has been undone (`undone`), or its undo failed:
-    /// then the layer is sealed, since its spill may hold bytes outside its pages.
+    /// then the layer is sealed, since its spill may hold bytes outside its chunks.
     func changeAbandoned(_ plan: ChangePlan, undone: Bool) {
         changing = false
         if !undone { plan.layer.sealed = true }
     }
 
-    /// Seals a layer whose spill may hold bytes outside its pages.
+    /// Seals a layer whose spill may hold bytes outside its chunks.
     func seal(_ layer: SpillLayer) { layer.sealed = true }
 
     // MARK: Reading
@@ -473,24 +473,24 @@ final class FileContents: @unchecked Sendable {
 
     /// Plans a read of `[offset, offset+count)`, clipped to the size.
     func planRead(offset: Int64, count: Int) -> ReadPlan {
-        Self.plan(offset: offset, count: count, size: size, pageSize: pageSize) { source(of: $0) }
+        Self.plan(offset: offset, count: count, size: size, chunkSize: chunkSize) { source(of: $0) }
     }
 
     /// Where the bytes of `[offset, offset+count)`, clipped to `size`, come from.
-    static func plan(offset: Int64, count: Int, size: Int64, pageSize: Int, source: (Int) -> Source)
+    static func plan(offset: Int64, count: Int, size: Int64, chunkSize: Int, source: (Int) -> Source)
         -> ReadPlan
     {
         var plan = ReadPlan()
         let end = min(offset + Int64(count), size)
         guard end > offset else { return plan }
         plan.count = Int(end - offset)
-        let cs = Int64(pageSize)
+        let cs = Int64(chunkSize)
         var at = offset
         while at < end {
-            let page = Int(at / cs)
-            let pieceEnd = min(end, Int64(page + 1) * cs)
+            let chunk = Int(at / cs)
+            let pieceEnd = min(end, Int64(chunk + 1) * cs)
             let destination = Int(at - offset)
-            switch source(page) {
+            switch source(chunk) {
             case .zero:
                 break
             case .layer(let layer):
@@ -498,7 +498,7 @@ final class FileContents: @unchecked Sendable {
                 if let last = plan.spill.last, last.source === layer,
                     last.offset + Int64(last.count) == at
                 {
-                    // One pread for consecutive pages of one layer.
+                    // One pread for consecutive chunks of one layer.
                     plan.spill[plan.spill.count - 1] = SpillRead(
                         source: layer, offset: last.offset, count: last.count + length,
                         destination: last.destination)
@@ -509,13 +509,8 @@ final class FileContents: @unchecked Sendable {
             case .base(let base):
                 let stored = min(pieceEnd, base.size) - at
                 if stored > 0 {
-                    if let last = plan.store.last, last.source == base, last.offset + Int64(last.count) == at {
-                        // One store read for consecutive pages of one base.
-                        plan.store[plan.store.count - 1].count += Int(stored)
-                    } else {
-                        plan.store.append(
-                            StoreRead(source: base, offset: at, count: Int(stored), destination: destination))
-                    }
+                    plan.store.append(
+                        StoreRead(source: base, offset: at, count: Int(stored), destination: destination))
                 }
             }
             at = pieceEnd
@@ -525,69 +520,44 @@ final class FileContents: @unchecked Sendable {
 
     // MARK: Saving
 
-    /// What a save of this file sends: the pages to write and how to read them.
+    /// What a save of this file sends: the chunks to write and how to read them.
     struct Snapshot: @unchecked Sendable {
         let contents: FileContents
         let layers: [SpillLayer]
         let base: ContentBase
         let size: Int64
-        let pageSize: Int
+        let chunkSize: Int
         /// The contents' generation when frozen: a reset since (another file's bytes shared
         /// into it, another process's save) makes this save's outcome no longer the file's.
         let generation: UInt64
 
-        /// Byte ranges written since the base, plus those a truncation zeroed below `storedSize`
-        /// (the size the store has for the node), in whole pages clipped to the size: ascending,
-        /// disjoint, and consecutive pages joined.
-        func changedRanges(storedSize: Int64) -> [Range<Int64>] {
+        /// Chunks written since the base, plus those a truncation zeroed below `storedSize` (the
+        /// size the store has for the node).
+        func changedChunks(storedSize: Int64) -> [Int] {
             var changed = Set<Int>()
             var lowest = base.size
-            // A clean layer's pages are the base's: not changes, and its cut is in the base.
+            // A clean layer's chunks are the base's: not changes, and its cut is in the base.
             for layer in layers where !layer.clean {
-                changed.formUnion(layer.pages)
+                changed.formUnion(layer.chunks)
                 lowest = min(lowest, layer.cut)
             }
-            let ps = Int64(pageSize)
-            var ranges: [Range<Int64>] = []
-            for page in changed.sorted() where Int64(page) * ps < size {
-                let range = Int64(page) * ps..<min(size, Int64(page + 1) * ps)
-                if let last = ranges.last, last.upperBound == range.lowerBound {
-                    ranges[ranges.count - 1] = last.lowerBound..<range.upperBound
-                } else {
-                    ranges.append(range)
-                }
-            }
+            let cs = Int64(chunkSize)
             let zeroedEnd = min(size, storedSize)
-            if zeroedEnd > lowest { ranges = Self.union(ranges, lowest..<zeroedEnd) }
-            return ranges
-        }
-
-        /// `ranges` (ascending, disjoint, not touching) with `extra` added.
-        static func union(_ ranges: [Range<Int64>], _ extra: Range<Int64>) -> [Range<Int64>] {
-            var result: [Range<Int64>] = []
-            var extra = extra
-            var placed = false
-            for range in ranges {
-                if range.upperBound < extra.lowerBound {
-                    result.append(range)
-                } else if range.lowerBound > extra.upperBound {
-                    if !placed { result.append(extra); placed = true }
-                    result.append(range)
-                } else {
-                    extra = min(range.lowerBound, extra.lowerBound)..<max(range.upperBound, extra.upperBound)
+            if zeroedEnd > lowest {
+                for chunk in Int((lowest + cs - 1) / cs)..<Int((zeroedEnd + cs - 1) / cs) {
+                    changed.insert(chunk)
                 }
             }
-            if !placed { result.append(extra) }
-            return result
+            return changed.filter { Int64($0) * cs < size }.sorted()
         }
 
         /// Reads the frozen state's written and zeroed bytes. Bytes of the base are the store's
-        /// own, named by the save (``ContentUpdate/derivedRanges(from:size:changed:source:)``), so a read
+        /// own, named by the save (``ContentUpdate/derived(from:size:chunks:source:)``), so a read
         /// that would need them is a bug: it fails rather than call the store during its save.
         func read(offset: Int64, count: Int) throws -> Data {
-            let plan = FileContents.plan(offset: offset, count: count, size: size, pageSize: pageSize) {
-                page in
-                FileContents.source(of: page, layers: layers[...], base: base, pageSize: pageSize)
+            let plan = FileContents.plan(offset: offset, count: count, size: size, chunkSize: chunkSize) {
+                chunk in
+                FileContents.source(of: chunk, layers: layers[...], base: base, chunkSize: chunkSize)
             }
             if let piece = plan.store.first {
                 throw DocumentStoreError.io(
@@ -607,12 +577,12 @@ final class FileContents: @unchecked Sendable {
     func freeze() -> Snapshot {
         frozen = layers.count
         return Snapshot(
-            contents: self, layers: layers, base: base, size: size, pageSize: pageSize,
+            contents: self, layers: layers, base: base, size: size, chunkSize: chunkSize,
             generation: generation)
     }
 
     /// The save of `snapshot` is in the store as `version` of `node`: the frozen layers go but
-    /// the newest, which now holds the base's own bytes for its pages and stays as a clean cache
+    /// the newest, which now holds the base's own bytes for its chunks and stays as a clean cache
     /// of them, so that taking them in again or reading them costs a spill read, not a store
     /// read (a file a program keeps open and saves often, as fsx and databases do). `text`: the
     /// file was stored as this compiled property list, and keeps reading as its text.
@@ -622,7 +592,7 @@ final class FileContents: @unchecked Sendable {
         // state, and the file's node is marked changed, so the next save stores the new one.
         guard snapshot.generation == generation else { return }
         let done = min(frozen, layers.count)
-        // Its cut stays: pages at or past it that it lacks are zeros in the base too.
+        // Its cut stays: chunks at or past it that it lacks are zeros in the base too.
         let kept = done > 0 && text == nil && !layers[done - 1].sealed ? layers[done - 1] : nil
         layers.removeFirst(done)
         if let kept {
@@ -670,7 +640,7 @@ struct ReadPart<Source: Sendable>: Sendable {
 typealias SpillRead = ReadPart<SpillLayer>
 typealias StoreRead = ReadPart<ContentBase>
 
-/// Reads a frozen file's written pages for the store's streaming save.
+/// Reads a frozen file's written chunks for the store's streaming save.
 struct SnapshotSource: ContentsSource {
     let snapshot: FileContents.Snapshot
     var count: Int64 { snapshot.size }

@@ -84,13 +84,6 @@ struct ContentWriter {
             guard size >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
             return try apply(
                 base: .other(lookup), size: size, changed: try pages(listed, below: size), source: source)
-        case .ranges(let size, let changed, let source):
-            guard size >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
-            return try apply(base: .own, size: size, changed: try Self.ranges(changed, below: size), source: source)
-        case .derivedRanges(let lookup, let size, let changed, let source):
-            guard size >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
-            return try apply(
-                base: .other(lookup), size: size, changed: try Self.ranges(changed, below: size), source: source)
         }
     }
 
@@ -251,18 +244,6 @@ struct ContentWriter {
         return (record.id, record.size, baseLineage)
     }
 
-    /// `ranges` clipped to `0..<size`, in order, overlapping and touching ones joined, empty
-    /// ones dropped; a negative bound is an invalid change.
-    static func ranges(_ ranges: [Range<Int64>], below size: Int64) throws -> [Range<Int64>] {
-        if let bad = ranges.first(where: { $0.lowerBound < 0 }) {
-            throw DocumentStoreError.invalidChange("negative byte range \(bad)")
-        }
-        return merged(ranges.compactMap { range in
-            let clipped = range.clamped(to: 0..<size)
-            return clipped.isEmpty ? nil : clipped
-        })
-    }
-
     /// Ranges in order, overlapping and touching ones joined; empty ones (a shrink's end) kept
     /// unless another range covers them.
     static func merged(_ ranges: [Range<Int64>]) -> [Range<Int64>] {
@@ -391,8 +372,7 @@ final class PagedSource {
     let source: any ContentsSource
     let size: Int64
     let page: Int64
-    /// The part of a page last read, and its bytes.
-    private var held: (piece: Range<Int64>, data: Data)?
+    private var held: (index: Int64, data: Data)?
 
     init(source: any ContentsSource, size: Int64, page: Int64) {
         self.source = source
@@ -400,27 +380,23 @@ final class PagedSource {
         self.page = page
     }
 
-    /// The bytes `range`, inside one page and inside `within`: the source is read a page at a
-    /// time, but only inside `within` (the changed range), since a source may hold only the
-    /// bytes that changed (a file system's written pages).
-    func bytes(_ range: Range<Int64>, within: Range<Int64>) throws -> Data {
-        if let held, held.piece.contains(range.lowerBound) {
-        } else {
+    /// The bytes `range` (inside one page).
+    func bytes(_ range: Range<Int64>) throws -> Data {
+        let index = range.lowerBound / page
+        if held?.index != index {
             held = nil  // let the last page go before the next is read
-            let index = range.lowerBound / page
-            let piece = (index * page..<min(size, (index + 1) * page)).clamped(to: within)
-            let wanted = piece.count
-            let data = try source.read(offset: piece.lowerBound, count: wanted)
+            let start = index * page
+            let wanted = Int(min(page, size - start))
+            let data = try source.read(offset: start, count: wanted)
             if data.count > wanted {
                 throw DocumentStoreError.invalidChange(
-                    "the contents source gave \(data.count) bytes at \(piece.lowerBound), more than \(wanted)")
+                    "the contents source gave \(data.count) bytes at \(start), more than \(wanted)")
             }
-            held = (piece, data)
+            held = (index, data)
         }
-        guard let held else { return Data(count: range.count) }
-        let from = Int(range.lowerBound - held.piece.lowerBound)
-        let to = Int(range.upperBound - held.piece.lowerBound)
-        let data = held.data
+        guard let data = held?.data else { return Data(count: range.count) }
+        let from = Int(range.lowerBound - index * page)
+        let to = Int(range.upperBound - index * page)
         // A slice shares the page's storage: no copy when the source holds every byte.
         if to <= data.count { return data[data.startIndex + from..<data.startIndex + to] }
         var result = Data(count: range.count)
@@ -463,7 +439,7 @@ final class NewContent {
             }
             if low < changed.count, changed[low].lowerBound <= at {
                 let to = min(end, changed[low].upperBound, (at / pages.page + 1) * pages.page)
-                return try pages.bytes(at..<to, within: changed[low])
+                return try pages.bytes(at..<to)
             } else {
                 let to = min(end, low < changed.count ? changed[low].lowerBound : end)
                 return try base.bytes(at..<to)
@@ -527,9 +503,6 @@ extension VersionedStore {
                 let pages = (size + page - 1) / page
                 guard Set(listed.filter { $0 >= 0 && Int64($0) < pages }).count == pages else { continue }
                 result[id] = try precut(size: size, source: source, page: page)
-            case .ranges(let size, let changed, let source) where source.isStable && size > 0:
-                guard (try? ContentWriter.ranges(changed, below: size)) == [0..<size] else { continue }
-                result[id] = try precut(size: size, source: source, page: page)
             default:
                 continue
             }
@@ -573,7 +546,7 @@ extension VersionedStore {
         while let data = try stream.next(read: { count in
             guard cursor < size else { return Data() }
             let to = min(size, cursor + Int64(count), (cursor / page + 1) * page)
-            let bytes = try pages.bytes(cursor..<to, within: 0..<size)
+            let bytes = try pages.bytes(cursor..<to)
             cursor = to
             return bytes
         }) {

@@ -417,58 +417,6 @@ struct LiveBufferSource: ContentsSource {
     }
 }
 
-/// `ContentUpdate.ranges`: byte ranges from a source that holds only those bytes.
-@Suite struct RangeUpdateTests {
-    /// A source that holds only `held` and fails a read outside it, as a file system's
-    /// written pages do.
-    struct PartialSource: ContentsSource {
-        let bytes: Data
-        let held: [Range<Int64>]
-        var count: Int64 { Int64(bytes.count) }
-        func read(offset: Int64, count: Int) throws -> Data {
-            let range = offset..<offset + Int64(count)
-            guard held.contains(where: { $0.clamped(to: range) == range }) else {
-                throw DocumentStoreError.io("read \(range) outside the held ranges")
-            }
-            return bytes.subdata(in: Int(offset)..<Int(offset) + count)
-        }
-    }
-
-    @Test(
-        "Ranges read only their own bytes from the source, keep the rest, grow with zeros, and refuse a negative bound",
-        arguments: StoreKind.all)
-    func ranges(_ kind: StoreKind) throws {
-        // The store's own chunk size: the ranges lie inside its 256 KiB source pages.
-        let fixture = try StoreFixture(kind)
-        let store = fixture.store
-        let info = try store.createDocument(
-            named: "ranges.bin", kind: .flat, type: nil, permissions: nil, origin: "")
-        @discardableResult
-        func save(_ update: ContentUpdate) throws -> SaveResult {
-            var changes = DocumentChanges(document: info.id, base: try store.document(info.id).currentVersion)
-            changes.contents[info.root] = update
-            return try store.save(changes)
-        }
-        var bytes = sampleBytes(3 << 20, seed: 60)
-        try save(.replace(DataContentsSource(bytes)))
-        // Three 4 KiB pages and a run of two, out of order and overlapping; one past the end.
-        let changed: [Range<Int64>] = [2_000_000..<2_004_096, 4096..<8192, 4096..<6000, 1_048_576..<1_056_768]
-        for range in changed {
-            bytes.replaceSubrange(Int(range.lowerBound)..<Int(range.upperBound), with: sampleBytes(range.count, seed: UInt64(range.lowerBound)))
-        }
-        bytes += Data(count: 5000)
-        let held = changed  // the growth past the old end is zeros, not read
-        let saved = try save(
-            .ranges(size: Int64(bytes.count), changed: changed, source: PartialSource(bytes: bytes, held: held)))
-        #expect(saved.bytesWritten < 1 << 20, "\(saved.bytesWritten) bytes for four edits")
-        #expect(try store.readContents(of: info.root, at: nil, offset: 0, count: bytes.count) == bytes)
-        #expect(try store.checkIntegrity().isClean)
-        #expect(throws: DocumentStoreError.self) {
-            try save(.ranges(size: 10, changed: [-1..<5], source: DataContentsSource(Data(count: 10))))
-        }
-    }
-}
-
 /// Small files are cut finer, so an edit of one stores a few KiB, not a large chunk's worth.
 @Suite struct SmallFileChunkingTests {
     @Test(

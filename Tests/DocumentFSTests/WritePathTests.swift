@@ -39,7 +39,7 @@ struct WritePathTests {
     }
 
     @Test(
-        "after an fsync, the pages the file's save wrote are taken in again from the spill, not the store",
+        "after an fsync, the chunks the file's save wrote are taken in again from the spill, not the store",
         arguments: StoreKind.all)
     func savedLayerStaysAsACache(_ kind: StoreKind) async throws {
         let fixture = try await Fixture.make(kind)
@@ -52,18 +52,18 @@ struct WritePathTests {
             #expect(first.withUnsafeBytes { pwrite(fd, $0.baseAddress, first.count, 0) } == first.count)
             #expect(fsync(fd) == 0)
 
-            // Partial writes into two saved pages need their other bytes: none come from the
-            // store. (The save then cuts the chunks around them again, from the store's cache.)
+            // Partial writes into both saved chunks need their other bytes: none come from the
+            // store.
             store.purgeCache()
             let before = store.statistics
             let patch = [UInt8](repeating: 0x5A, count: 100)
             #expect(patch.withUnsafeBytes { pwrite(fd, $0.baseAddress, 100, 10) } == 100)
             #expect(patch.withUnsafeBytes { pwrite(fd, $0.baseAddress, 100, 290 * 1024) } == 100)
-            #expect(store.statistics.chunksRead == before.chunksRead, "a chunk was read from the store")
             var expected = first
             expected.replaceSubrange(10..<110, with: patch)
             expected.replaceSubrange(290 * 1024..<290 * 1024 + 100, with: patch)
             #expect(fsync(fd) == 0)
+            #expect(store.statistics.chunksRead == before.chunksRead, "a chunk was read from the store")
             close(fd)
             let record = try fixture.record("Project.pkg", "kept.bin")
             #expect(
@@ -71,46 +71,6 @@ struct WritePathTests {
                     == expected)
 
             #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == expected)
-        }
-    }
-
-    @Test(
-        "a write takes in at most the 4 KiB pages it covers in part: an aligned page write reads nothing from the store, an unaligned one a page",
-        arguments: StoreKind.all)
-    func writesTakeInPagesNotChunks(_ kind: StoreKind) async throws {
-        let fixture = try await Fixture.make(kind)
-        let store = fixture.store
-        let bytes = sampleBytes(1 << 20, seed: 44)
-        try await withMount(store) { mount in
-            let path = mount.url("Project.pkg/big.bin")
-            try bytes.write(to: URL(fileURLWithPath: path))
-        }
-        try await withMount(store) { mount in
-            let path = mount.url("Project.pkg/big.bin")
-            store.purgeCache()
-            let fd = open(path, O_RDWR)
-            #expect(fd >= 0)
-            defer { close(fd) }
-            var expected = bytes
-            let page = [UInt8](repeating: 0xA5, count: 4096)
-            var before = store.statistics
-            #expect(page.withUnsafeBytes { pwrite(fd, $0.baseAddress, 4096, 8192) } == 4096)
-            expected.replaceSubrange(8192..<12288, with: page)
-            #expect(store.statistics.bytesRead == before.bytesRead, "an aligned page write read old bytes")
-            // The file's first read learns its chunk map (and reads whole chunks); later small
-            // reads away from the last one fetch slices.
-            var first = [UInt8](repeating: 0, count: 4096)
-            #expect(pread(fd, &first, 4096, 0) == 4096)
-            before = store.statistics
-            #expect(page.withUnsafeBytes { pwrite(fd, $0.baseAddress, 100, 500_000) } == 100)
-            expected.replaceSubrange(500_000..<500_100, with: page.prefix(100))
-            let read = store.statistics.bytesRead - before.bytesRead
-            #expect(read > 0 && read <= 8192, "an unaligned write read \(read) old bytes")
-            #expect(fsync(fd) == 0)
-            let record = try fixture.record("Project.pkg", "big.bin")
-            #expect(
-                try fixture.reopen().readContents(of: record.id, at: nil, offset: 0, count: expected.count)
-                    == expected)
         }
     }
 

@@ -234,16 +234,6 @@ public enum ContentUpdate: Sendable {
     /// ``sparse(size:chunks:source:)``. What a file system sends when a file it wrote was another
     /// file before (a rename over a name, a flat document's new file).
     case derived(from: NodeLookup, size: Int64, chunks: [Int], source: any ContentsSource)
-    /// The file is `size` bytes long; the bytes of each range in `changed` below `size` are read
-    /// from `source` (a chunk at a time) and written where they differ; other bytes below `size`
-    /// keep theirs, and bytes past the old end that no range covers are zeros. The ranges may
-    /// come in any order and overlap; a negative bound is an invalid change. What a file system
-    /// sends for the pages it wrote: only the chunks around them are cut again.
-    case ranges(size: Int64, changed: [Range<Int64>], source: any ContentsSource)
-    /// The file is `size` bytes long and starts as a copy of `lookup`'s contents, as in
-    /// ``derived(from:size:chunks:source:)``; the `changed` ranges are then read from `source` as
-    /// in ``ranges(size:changed:source:)``.
-    case derivedRanges(from: NodeLookup, size: Int64, changed: [Range<Int64>], source: any ContentsSource)
 }
 
 /// What to do when a save is based on a version older than the document's current one.
