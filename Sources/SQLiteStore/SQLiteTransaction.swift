@@ -443,10 +443,13 @@ struct SQLiteTransaction: StoreTransaction {
     }
 
     func insertChunk(hash: Data, data: Data) throws -> Int64 {
-        // Not a cached statement: one would keep the last chunk's bytes alive with its arguments.
-        try db.execute(
-            sql: "INSERT INTO chunks(hash, size, data) VALUES (?, ?, ?)", arguments: [hash, data.count, data])
-        return db.lastInsertedRowID
+        // Cached: preparing it was a twentieth of a small save's CPU. A cached statement keeps
+        // its last arguments, so empty ones replace the chunk's bytes once it has run.
+        let statement = try db.cachedStatement(sql: "INSERT INTO chunks(hash, size, data) VALUES (?, ?, ?)")
+        try statement.execute(arguments: [hash, data.count, data])
+        let id = db.lastInsertedRowID
+        try statement.setArguments([Data(), 0, Data()])
+        return id
     }
 
     func chunks(_ ids: [Int64]) throws -> [Int64: Data] {
