@@ -145,6 +145,9 @@ extension DocumentFileSystem {
         case .success(let saved):
             result = saved
         }
+        // Cache layers of files no handle has open any more, let go after the lock.
+        var dropped: [SpillLayer] = []
+        defer { withExtendedLifetime(dropped) {} }
         let conflict = state.withLock { _ -> Bool in
             document.lastError = nil
             if result.isConflict {
@@ -164,6 +167,9 @@ extension DocumentFileSystem {
             for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
                 item.snapshot.contents.saved(
                     item.snapshot, as: item.id, version: result.version.id, text: item.text)
+                // Saved after its last close (a close's save): no handle will read or take in
+                // those bytes, and in memory they would hold the budget for small files.
+                if item.node.openHandles == 0 { dropped += item.snapshot.contents.dropClean() }
             }
             // In place: a copy of a big package's records would make every save cost the
             // size of the package.

@@ -46,6 +46,10 @@ public final class DocumentFileSystem: FileSystem {
         /// Where written chunks wait for their save (unnamed files); nil: beside the store file,
         /// or the system's temporary directory for stores that are not local files.
         public var spillDirectory: String?
+        /// Bytes written to small files (at most 256 KiB into them) are kept in memory rather
+        /// than in spill files, up to this many bytes across the mount; 0 puts every written
+        /// byte in a spill file.
+        public var memoryForSmallFiles = 16 << 20
         /// Names of files that are never saved.
         public var scratchNames = ScratchNames.standard
         /// Answer every change with `EROFS`.
@@ -73,6 +77,8 @@ public final class DocumentFileSystem: FileSystem {
     let rootOwner: (uid: UInt32, gid: UInt32)
     /// Where written chunks are kept until saved.
     let spillFiles: SpillFiles
+    /// Bytes of small files' writes held in memory now (``Configuration/memoryForSmallFiles``).
+    package var memoryForSmallFilesInUse: Int { spillFiles.memoryInUse }
     /// The folder of the store file; empty for a store that is not a local file.
     let storeDirectory: String
     let chunkSize: Int
@@ -182,14 +188,16 @@ public final class DocumentFileSystem: FileSystem {
             store.location.hasPrefix("/") ? (store.location as NSString).deletingLastPathComponent : ""
         var isDirectory: ObjCBool = false
         if let given = configuration.spillDirectory {
-            spillFiles = SpillFiles(directory: given)
+            spillFiles = SpillFiles(directory: given, memoryBudget: configuration.memoryForSmallFiles)
         } else if !storeDirectory.isEmpty,
             FileManager.default.fileExists(atPath: storeDirectory, isDirectory: &isDirectory),
             isDirectory.boolValue, Glibc.access(storeDirectory, W_OK) == 0
         {
-            spillFiles = SpillFiles(directory: storeDirectory)
+            spillFiles = SpillFiles(
+                directory: storeDirectory, memoryBudget: configuration.memoryForSmallFiles)
         } else {
-            spillFiles = SpillFiles(directory: NSTemporaryDirectory())
+            spillFiles = SpillFiles(
+                directory: NSTemporaryDirectory(), memoryBudget: configuration.memoryForSmallFiles)
         }
         let forgotten = ForgetRelay()
         table = NodeTable(root: mountRootInode) { ino, _ in forgotten.target?.forgotten(ino) }

@@ -32,6 +32,10 @@ struct ContentBase: Sendable, Equatable {
 /// Where spill files come from: unnamed files in one folder, kept for reuse when a layer lets
 /// its file go. Making one costs the file system an inode allocation, which on ext4 took a
 /// quarter of the daemon's time under fsx (a new layer after every save).
+///
+/// Small layers live in memory instead (``SpillLayer``), within ``memoryBudget``: creating
+/// 10,000 small files made as many spill files, and ext4's search for a free inode among the
+/// recently freed ones was half the daemon's CPU.
 final class SpillFiles: Sendable {
     let directory: String
     private let idle = Mutex<[Int32]>([])
@@ -39,8 +43,34 @@ final class SpillFiles: Sendable {
     /// taken until it is reused).
     static let keptIdle = 16
     static let largestKept: Int64 = 4 << 20
+    /// A layer stays in memory while everything written to it lies below this offset.
+    static let memoryLayerLimit = 256 << 10
+    /// Bytes all layers may keep in memory together.
+    let memoryBudget: Int
+    private let memoryUsed = Atomic(0)
 
-    init(directory: String) { self.directory = directory }
+    init(directory: String, memoryBudget: Int = 16 << 20) {
+        self.directory = directory
+        self.memoryBudget = memoryBudget
+    }
+
+    /// Bytes of memory used by layers now.
+    var memoryInUse: Int { memoryUsed.load(ordering: .relaxed) }
+
+    /// Takes `count` bytes of the memory budget; false when they would exceed it.
+    func reserve(_ count: Int) -> Bool {
+        var used = memoryUsed.load(ordering: .relaxed)
+        while true {
+            guard used + count <= memoryBudget else { return false }
+            let (exchanged, original) = memoryUsed.compareExchange(
+                expected: used, desired: used + count, ordering: .relaxed)
+            if exchanged { return true }
+            used = original
+        }
+    }
+
+    /// Gives back `count` bytes of the memory budget.
+    func release(_ count: Int) { memoryUsed.subtract(count, ordering: .relaxed) }
 
     deinit {
         for fd in idle.withLock({ $0 }) { Glibc.close(fd) }
@@ -83,7 +113,9 @@ final class SpillFiles: Sendable {
 }
 
 /// Written chunks of one file, kept in an unnamed local file (the spill) rather than in memory,
-/// so a large write costs disk, not RAM.
+/// so a large write costs disk, not RAM; a small file's are kept in memory, within the mount's
+/// budget (``SpillFiles/memoryBudget``), and move to a spill file when a write goes past
+/// ``SpillFiles/memoryLayerLimit`` or the budget is spent.
 ///
 /// Invariant: every byte of the spill outside ``chunks`` reads as zero (dropped chunks are
 /// punched out), so a chunk can be taken into the layer by writing only what it must keep.
@@ -101,29 +133,39 @@ final class SpillLayer: @unchecked Sendable {
     /// Holds the base's own bytes for its chunks (the layer a save stored, kept as a cache of
     /// them): takes no writes, and is not a change.
     var clean = false
-    /// Opened by the first write, which runs without the file system's lock while readers may
-    /// look: so it is published atomically.
-    private let fd = Atomic<Int32>(-1)
+    /// Where the bytes are. Guarded by its own lock, which only this file's requests take, and
+    /// held for memory copies only: a spill file's I/O runs outside it (its descriptor never
+    /// changes once set), except the one move of a memory layer into a new file.
+    private let storage = Mutex(Storage.empty)
     private let files: SpillFiles
+
+    private enum Storage {
+        /// Nothing written yet.
+        case empty
+        /// The bytes from offset 0, a multiple of 4 KiB long, with its budget taken; bytes past
+        /// the end read as zeros.
+        case memory([UInt8])
+        case file(Int32)
+    }
 
     init(files: SpillFiles) { self.files = files }
 
     deinit {
-        let fd = fd.load(ordering: .acquiring)
-        if fd >= 0 { files.give(fd) }
+        switch storage.withLock({ $0 }) {
+        case .empty: break
+        case .memory(let bytes): files.release(bytes.count)
+        case .file(let fd): files.give(fd)
+        }
     }
 
     var isEmpty: Bool { chunks.isEmpty && cut == .max }
 
-    private func descriptor() throws(Errno) -> Int32 {
-        let current = fd.load(ordering: .acquiring)
-        if current >= 0 { return current }
-        let opened = try files.take()
-        let (exchanged, original) = fd.compareExchange(
-            expected: -1, desired: opened, ordering: .acquiringAndReleasing)
-        if exchanged { return opened }
-        files.give(opened)
-        return original
+    /// Whether the bytes are in memory (for tests).
+    var isInMemory: Bool {
+        storage.withLock {
+            if case .memory = $0 { return true }
+            return false
+        }
     }
 
     func contains(_ chunk: Int) -> Bool { chunks.contains(chunk) }
@@ -131,7 +173,55 @@ final class SpillLayer: @unchecked Sendable {
     /// Writes `bytes` at file offset `offset`.
     func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(Errno) {
         guard let address = bytes.baseAddress else { return }
-        let fd = try descriptor()
+        let fd = try storage.withLock { storage throws(Errno) -> Int32? in
+            if case .file(let fd) = storage { return fd }
+            var held: [UInt8] = []
+            if case .memory(let bytes) = storage { held = bytes }
+            // The buffer's only reference while it changes, so it is not copied.
+            storage = .empty
+            let end = offset + Int64(bytes.count)
+            if end <= Int64(SpillFiles.memoryLayerLimit) {
+                let size = Int((end + 4095) / 4096 * 4096)
+                if size <= held.count || files.reserve(size - held.count) {
+                    if size > held.count {
+                        held.append(contentsOf: repeatElement(0, count: size - held.count))
+                    }
+                    held.withUnsafeMutableBytes { raw in
+                        if let base = raw.baseAddress {
+                            (base + Int(offset)).copyMemory(from: address, byteCount: bytes.count)
+                        }
+                    }
+                    storage = .memory(held)
+                    return nil
+                }
+            }
+            // Too far into the file, or the budget is spent: into a spill file, for good.
+            let fd: Int32
+            do throws(Errno) {
+                fd = try files.take()
+            } catch {
+                storage = held.isEmpty ? .empty : .memory(held)
+                throw error
+            }
+            let moved = held.withUnsafeBytes { raw in
+                Result { () throws(Errno) in try Self.write(fd, raw, at: 0) }
+            }
+            if case .failure(let error) = moved {
+                files.give(fd)
+                storage = held.isEmpty ? .empty : .memory(held)
+                throw error
+            }
+            files.release(held.count)
+            storage = .file(fd)
+            return fd
+        }
+        if let fd {
+            try Self.write(fd, UnsafeRawBufferPointer(start: address, count: bytes.count), at: offset)
+        }
+    }
+
+    private static func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(Errno) {
+        guard let address = bytes.baseAddress else { return }
         var done = 0
         while done < bytes.count {
             let n = pwrite(fd, address + done, bytes.count - done, off_t(offset) + off_t(done))
@@ -152,11 +242,26 @@ final class SpillLayer: @unchecked Sendable {
     /// Reads `count` bytes at `offset` into `buffer` (zeros where nothing was written).
     func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(Errno) {
         guard let address = buffer.baseAddress else { return }
-        let fd = fd.load(ordering: .acquiring)
-        guard fd >= 0 else {
-            memset(address, 0, buffer.count)
-            return
+        let fd = storage.withLock { storage -> Int32? in
+            switch storage {
+            case .file(let fd):
+                return fd
+            case .empty:
+                memset(address, 0, buffer.count)
+            case .memory(let bytes):
+                let available = max(0, min(buffer.count, bytes.count - Int(clamping: offset)))
+                if available > 0 {
+                    bytes.withUnsafeBytes { raw in
+                        if let base = raw.baseAddress {
+                            address.copyMemory(from: base + Int(offset), byteCount: available)
+                        }
+                    }
+                }
+                memset(address + available, 0, buffer.count - available)
+            }
+            return nil
         }
+        guard let fd else { return }
         var done = 0
         while done < buffer.count {
             let n = pread(fd, address + done, buffer.count - done, off_t(offset) + off_t(done))
@@ -174,9 +279,27 @@ final class SpillLayer: @unchecked Sendable {
 
     /// Makes `[offset, offset+length)` read as zeros.
     func zero(at offset: Int64, length: Int64) throws(Errno) {
-        // Never written: it reads as zeros already.
-        let fd = fd.load(ordering: .acquiring)
-        guard fd >= 0, length > 0 else { return }
+        guard length > 0 else { return }
+        let fd = storage.withLock { storage -> Int32? in
+            switch storage {
+            case .file(let fd):
+                return fd
+            case .empty:
+                return nil  // never written: it reads as zeros already
+            case .memory(var bytes):
+                storage = .empty
+                let from = Int(clamping: min(offset, Int64(bytes.count)))
+                let to = Int(clamping: min(offset + length, Int64(bytes.count)))
+                if from < to {
+                    bytes.withUnsafeMutableBytes { raw in
+                        if let base = raw.baseAddress { memset(base + from, 0, to - from) }
+                    }
+                }
+                storage = .memory(bytes)
+                return nil
+            }
+        }
+        guard let fd else { return }
         if docfs_punch_hole(fd, off_t(offset), off_t(length)) == 0 { return }
         // No hole punching on this file system: write the zeros.
         let zeros = [UInt8](repeating: 0, count: Int(min(length, 1 << 20)))
@@ -184,7 +307,7 @@ final class SpillLayer: @unchecked Sendable {
         while at < offset + length {
             let n = Int(min(Int64(zeros.count), offset + length - at))
             try withRawBytes(zeros) { raw throws(Errno) in
-                try write(UnsafeRawBufferPointer(rebasing: raw[0..<n]), at: at)
+                try Self.write(fd, UnsafeRawBufferPointer(rebasing: raw[0..<n]), at: at)
             }
             at += Int64(n)
         }

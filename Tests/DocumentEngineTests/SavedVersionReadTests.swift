@@ -80,7 +80,8 @@ struct SavedVersionReadTests {
         changes.contents[info.root] = .replace(DataContentsSource(bytes))
         let version = try store.save(changes).version.id
         let reader = try #require(try fixture.reopen() as? SQLiteStore)
-        #expect(try reader.readContents(of: info.root, at: version, offset: 0, count: 4096) == bytes.prefix(4096))
+        #expect(
+            try reader.readContents(of: info.root, at: version, offset: 0, count: 4096) == bytes.prefix(4096))
         let before = reader.statistics
         var state: UInt64 = 1
         for _ in 0..<200 {

@@ -440,7 +440,8 @@ struct LiveBufferSource: ContentsSource {
             bytes.replaceSubrange(offset..<offset + 100, with: sampleBytes(100, seed: UInt64(50 + round)))
             let update: ContentUpdate =
                 round == 0
-                ? .replace(DataContentsSource(bytes)) : .sparse(size: Int64(bytes.count), chunks: [0], source: DataContentsSource(bytes))
+                ? .replace(DataContentsSource(bytes))
+                : .sparse(size: Int64(bytes.count), chunks: [0], source: DataContentsSource(bytes))
             let saved = try save(update)
             #expect(saved.bytesWritten <= 64 << 10, "an edit stored \(saved.bytesWritten) bytes")
             #expect(try store.readContents(of: info.root, at: nil, offset: 0, count: bytes.count) == bytes)

@@ -75,6 +75,47 @@ struct WritePathTests {
     }
 
     @Test(
+        "small files' bytes wait in memory, and it is given back once they are saved and closed; a file kept open keeps its saved bytes as a cache",
+        arguments: StoreKind.all)
+    func smallFilesMemoryIsGivenBack(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
+        try await withMount(fixture.store) { mount in
+            let fs = mount.mount.fileSystem
+            let bytes = sampleBytes(4096, seed: 45)
+            for i in 0..<50 {
+                try bytes.write(to: URL(fileURLWithPath: mount.url("Project.pkg/small-\(i).bin")))
+            }
+            #expect(
+                eventually(timeout: 10) { fs.memoryForSmallFilesInUse == 0 } != nil,
+                "still \(fs.memoryForSmallFilesInUse) bytes in memory")
+            // Many, quickly, as an unpacker makes them: their saves are grouped and often end
+            // after the file's last close, and give the memory back then.
+            for i in 0..<2000 {
+                let fd = open(mount.url("Project.pkg/many-\(i).bin"), O_CREAT | O_WRONLY | O_EXCL, 0o644)
+                #expect(fd >= 0)
+                #expect(bytes.withUnsafeBytes { write(fd, $0.baseAddress, 4096) } == 4096)
+                close(fd)
+            }
+            #expect(
+                eventually(timeout: 10) { fs.memoryForSmallFilesInUse == 0 } != nil,
+                "still \(fs.memoryForSmallFilesInUse) bytes in memory")
+            let fd = open(mount.url("Project.pkg/open.bin"), O_CREAT | O_RDWR, 0o644)
+            #expect(fd >= 0)
+            #expect(bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, 4096, 0) } == 4096)
+            #expect(fs.memoryForSmallFilesInUse == 4096)
+            #expect(fsync(fd) == 0)
+            #expect(fs.memoryForSmallFilesInUse == 4096, "the saved bytes of an open file stay as its cache")
+            close(fd)
+            #expect(eventually(timeout: 10) { fs.memoryForSmallFilesInUse == 0 } != nil)
+            for i in [0, 49] {
+                #expect(
+                    try Data(contentsOf: URL(fileURLWithPath: mount.url("Project.pkg/small-\(i).bin")))
+                        == bytes)
+            }
+        }
+    }
+
+    @Test(
         "a file written and closed in a package is saved; mkdir, mv and rm are saved by the quiet interval",
         arguments: StoreKind.all)
     func packageEdits(_ kind: StoreKind) async throws {
