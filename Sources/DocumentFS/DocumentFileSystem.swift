@@ -16,7 +16,7 @@ import SystemPackage
 /// - **Lazy reads.** Listings, `stat`, `readlink` and xattrs come from wrapper records (read per
 ///   document on first use); `read` asks the store for exactly the chunks it needs.
 /// - **Incremental saves.** Writes collect in per-file layers of dirty chunks (kept in unnamed
-///   local files, not in memory). A save sends the document's changed records and only the
+///   local files, or in memory for small files, within a budget). A save sends the document's changed records and only the
 ///   dirty chunks to the store as one atomic version. Save points: `fsync` (durable before it
 ///   returns), the close of a dirty file, a rename onto a wrapper's name, a quiet interval after
 ///   the last change, and unmount. A save's error is what `close`/`fsync` return.

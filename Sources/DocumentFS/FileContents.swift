@@ -160,14 +160,6 @@ final class SpillLayer: @unchecked Sendable {
 
     var isEmpty: Bool { chunks.isEmpty && cut == .max }
 
-    /// Whether the bytes are in memory (for tests).
-    var isInMemory: Bool {
-        storage.withLock {
-            if case .memory = $0 { return true }
-            return false
-        }
-    }
-
     func contains(_ chunk: Int) -> Bool { chunks.contains(chunk) }
 
     /// Writes `bytes` at file offset `offset`.
