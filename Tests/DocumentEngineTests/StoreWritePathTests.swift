@@ -63,8 +63,8 @@ struct FlatFile {
     var store: any DocumentStore { fixture.store }
     let document: DocumentInfo
 
-    init(_ kind: StoreKind = .sqlite) throws {
-        fixture = try StoreFixture(kind, chunkSize: Self.chunk, name: "W")
+    init(_ kind: StoreKind = .sqlite, chunkSize: Int = Self.chunk) throws {
+        fixture = try StoreFixture(kind, chunkSize: chunkSize, name: "W")
         document = try fixture.store.createDocument(
             named: "file.bin", kind: .flat, type: nil, permissions: nil, origin: "test")
     }
@@ -423,15 +423,9 @@ struct LiveBufferSource: ContentsSource {
         "An edit of a 200 KiB file stores at most two small chunks, however it is saved; a 2 MiB file keeps large chunks",
         arguments: StoreKind.all)
     func smallFilesCutFiner(_ kind: StoreKind) throws {
-        let fixture = try StoreFixture(kind)
-        let store = fixture.store
-        let info = try store.createDocument(
-            named: "small.bin", kind: .flat, type: nil, permissions: nil, origin: "")
-        func save(_ update: ContentUpdate) throws -> SaveResult {
-            var changes = DocumentChanges(document: info.id, base: try store.document(info.id).currentVersion)
-            changes.contents[info.root] = update
-            return try store.save(changes)
-        }
+        let file = try FlatFile(kind, chunkSize: SQLiteStore.defaultChunkSize)
+        let store = file.store
+        func save(_ update: ContentUpdate) throws -> SaveResult { try file.save(update) }
         var bytes = sampleBytes(200 << 10, seed: 41)
         let first = try save(.replace(DataContentsSource(bytes)))
         #expect(first.chunksWritten >= 4, "\(first.chunksWritten) chunks for 200 KiB")
@@ -444,17 +438,17 @@ struct LiveBufferSource: ContentsSource {
                 : .sparse(size: Int64(bytes.count), chunks: [0], source: DataContentsSource(bytes))
             let saved = try save(update)
             #expect(saved.bytesWritten <= 64 << 10, "an edit stored \(saved.bytesWritten) bytes")
-            #expect(try store.readContents(of: info.root, at: nil, offset: 0, count: bytes.count) == bytes)
+            #expect(try file.contents() == bytes)
         }
         let large = sampleBytes(2 << 20, seed: 42)
         let saved = try save(.replace(DataContentsSource(large)))
         #expect(saved.chunksWritten <= 32, "\(saved.chunksWritten) chunks for 2 MiB")
-        #expect(try store.readContents(of: info.root, at: nil, offset: 0, count: large.count) == large)
+        #expect(try file.contents() == large)
         // Shrunk into the small class: the new end is cut again, the rest kept, the bytes right.
         let shrunk = sampleBytes(100 << 10, seed: 42)
         let cut = try save(.sparse(size: Int64(shrunk.count), chunks: [], source: DataContentsSource(shrunk)))
         #expect(cut.bytesWritten <= 100 << 10)
-        #expect(try store.readContents(of: info.root, at: nil, offset: 0, count: large.count) == shrunk)
+        #expect(try file.contents() == shrunk)
         #expect(try store.checkIntegrity().isClean)
     }
 }
