@@ -1,6 +1,7 @@
 import DocumentEngine
 import FUSE
 import Foundation
+import Synchronization
 import SystemPackage
 
 #if canImport(Glibc)
@@ -583,10 +584,31 @@ extension DocumentFileSystem {
 
 /// The process (thread group) of a thread: FUSE requests carry the calling thread's id.
 ///
-/// Asked on every write and close, so it reads bytes, not text: splitting the status file into
-/// lines of `String` was the daemon's busiest code while creating small files (issue 16, B5).
+/// Asked on every create, write and close. Reading `/proc/<tid>/status` (the kernel formats the
+/// whole file) was a tenth of the daemon's CPU while small files were created, so answers are
+/// kept for a second: a thread id names another thread only after it exited and the kernel
+/// handed out every other id, and a wrong answer costs at most a save at a close, or one left
+/// to the quiet interval.
 func threadGroup(of thread: Int32) -> Int32 {
     guard thread > 0 else { return thread }
+    let now = ContinuousClock.now
+    if let known = threadGroups.withLock({ $0[thread] }), now - known.seen < .seconds(1) {
+        return known.group
+    }
+    let group = readThreadGroup(of: thread)
+    threadGroups.withLock { cache in
+        if cache.count >= 4096 { cache.removeAll(keepingCapacity: true) }
+        cache[thread] = (group, now)
+    }
+    return group
+}
+
+/// Thread ids asked about lately, their thread groups, and when they were read.
+private let threadGroups = Mutex<[Int32: (group: Int32, seen: ContinuousClock.Instant)]>([:])
+
+/// Reads bytes, not text: splitting the status file into lines of `String` was the daemon's
+/// busiest code while creating small files (issue 16, B5).
+private func readThreadGroup(of thread: Int32) -> Int32 {
     let fd = open("/proc/\(thread)/status", O_RDONLY | O_CLOEXEC)
     guard fd >= 0 else { return thread }
     defer { close(fd) }
