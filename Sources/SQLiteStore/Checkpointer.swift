@@ -90,24 +90,11 @@ final class Checkpointer: Sendable {
         }
     }
 
+    /// FULL: the checkpoint syncs the log before it copies (a deferred save's frames may not be
+    /// on disk yet) and the database file before the log may be restarted. Reading the schema
+    /// opens the log, which a checkpoint on a fresh connection needs.
     private static func open(_ path: String) -> OpaquePointer? {
-        var db: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX
-        guard sqlite3_open_v2(path, &db, flags, nil) == SQLITE_OK, let db else {
-            if let db { sqlite3_close_v2(db) }
-            return nil
-        }
-        // FULL: the checkpoint syncs the log before it copies (a deferred save's frames may not
-        // be on disk yet) and the database file before the log may be restarted. Reading the
-        // schema opens the log, which a checkpoint on a fresh connection needs.
-        guard
-            sqlite3_exec(db, "PRAGMA synchronous = FULL; SELECT count(*) FROM sqlite_schema", nil, nil, nil)
-                == SQLITE_OK
-        else {
-            sqlite3_close_v2(db)
-            return nil
-        }
-        return db
+        openPlainConnection(path, setup: "PRAGMA synchronous = FULL; SELECT count(*) FROM sqlite_schema")
     }
 }
 

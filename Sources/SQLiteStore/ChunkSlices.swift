@@ -51,19 +51,9 @@ final class ChunkSlices: Sendable {
 
     private func take() -> Connection? {
         if let connection = idle.withLock({ $0.popLast() }) { return connection }
-        var db: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX
-        guard sqlite3_open_v2(path, &db, flags, nil) == SQLITE_OK, let db else {
-            if let db { sqlite3_close_v2(db) }
-            return nil
-        }
-        // As long as the pool's readers wait for a lock (only while a log is recovered).
-        sqlite3_busy_timeout(db, 30_000)
-        guard sqlite3_exec(db, "PRAGMA query_only = 1", nil, nil, nil) == SQLITE_OK else {
-            sqlite3_close_v2(db)
-            return nil
-        }
-        return Connection(db)
+        // Waits for a lock as long as the pool's readers do (only while a log is recovered).
+        return openPlainConnection(path, setup: "PRAGMA busy_timeout = 30000; PRAGMA query_only = 1")
+            .map(Connection.init)
     }
 
     private func give(_ connection: Connection) {

@@ -363,17 +363,16 @@ final class SQLiteBackend: StoreBackend {
     /// Runs `body` on the writer, then copies the whole log into the database file and empties
     /// it. A checkpoint running elsewhere makes that fail at once with SQLITE_BUSY (SQLite calls
     /// no busy handler for it): this store's own background checkpoints are held off meanwhile,
-    /// another process's are waited out, for up to 10 s.
+    /// another process's are waited out, for up to 10 s; `body` runs once.
     private func truncatingLog(_ body: (Database) throws -> Void) throws {
         do {
             try checkpointer.excluding {
+                try pool.writeWithoutTransaction(body)
                 var attempts = 0
                 while true {
                     do {
-                        return try pool.writeWithoutTransaction { db in
-                            try body(db)
-                            _ = try db.checkpoint(.truncate)
-                        }
+                        _ = try pool.writeWithoutTransaction { try $0.checkpoint(.truncate) }
+                        return
                     } catch let error as DatabaseError
                         where error.resultCode == .SQLITE_BUSY && attempts < 200
                     {

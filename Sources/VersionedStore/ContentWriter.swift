@@ -679,11 +679,8 @@ struct Chunking: Sendable {
         init(chunkSize: Int) {
             large = Chunking.method(chunkSize: chunkSize)
             // A store whose chunks are too small to cut by content eighths has one class.
-            if case .contentDefined = Chunking.method(chunkSize: chunkSize / 8) {
-                small = Chunking.method(chunkSize: chunkSize / 8)
-            } else {
-                small = large
-            }
+            let eighths = Chunking.method(chunkSize: chunkSize / 8)
+            if case .contentDefined = eighths { small = eighths } else { small = large }
             smallFileLimit = Int64(chunkSize)
         }
 
