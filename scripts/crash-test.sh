@@ -32,6 +32,8 @@ for ((round = 1; round <= rounds; round++)); do
     done
     grep -q " $mnt " /proc/self/mounts || { echo "round $round: the mount never came up" >&2; status=1; exit 1; }
     daemon_pid=$(pgrep -P "$timer" | head -1)
+    # The FUSE connection's number (the mount's device minor), to abort it if the kill hangs.
+    connection=$(mountpoint -d "$mnt" | cut -d: -f2)
     [ -d "$mnt/Crash.pkg" ] || timeout 10 mkdir "$mnt/Crash.pkg"
     pids=()
     for ((w = 0; w < writers; w++)); do
@@ -43,6 +45,16 @@ for ((round = 1; round <= rounds; round++)); do
     sleep "$(printf '%d.%03d' $((delay / 1000)) $((delay % 1000)))"
     kill -KILL "$daemon_pid"
     kills=$((kills + 1))
+    # A kill can catch the daemon's notification thread invalidating a file's cached pages
+    # while a read of one of them waits for an answer the dead daemon will never give: the
+    # thread waits for the page lock in the kernel, uninterruptibly, so the process never
+    # ends and the connection is never closed. Aborting the connection (fusectl) fails the
+    # pending requests and lets it end; the writers then see ENOTCONN, as after any kill.
+    for _ in $(seq 60); do kill -0 "$timer" 2>/dev/null || break; sleep 0.05; done
+    if kill -0 "$timer" 2>/dev/null && [ -w "/sys/fs/fuse/connections/$connection/abort" ]; then
+        echo "round $round: the killed daemon did not end; aborting FUSE connection $connection" >&2
+        echo 1 >"/sys/fs/fuse/connections/$connection/abort"
+    fi
     wait "$timer" 2>/dev/null || true
     daemon_pid=
     for pid in "${pids[@]}"; do wait "$pid" || echo "round $round: writer $pid exited with $?" >&2; done
