@@ -10,6 +10,9 @@ import Synchronization
 ///   released and `onForget` runs (outside the lock), e.g. to free an unlinked file's data.
 /// - A released node id may be reused for another key with a higher ``Generation``, so
 ///   (node id, generation) never names two different nodes.
+/// - ``retire(_:)`` gives a key a new node id from its next lookup on, while the kernel's old
+///   inode keeps its id until forgotten: a key can then have several node ids, and `onForget`
+///   runs when the last of them is forgotten.
 ///
 /// The root (``NodeID/root``) is pinned to `root` and never forgotten.
 public final class NodeTable<Key: Hashable & Sendable>: Sendable {
@@ -20,7 +23,10 @@ public final class NodeTable<Key: Hashable & Sendable>: Sendable {
     }
     private struct State {
         var nodes: [UInt64: Node] = [:]
+        /// The node id that the next lookup of a key gets.
         var ids: [Key: UInt64] = [:]
+        /// Older node ids of keys, still held by the kernel (see ``retire(_:)``).
+        var retired: [Key: [UInt64]] = [:]
         /// Released node ids with the generation they last had.
         var free: [(id: UInt64, generation: Generation)] = []
         var next: UInt64 = NodeID.root.rawValue + 1
@@ -89,9 +95,32 @@ public final class NodeTable<Key: Hashable & Sendable>: Sendable {
                 return nil
             }
             state.nodes[node.rawValue] = nil
-            state.ids[entry.key] = nil
             state.free.append((node.rawValue, entry.generation))
+            if state.ids[entry.key] == node.rawValue {
+                state.ids[entry.key] = nil
+            } else if var older = state.retired[entry.key] {
+                older.removeAll { $0 == node.rawValue }
+                state.retired[entry.key] = older.isEmpty ? nil : older
+            }
+            // The key is gone from the kernel only when none of its node ids is left.
+            guard state.ids[entry.key] == nil, state.retired[entry.key] == nil else { return nil }
             return entry.key
+        }
+    }
+
+    /// Makes the next lookup of `key` get a new node id, so that the kernel makes a new inode for
+    /// it instead of updating the one it has. The old node id keeps standing for `key` (open
+    /// files keep using it) until the kernel forgets it.
+    ///
+    /// This is how a file whose size changed elsewhere reaches a kernel that keeps sizes itself
+    /// (the writeback cache): invalidate the key's entries after retiring it.
+    /// - Returns: whether the kernel held a node for `key`.
+    @discardableResult
+    public func retire(_ key: Key) -> Bool {
+        state.withLock { state in
+            guard key != rootKey, let id = state.ids.removeValue(forKey: key) else { return false }
+            state.retired[key, default: []].append(id)
+            return true
         }
     }
 
@@ -100,9 +129,25 @@ public final class NodeTable<Key: Hashable & Sendable>: Sendable {
         state.withLock { $0.nodes[node.rawValue]?.key }
     }
 
-    /// The node id of `key` if the kernel knows it (for notifications); counts nothing.
+    /// The node id of `key` if the kernel knows it (for notifications); counts nothing. For a
+    /// retired key not looked up since, its newest old node id.
     public func node(for key: Key) -> NodeID? {
-        state.withLock { $0.ids[key].map { NodeID($0) } }
+        state.withLock { ($0.ids[key] ?? $0.retired[key]?.last).map { NodeID($0) } }
+    }
+
+    /// Whether `node` is the node id its key's lookups get now: false for a retired or unknown one.
+    public func isCurrent(_ node: NodeID) -> Bool {
+        state.withLock { state in
+            guard let key = state.nodes[node.rawValue]?.key else { return false }
+            return state.ids[key] == node.rawValue
+        }
+    }
+
+    /// Every node id the kernel holds for `key`: the current one and retired ones.
+    public func nodes(for key: Key) -> [NodeID] {
+        state.withLock { state in
+            ((state.retired[key] ?? []) + (state.ids[key].map { [$0] } ?? [])).map { NodeID($0) }
+        }
     }
 
     /// The kernel's current lookup count of `node` (0 if unknown).

@@ -40,4 +40,42 @@ import Testing
         #expect(table.key(for: node) == nil)
         #expect(table.count == 1)
     }
+
+    @Test func aRetiredKeyGetsANewNodeAndIsForgottenWithItsLast() {
+        let forgotten = Mutex<[String]>([])
+        let table = NodeTable<String>(root: "/") { key, _ in forgotten.withLock { $0.append(key) } }
+        #expect(!table.retire("a"))
+        let (old, _) = table.acquire("a")
+        #expect(table.isCurrent(old))
+        #expect(table.retire("a"))
+        #expect(!table.isCurrent(old))
+        // Until it is looked up again, the old node is the one to notify.
+        #expect(table.node(for: "a") == old)
+        let (new, _) = table.acquire("a")
+        #expect(new != old)
+        #expect(table.acquire("a").node == new)
+        #expect(table.node(for: "a") == new)
+        #expect(table.isCurrent(new))
+        #expect(Set(table.nodes(for: "a")) == [old, new])
+        // Both ids stand for the key while the kernel holds them.
+        #expect(table.key(for: old) == "a")
+        #expect(table.key(for: new) == "a")
+        table.forget(old, lookups: 1)
+        #expect(forgotten.withLock { $0 }.isEmpty)
+        #expect(table.nodes(for: "a") == [new])
+        table.forget(new, lookups: 2)
+        #expect(forgotten.withLock { $0 } == ["a"])
+        #expect(table.node(for: "a") == nil)
+        #expect(table.count == 1)
+        // A new node forgotten first leaves the key with its old one.
+        let (first, _) = table.acquire("b")
+        table.retire("b")
+        let (second, _) = table.acquire("b")
+        table.forget(second, lookups: 1)
+        #expect(forgotten.withLock { $0 } == ["a"])
+        #expect(table.node(for: "b") == first)
+        table.forget(first, lookups: 1)
+        #expect(forgotten.withLock { $0 } == ["a", "b"])
+        #expect(!table.retire("/"))
+    }
 }
