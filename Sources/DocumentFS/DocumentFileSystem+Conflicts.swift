@@ -359,7 +359,7 @@ extension DocumentFileSystem {
             }
             afterward(&state)
             let document = install(&state, info: current, rootRecord: rootRecord)
-            if table.node(for: shownAs) != nil { state.nodes[shownAs] = document.root }
+            standIn(&state, shownAs, for: document.root)
             state.rootChanged = .now
             return [.entry(parent: mountRootInode, name: newName), .inode(mountRootInode)]
         }
@@ -440,9 +440,7 @@ extension DocumentFileSystem {
             destination.base = saved.version.id
             afterward(&state)
             state.rootChanged = .now
-            if let moved = newIDs[root.id].flatMap({ nodes[$0] }), table.node(for: shownAs) != nil {
-                state.nodes[shownAs] = moved
-            }
+            if let moved = newIDs[root.id].flatMap({ nodes[$0] }) { standIn(&state, shownAs, for: moved) }
             return [
                 .entry(parent: directory.ino, name: newName), .inode(directory.ino), .inode(mountRootInode),
             ]
@@ -464,7 +462,7 @@ extension DocumentFileSystem {
             dropConflict(&state, entry)
             // The kernel moved the entry's dentry onto the document's name: until it asks again,
             // the entry's inode stands for the document.
-            if table.node(for: entry.root.ino) != nil { state.nodes[entry.root.ino] = document.root }
+            standIn(&state, entry.root.ino, for: document.root)
             state.rootChanged = .now
             return [.entry(parent: mountRootInode, name: document.root.name), .inode(mountRootInode)]
         }

@@ -111,10 +111,13 @@ extension DocumentFileSystem {
             do {
                 let renamed = try store.renameDocument(info.id, to: name)
                 taken.insert(name)
-                logger.notice("\(info.name) is a name of the mount's own now: the document is renamed \(name)")
+                logger.notice(
+                    "\(info.name) is a name of the mount's own now: the document is renamed \(name)")
                 return renamed
             } catch {
-                logger.warning("\(info.name) is a name of the mount's own now, and renaming the document failed: \(error)")
+                logger.warning(
+                    "\(info.name) is a name of the mount's own now, and renaming the document failed: \(error)"
+                )
                 return nil
             }
         }
@@ -604,7 +607,7 @@ extension DocumentFileSystem {
             let notices = state.withLock { state -> [Notice] in
                 afterward(&state)
                 let document = install(&state, info: info, rootRecord: root)
-                if table.node(for: shown.ino) != nil { state.nodes[shown.ino] = document.root }
+                standIn(&state, shown.ino, for: document.root)
                 state.rootChanged = .now
                 return [.entry(parent: mountRootInode, name: newName), .inode(mountRootInode)]
             }

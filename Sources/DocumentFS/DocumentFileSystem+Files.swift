@@ -21,6 +21,10 @@ extension DocumentFileSystem {
             // has noticed another process's save.
             try revalidate(file)
             try showAsText(file)
+            // The kernel's inode of a file changed elsewhere has the old size, which the
+            // writeback cache never corrects (``renew``): ESTALE makes the kernel look the name
+            // up again, which gives the new inode, and open that.
+            if writeback.load(ordering: .relaxed), !table.isCurrent(node) { throw .staleNFSFileHandle }
             let truncated = flags.contains(.truncate) && flags.isWritable
             if truncated { try truncate(file, to: 0) }
             let (handle, keep) = try state.withLock { state throws(Errno) in
@@ -33,7 +37,8 @@ extension DocumentFileSystem {
                 state.files[handle] = OpenFile(
                     node: file, writable: flags.isWritable, generation: contents.generation,
                     snapshot: contents.isModified ? nil : contents.base,
-                    writers: truncated ? [context.pid, threadGroup(of: context.pid)] : [])
+                    writers: truncated || (flags.isWritable && writeback.load(ordering: .relaxed))
+                        ? [context.pid, threadGroup(of: context.pid)] : [])
                 return (handle, keep)
             }
             reply.opened(FUSE.FileHandle(handle), options: keep ? [.keepCache] : [])
@@ -181,9 +186,13 @@ extension DocumentFileSystem {
             },
             commit: { state, contents throws(Errno) in
                 contents.wrote(upTo: end)
-                let now = Timestamp.now
-                file.record.modified = now
-                file.record.changed = now
+                // With the writeback cache the kernel keeps the times of the write(2) calls and
+                // sends them itself (a setattr) once it has written the pages.
+                if !(isWritePage && writeback.load(ordering: .relaxed)) {
+                    let now = Timestamp.now
+                    file.record.modified = now
+                    file.record.changed = now
+                }
                 state.files[handle.rawValue]?.wrote = true
                 if let writer {
                     state.files[handle.rawValue]?.writers.insert(writer)
@@ -454,6 +463,16 @@ extension DocumentFileSystem {
                 // The mount root's attributes come from the store; nothing to keep.
                 throw .notPermitted
             }
+            if writeback.load(ordering: .relaxed), !table.isCurrent(node), changes.mtime != nil,
+                changes.atime == nil, changes.size == nil, changes.permissions == nil, changes.uid == nil,
+                changes.gid == nil
+            {
+                // The times the kernel kept for an inode the mount has since replaced (``renew``),
+                // sent after a rename or unlink touched it: they are not the file's any more.
+                let attrs = state.withLock { _ in self.attributes(target) }
+                reply.attributes(attrs, timeout: configuration.attributeTimeout)
+                return
+            }
             try refuseConflict(target)
             if target.role != nil { throw .permissionDenied }
             if let size = changes.size {
@@ -491,7 +510,14 @@ extension DocumentFileSystem {
                 {
                     record.changed = changes.ctime.map(Timestamp.init) ?? now
                 }
-                if record != target.record {
+                var sameButChanged = record
+                sameButChanged.changed = target.record.changed
+                if sameButChanged == target.record {
+                    // Only the change time, which the kernel sends after a rename, link or unlink
+                    // with the writeback cache. The mount set its own change time then; the
+                    // kernel's is shown but is no change to save.
+                    target.record = record
+                } else {
                     target.record = record
                     changed(&state, target)
                 }

@@ -486,6 +486,7 @@ extension DocumentFileSystem {
                 to: ContentBase(node: heir.persistAs, version: results.source?.version.id, size: file.size))
             heir.linked = false
             file.aliases[ObjectIdentifier(heir)] = nil
+            notices.append(.inode(file.ino))
             heir.parent?.children[heir.name] = copy
             state.nodes[copy.ino] = copy
             for other in others {
@@ -538,6 +539,9 @@ extension DocumentFileSystem {
             // A moved name of a file that stays is a file of its own: a new node for the kernel.
             if let file = moved.linkOf, !plan.moved.contains(where: { $0.node === file }) {
                 file.aliases[ObjectIdentifier(moved)] = nil
+                // Its link count: the kernel keeps it otherwise (with the writeback cache it
+                // does not ask again after the rename).
+                notices.append(.inode(file.ino))
                 let copy = makeNode(
                     storeID: record.id, document: destination.id, record: record, name: moved.name)
                 copy.record.linkOf = nil

@@ -62,13 +62,19 @@ extension DocumentFileSystem {
             textViews.insert(key, text)
         }
         guard let text else { return }
-        state.withLock { _ in
+        let notices = state.withLock { _ -> [Notice] in
             let file = node.linkOf ?? node
-            guard let contents = file.contents, contents.base == base, !contents.isModified else { return }
+            guard let contents = file.contents, contents.base == base, !contents.isModified else { return [] }
             contents.reset(
                 to: ContentBase(node: base.node, version: version, size: Int64(text.text.count), text: text))
             contents.propertyList = text.kind
+            // A kernel that already has the file keeps its stored size (writeback cache).
+            var notices: [Notice] = []
+            renew(file, &notices)
+            if !notices.isEmpty { notices.append(.inode(file.ino)) }
+            return notices
         }
+        send(notices)
     }
 
     /// ``showAsText(_:)`` for every file of a directory, before a listing with attributes.

@@ -519,7 +519,9 @@ extension DocumentFileSystem {
                 document.root.record = updated
                 document.root.contents?.reset(
                     to: ContentBase(node: root.id, version: root.version, size: root.size))
-                return [.inode(document.root.ino)]
+                var notices: [Notice] = [.inode(document.root.ino)]
+                renew(document.root, &notices)
+                return notices
             }
             send(notices)
             return
@@ -536,6 +538,25 @@ extension DocumentFileSystem {
     private func anyModified(_ node: ViewNode) -> Bool {
         if node.contentsModified { return true }
         return node.children.values.contains { anyModified($0) }
+    }
+
+    /// With the writeback cache the kernel keeps a file's size and times and ignores the
+    /// daemon's, so a file whose contents changed other than through it gets a new kernel
+    /// inode: its names are invalidated and their next lookup makes that inode. Open files keep
+    /// the old one, and reads through them keep to what they opened; an open of the old one is
+    /// refused with `ESTALE`, which makes the kernel look the name up again (``open``).
+    func renew(_ node: ViewNode, _ notices: inout [Notice]) {
+        guard writeback.load(ordering: .relaxed), node.kind == .regularFile else { return }
+        let file = node.linkOf ?? node
+        var retired = table.retire(file.ino)
+        for key in file.kernelAliases where table.retire(key) {
+            retired = true
+            notices.append(.inode(key))
+        }
+        guard retired else { return }
+        for name in [file] + Array(file.aliases.values) where name.linked {
+            notices.append(.entry(parent: name.parent?.ino ?? mountRootInode, name: name.name))
+        }
     }
 
     enum Notice {
@@ -595,6 +616,7 @@ extension DocumentFileSystem {
                     {
                         contents.reset(
                             to: ContentBase(node: record.id, version: record.version, size: record.size))
+                        renew(node, &notices)
                     }
                     notices.append(.inode(node.ino))
                 }
@@ -706,9 +728,12 @@ extension DocumentFileSystem {
                 if ino == mountRootInode {
                     track()
                     notifier.invalidateInode(.root, completion: done)
-                } else if let node = table.node(for: ino) {
-                    track()
-                    notifier.invalidateInode(node, completion: done)
+                } else {
+                    // A renewed file's old inode too: open files' pages and attributes.
+                    for node in table.nodes(for: ino) {
+                        track()
+                        notifier.invalidateInode(node, completion: done)
+                    }
                 }
             case .entry(let parent, let name):
                 let parentNode = parent == mountRootInode ? NodeID.root : table.node(for: parent)

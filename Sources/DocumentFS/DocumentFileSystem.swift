@@ -62,6 +62,10 @@ public final class DocumentFileSystem: FileSystem {
         /// Show binary property lists (keyed archives included) as XML text, and store text
         /// written to them as binary property lists again (`-o archives=xml`).
         public var archivesAsText = false
+        /// Let the kernel cache writes and merge them (`FUSE_WRITEBACK_CACHE`). The kernel then
+        /// keeps files' sizes and times itself, so a file changed elsewhere is given a new
+        /// kernel inode (``NodeTable/retire(_:)``) instead of new attributes.
+        public var writebackCache = true
         public init() {}
     }
 
@@ -82,6 +86,8 @@ public final class DocumentFileSystem: FileSystem {
     /// The folder of the store file; empty for a store that is not a local file.
     let storeDirectory: String
     let chunkSize: Int
+    /// Whether the kernel took the writeback cache in `INIT`.
+    let writeback = Atomic<Bool>(false)
     /// The XML texts of stored binary property lists (`archives=xml`).
     let textViews = TextViews()
     /// Wakes the committer when a close asks for a save.
@@ -102,7 +108,9 @@ public final class DocumentFileSystem: FileSystem {
         var wrote = false
         /// Processes (thread group ids) that wrote through this handle: only their close is a
         /// save point. A FLUSH also comes from every child that merely inherited the descriptor
-        /// (at its exec or exit), which must not save a half-written file.
+        /// (at its exec or exit), which must not save a half-written file. With the writeback
+        /// cache, writes reach the mount from the page cache without their writer, so the
+        /// process that opened the file for writing counts as its writer.
         var writers: Set<Int32> = []
     }
 
@@ -221,6 +229,14 @@ public final class DocumentFileSystem: FileSystem {
             try config.enable([.readdirplus, .readdirplusAuto])
         } catch {
             logger.notice("readdirplus not available: \(error)")
+        }
+        if configuration.writebackCache {
+            do {
+                try config.enable(.writebackCache)
+                writeback.store(true, ordering: .relaxed)
+            } catch {
+                logger.notice("the kernel's writeback cache is not available: \(error)")
+            }
         }
         // Contents come from SQLite, not from a descriptor: splice cannot help (fuse-notes 2.1).
         config.disable([.spliceRead, .spliceWrite, .spliceMove])
@@ -449,11 +465,20 @@ public final class DocumentFileSystem: FileSystem {
         return node
     }
 
+    /// The kernel moved the dentry of `key` (a conflict entry, a Trash item) onto `node`'s name:
+    /// until it looks the name up again, `key` stands for `node`.
+    func standIn(_ state: inout State, _ key: UInt64, for node: ViewNode) {
+        guard table.node(for: key) != nil else { return }
+        state.nodes[key] = node
+        node.kernelAliases.insert(key)
+    }
+
     func forgotten(_ ino: UInt64) {
         state.withLock { state in
-            // A kept conflict entry's number standing for its document (``keepConflict``).
+            // A number standing for another node (``standIn``).
             if let node = state.nodes[ino], node.ino != ino {
                 state.nodes[ino] = nil
+                node.kernelAliases.remove(ino)
                 return
             }
             guard let node = state.nodes[ino], !node.linked, node.openHandles == 0 else { return }

@@ -46,6 +46,9 @@ final class ViewNode: @unchecked Sendable {
     /// The kernel's key for the node (its node table key): its own store id plus one, or for a
     /// conflict version's node a number of its own (the store id is the current version's).
     let ino: UInt64
+    /// Other keys the kernel knows this node by: a renamed conflict entry's or Trash item's,
+    /// whose dentry the kernel moved onto the node's name (``DocumentFileSystem/standIn``).
+    var kernelAliases: Set<UInt64> = []
     /// A folder the mount makes up (the history, the Trash); nil for the store's wrappers.
     let role: VirtualRole?
     /// The history or Trash tree the node shows, read-only; nil elsewhere (conflict entries

@@ -43,7 +43,9 @@ struct Mount: DocfsCommand {
             stored as a binary property list again; text that is not one is refused with EINVAL \
             at close or fsync; see `docfs plist`), housekeeping=keep (store the .DS_Store, ._*, \
             Thumbs.db and desktop.ini files other systems' file managers leave; by default they \
-            work in the mount but are never stored, like editors' swap files). mount(8)'s \
+            work in the mount but are never stored, like editors' swap files), \
+            no_writeback_cache (send every write(2) to the daemon as it happens instead of \
+            letting the kernel cache and merge writes; writeback_cache is the default). mount(8)'s \
             dev, suid, exec, auto, user, _netdev, defaults and the like are ignored (a docfs \
             mount is always nosuid,nodev); anything else goes to libfuse as written.
 
@@ -134,6 +136,7 @@ struct Mount: DocfsCommand {
         if let timeout = plan.options.entryTimeout { options.fileSystem.entryTimeout = timeout }
         if let interval = plan.options.collectInterval { options.fileSystem.collectionInterval = interval }
         options.fileSystem.archivesAsText = plan.options.archivesAsText
+        options.fileSystem.writebackCache = plan.options.writebackCache
         if plan.options.keepHousekeeping { options.fileSystem.scratchNames = .editorsOnly }
         options.extraOptions = plan.options.passThrough
         options.handleSignals = true

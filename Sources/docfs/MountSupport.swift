@@ -164,6 +164,9 @@ struct FuseOptions: Equatable {
     /// `housekeeping=keep`: file managers' `.DS_Store`, `._*`, `Thumbs.db` and `desktop.ini`
     /// are saved like any file; `housekeeping=scratch` (the default) keeps them out of the store.
     var keepHousekeeping = false
+    /// `writeback_cache` (the default) lets the kernel cache and merge writes; `no_writeback_cache`
+    /// sends every write(2) to the daemon as it happens.
+    var writebackCache = true
     /// Everything else, as written, for libfuse (which refuses what it does not know).
     var passThrough: [String] = []
 
@@ -230,6 +233,8 @@ struct FuseOptions: Equatable {
             case "scratch": keepHousekeeping = false
             default: throw Failure("-o housekeeping= is scratch (the default: never stored) or keep")
             }
+        case "writeback_cache": writebackCache = true
+        case "no_writeback_cache": writebackCache = false
         case "subtype":
             throw Failure("-o subtype= cannot be changed: docfs mounts are always of type fuse.docfs")
         default:

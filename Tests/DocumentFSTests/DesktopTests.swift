@@ -14,14 +14,17 @@ import Testing
 @Suite(.serialized)
 struct DesktopTests {
     /// Runs `script` with GIO's daemons on a private session bus; `$M` is the mount. The home
-    /// trash is a fresh folder's, so that emptying the trash never touches the user's.
+    /// trash is a fresh folder's, so that emptying the trash never touches the user's. Without
+    /// gvfsd-fuse: it can outlive the bus with this script's output pipe open (seen once in a
+    /// full run), and the tests need none of its mounts.
     func gio(_ script: String, _ mount: TestMount) async throws -> ProcessResult {
         let home = try temporaryDirectory("docfs-gio-home")
         defer { try? FileManager.default.removeItem(atPath: home) }
         return try await sh(
             """
             M=\(quoted(mount.path)) XDG_DATA_HOME=\(quoted(home)) XDG_CACHE_HOME=\(quoted(home)) \
-            XDG_CONFIG_HOME=\(quoted(home)); export M XDG_DATA_HOME XDG_CACHE_HOME XDG_CONFIG_HOME; \
+            XDG_CONFIG_HOME=\(quoted(home)) GVFS_DISABLE_FUSE=1; \
+            export M XDG_DATA_HOME XDG_CACHE_HOME XDG_CONFIG_HOME GVFS_DISABLE_FUSE; \
             dbus-run-session -- sh -c \(quoted(script)) 2>&1
             """, in: "/tmp")
     }
@@ -198,7 +201,8 @@ struct DesktopTests {
             // would empty the trash of every mount on the machine.
             let left = try await trashList(mount)
             #expect(left.count == 1)
-            let emptied = try await gio(left.map { "gio remove \(quoted($0.uri))" }.joined(separator: " && "), mount)
+            let emptied = try await gio(
+                left.map { "gio remove \(quoted($0.uri))" }.joined(separator: " && "), mount)
             #expect(emptied.status == 0, "\(emptied.output)")
             #expect(try await trashList(mount).isEmpty)
             #expect(try await offThread { try entries(in: mount.url(".Trash-0/files")) }.isEmpty)
@@ -269,7 +273,9 @@ struct DesktopTests {
         #expect(try engine.documentNames() == ["Flat.txt", "Other.pkg", "Work.pkg"])
     }
 
-    @Test("a .Trash-0 document an older mount stored (GIO's failed trash) is renamed Trash-0 (old), its contents kept")
+    @Test(
+        "a .Trash-0 document an older mount stored (GIO's failed trash) is renamed Trash-0 (old), its contents kept"
+    )
     func legacyTrashDocument() async throws {
         let fixture = try Fixture.small(.memory)
         let info = try fixture.store.createDocument(
@@ -279,7 +285,10 @@ struct DesktopTests {
             #expect(root.contains("Trash-0 (old)"), "\(root)")
             var st = stat()
             #expect(lstat(mount.url(".Trash-0"), &st) == 0 && st.st_mode & 0o7777 == 0o700)
-            #expect(try await offThread { try entries(in: mount.url(".Trash-0")) }.sorted() == ["expunged", "files", "info"])
+            #expect(
+                try await offThread { try entries(in: mount.url(".Trash-0")) }.sorted() == [
+                    "expunged", "files", "info",
+                ])
         }
         #expect(try fixture.store.document(info.id).name == "Trash-0 (old)")
     }

@@ -211,11 +211,13 @@ func withGatedSpill(
     }
     #expect(eventually(timeout: 5) { isMounted(spill) } != nil)
     // Small files' bytes stay in memory unless told otherwise; these tests are about spill I/O.
+    // Each write(2) must reach the daemon as it happens, not from the kernel's writeback cache.
     try await withMount(
         fixture.store,
         configure: {
             $0.fileSystem.spillDirectory = spill
             $0.fileSystem.memoryForSmallFiles = memoryForSmallFiles
+            $0.fileSystem.writebackCache = false
         }
     ) { mount in
         let path = mount.url("Project.pkg/\(name)")

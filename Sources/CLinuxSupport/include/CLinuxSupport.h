@@ -47,4 +47,8 @@ static inline int docfs_punch_hole(int fd, off_t offset, off_t length) {
 /// UTIME_OMIT, which Swift cannot import because it is a macro of an expression.
 static inline long docfs_utime_omit(void) { return UTIME_OMIT; }
 
+/* syncfs(2): declared by unistd.h only with _GNU_SOURCE. Writes back one file system's dirty pages. */
+extern int syncfs(int fd);
+static inline int docfs_syncfs(int fd) { return syncfs(fd); }
+
 #endif
