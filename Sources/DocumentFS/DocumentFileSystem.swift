@@ -24,7 +24,9 @@ import SystemPackage
 ///   one onto a wrapper's name publishes it in one save.
 /// - **Stable inode numbers**: the store node id plus one (the mount root is 1).
 /// - **Consistency.** A ``StoreObserver`` notices other processes' saves and invalidates the
-///   kernel's caches; `open` revalidates (close-to-open). A save based on an older version than
+///   kernel's caches; `open` revalidates (close-to-open). With the kernel's writeback cache, which
+///   keeps sizes and times itself, a file changed elsewhere gets a new kernel inode instead
+///   (``Configuration/writebackCache``). A save based on an older version than
 ///   the store's is applied on top when it touches other wrappers, and kept as a conflict
 ///   version otherwise.
 ///
