@@ -656,8 +656,16 @@ struct PosixSemanticsTests {
         let fixture = try Fixture.small(.memory)
         defer { fixture.remove() }
         let engine = try Engine(fixture)
-        try await withMount(fixture.store, configure: { $0.fileSystem.writebackCache = writebackCache }) {
-            mount in
+        // Three seconds, against changes 0.4 s apart: a loaded machine (the whole suite at once)
+        // can stretch a step past one second, and a save in between is not what this checks.
+        let quiet = 3.0
+        try await withMount(
+            fixture.store,
+            configure: {
+                $0.fileSystem.writebackCache = writebackCache
+                $0.fileSystem.quietInterval = .seconds(quiet)
+            }
+        ) { mount in
             let notes = mount.url("Work.pkg/notes.txt")
             let versions = try engine.versions("Work.pkg").count
             // The file is held open by a child of its own: when any thread of this process
@@ -690,7 +698,7 @@ struct PosixSemanticsTests {
                 }
             }
             let expected = "ONE3two\nthree\n"
-            let took = try await waitUntil(timeout: quietInterval + 3) {
+            let took = try await waitUntil(timeout: quiet + 3) {
                 try engine.text("Work.pkg", "notes.txt") == expected
             }
             #expect(took != nil, "the quiet interval never saved the open file")
