@@ -24,6 +24,9 @@ struct MountEntry: Equatable {
     var options: [String]
     /// The file system's own options (for FUSE: `user_id=`, `default_permissions`, …).
     var superOptions: [String] = []
+    /// The device's minor number: for a FUSE mount, its connection's number in fusectl
+    /// (`/sys/fs/fuse/connections/N`).
+    var minorDevice: UInt32?
 
     /// For a FUSE mount, the user who mounted it (`user_id=`).
     var fuseOwner: uid_t? {
@@ -52,7 +55,8 @@ enum MountTable {
                 mountPoint: unescape(fields[4]), fileSystemType: unescape(fields[dash + 1]),
                 source: unescape(fields[dash + 2]), options: fields[5].split(separator: ",").map(String.init),
                 superOptions: dash + 3 < fields.count
-                    ? fields[dash + 3].split(separator: ",").map(String.init) : [])
+                    ? fields[dash + 3].split(separator: ",").map(String.init) : [],
+                minorDevice: fields[2].split(separator: ":").last.flatMap { UInt32($0) })
         }
     }
 
@@ -92,7 +96,9 @@ enum MountTable {
 enum MountPaths {
     /// `path` made absolute against the working directory, with `.` and `..` removed.
     static func absolute(_ path: String) -> String {
-        URL(fileURLWithPath: path).standardizedFileURL.path
+        // isDirectory given: otherwise Foundation stats the path to tell, which a hung daemon
+        // would never answer.
+        URL(fileURLWithPath: path, isDirectory: false).standardizedFileURL.path
     }
 
     /// The absolute path with symbolic links resolved, as the mount table names it. Only the
@@ -104,6 +110,17 @@ enum MountPaths {
         let url = URL(fileURLWithPath: absolute)
         let parent = url.deletingLastPathComponent().path
         guard absolute != "/", let realParent = realPath(parent) else { return absolute }
+        return realParent == "/" ? "/" + url.lastPathComponent : realParent + "/" + url.lastPathComponent
+    }
+
+    /// The absolute path with the parent's symbolic links resolved and the last component as
+    /// given: it never enters `path` itself, so a mount whose daemon hangs cannot block it.
+    static func resolvedParent(_ path: String) -> String {
+        let absolute = absolute(path)
+        let url = URL(fileURLWithPath: absolute, isDirectory: false)
+        guard absolute != "/", let realParent = realPath(url.deletingLastPathComponent().path) else {
+            return absolute
+        }
         return realParent == "/" ? "/" + url.lastPathComponent : realParent + "/" + url.lastPathComponent
     }
 

@@ -5,7 +5,7 @@ import Foundation
     import Glibc
 #endif
 
-/// `docfs unmount MOUNTPOINT [--lazy]`
+/// `docfs unmount MOUNTPOINT [--lazy | --abort]`
 struct Unmount: DocfsCommand {
     static let configuration = CommandConfiguration(
         abstract: "Unmount a docfs mount and wait for its daemon to finish.",
@@ -14,7 +14,10 @@ struct Unmount: DocfsCommand {
             that served the mount has drained what it was saving and exited, at most --timeout \
             seconds. A mount in use (a file open in it, a shell's working directory) is busy: \
             close those, or detach it now with --lazy, which returns at once; the daemon then \
-            ends when the last of them is closed.
+            ends when the last of them is closed. A daemon that hangs, or was killed while \
+            the kernel waited on it, leaves processes stuck in the mount: --abort aborts the \
+            mount's FUSE connection (fusectl), so that every request waiting for the daemon \
+            fails with ENOTCONN, then detaches the mount. What that daemon had not saved is lost.
             """
     )
 
@@ -26,6 +29,9 @@ struct Unmount: DocfsCommand {
     @Flag(name: [.customShort("z"), .long], help: "Detach now even if busy (fusermount3 -z).")
     var lazy = false
 
+    @Flag(help: "Abort the FUSE connection first (a hung or killed daemon), then detach; implies --lazy.")
+    var abort = false
+
     @Option(help: ArgumentHelp("Seconds to wait for the daemon to exit.", valueName: "seconds"))
     var timeout: Int = 30
 
@@ -35,7 +41,8 @@ struct Unmount: DocfsCommand {
 
     func run() async throws {
         let logger = global.bootstrap()
-        let path = MountPaths.resolved(mountpoint)
+        // A hung daemon would hang a lookup of the mount point itself.
+        let path = abort ? MountPaths.resolvedParent(mountpoint) : MountPaths.resolved(mountpoint)
         guard let entry = MountTable.entry(at: path) else {
             throw Failure("\(path) is not a docfs mount: nothing is mounted there")
         }
@@ -49,7 +56,13 @@ struct Unmount: DocfsCommand {
         // Found before unmounting: afterwards nothing links the daemon to the mount point.
         let daemon = DaemonRecord.find(mountpoint: path)
         logger.debug("unmounting", metadata: ["mountpoint": "\(path)", "daemon": "\(daemon?.pid ?? 0)"])
-        try detach(path)
+        if abort {
+            try abortConnection(entry, path)
+            try detach(path, lazily: true)
+            if let daemon, !daemon.isRunning { daemon.remove() }
+            return
+        }
+        try detach(path, lazily: lazy)
         guard let daemon, !lazy else { return }
 
         let deadline = ContinuousClock.now + .seconds(timeout)
@@ -68,7 +81,7 @@ struct Unmount: DocfsCommand {
 
     /// Removes the mount: umount2 as root (it says EBUSY itself), fusermount3 otherwise (which
     /// checks that this user may).
-    private func detach(_ path: String) throws {
+    private func detach(_ path: String, lazily lazy: Bool) throws {
         if getuid() == 0 {
             guard umount2(path, lazy ? Int32(MNT_DETACH) : 0) == 0 else {
                 throw failure(path, errno: errno, detail: errnoText())
@@ -86,6 +99,28 @@ struct Unmount: DocfsCommand {
         throw failure(
             path, errno: message.contains(String(cString: strerror(EBUSY))) ? EBUSY : 0,
             detail: detail.isEmpty ? "fusermount3 failed (exit status \(result.status))" : detail)
+    }
+
+    /// Writes to the connection's `abort` file in fusectl, mounting fusectl first if it is not
+    /// (as root; systemd mounts it at boot).
+    private func abortConnection(_ entry: MountEntry, _ path: String) throws {
+        guard let connection = entry.minorDevice else {
+            throw Failure("cannot abort \(path): the mount table gives no device number for it")
+        }
+        let connections = "/sys/fs/fuse/connections"
+        let listed = (try? FileManager.default.contentsOfDirectory(atPath: connections)) ?? []
+        if listed.isEmpty && getuid() == 0 {
+            _ = Glibc.mount("fusectl", connections, "fusectl", 0, nil)
+        }
+        let abortFile = "\(connections)/\(connection)/abort"
+        let fd = open(abortFile, O_WRONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw Failure("cannot abort \(path): \(abortFile): \(errnoText())")
+        }
+        defer { close(fd) }
+        guard write(fd, "1", 1) == 1 else {
+            throw Failure("cannot abort \(path): writing \(abortFile): \(errnoText())")
+        }
     }
 
     private func failure(_ path: String, errno code: Int32, detail: String) -> Failure {

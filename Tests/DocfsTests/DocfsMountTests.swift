@@ -411,6 +411,33 @@ struct DocfsMountTests {
         }
     }
 
+    @Test("unmount --abort frees a process stuck on a daemon that does not answer, and detaches the mount")
+    func unmountAbort() async throws {
+        try await onOwnThread { [self] in
+            let mountpoint = try folder("mnt")
+            let pid = try #require(
+                try docfs(["mount", store, mountpoint]).status == 0 ? daemonPID(mountpoint) : nil)
+            // A daemon that answers nothing: stopped, so a lookup waits for it for ever.
+            try #require(kill(pid, SIGSTOP) == 0)
+            defer {
+                kill(pid, SIGCONT)
+                cleanUp(mountpoint)
+            }
+            let stuck = try Child(
+                Self.bounded + ["/bin/cat", mountpoint + "/a name never looked up"], sandbox: sandbox)
+            defer { stuck.stop() }
+            #expect(stuck.wait(seconds: 1) == nil, "cat did not wait for the stopped daemon")
+            let aborted = try docfs(["unmount", "--abort", mountpoint])
+            #expect(aborted.status == 0 && aborted.stderr.isEmpty, "\(aborted)")
+            #expect(Mounts.entry(at: mountpoint) == nil, "still mounted")
+            let status = stuck.wait(seconds: 10)
+            #expect(status != nil && status != 0 && status != 124, "cat: \(String(describing: status))")
+            // Let go, the daemon finds its connection gone and ends.
+            kill(pid, SIGCONT)
+            #expect(waitUntil(seconds: 20) { !isAlive(pid) }, "the daemon did not end")
+        }
+    }
+
     @Test("unmount: not a docfs mount; busy while a process works in it; --lazy detaches")
     func unmountErrors() async throws {
         try await onOwnThread { [self] in
