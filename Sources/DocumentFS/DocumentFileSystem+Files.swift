@@ -463,9 +463,10 @@ extension DocumentFileSystem {
                 // The mount root's attributes come from the store; nothing to keep.
                 throw .notPermitted
             }
-            if writeback.load(ordering: .relaxed), !table.isCurrent(node), changes.mtime != nil,
-                changes.atime == nil, changes.size == nil, changes.permissions == nil, changes.uid == nil,
-                changes.gid == nil
+            // The table's lock last: the kernel sends such a setattr after every unlink and rename.
+            if writeback.load(ordering: .relaxed), changes.mtime != nil, changes.atime == nil,
+                changes.size == nil, changes.permissions == nil, changes.uid == nil, changes.gid == nil,
+                !table.isCurrent(node)
             {
                 // The times the kernel kept for an inode the mount has since replaced (``renew``),
                 // sent after a rename or unlink touched it: they are not the file's any more.

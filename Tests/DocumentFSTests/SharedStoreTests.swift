@@ -72,14 +72,7 @@ struct SharedStoreTests {
             }
             // Another process saves both documents.
             let other = try Engine(fixture)
-            let work = try other.document("Work.pkg")
-            var record = try #require(try other.record("Work.pkg", "notes.txt"))
-            record.modified = .now
-            var changes = DocumentChanges(document: work.id, base: work.currentVersion)
-            changes.nodes = [record]
-            changes.contents = [record.id: .replace(DataContentsSource(Data("theirs, longer\n".utf8)))]
-            changes.origin = "another process"
-            _ = try other.store.save(changes)
+            try other.replaceText("Work.pkg", "notes.txt", with: "theirs, longer\n")
             let flatInfo = try other.document("Flat.txt")
             var flatChanges = DocumentChanges(document: flatInfo.id, base: flatInfo.currentVersion)
             flatChanges.contents = [flatInfo.root: .replace(DataContentsSource(Data("app text\n".utf8)))]
@@ -116,18 +109,13 @@ struct SharedStoreTests {
         let other = try Engine(fixture)
         /// Another process replaces one wrapper's contents.
         func otherSaves(_ path: String, _ text: String) throws {
-            let work = try other.document("Work.pkg")
-            let record = try #require(try other.record("Work.pkg", path))
-            var changes = DocumentChanges(document: work.id, base: work.currentVersion)
-            changes.nodes = [record]
-            changes.contents = [record.id: .replace(DataContentsSource(Data(text.utf8)))]
-            changes.origin = "another process"
-            _ = try other.store.save(changes)
+            try other.replaceText("Work.pkg", path, with: text)
         }
         // The mount's changes must stay unsaved until the closes: a quiet-interval save in
         // between (a busy machine can take a second between two steps) would put the other
         // process's save on top of the mount's, and there would be no clash to see.
-        try await withMount(fixture.store, configure: { $0.fileSystem.quietInterval = .seconds(60) }) { mount in
+        try await withMount(fixture.store, configure: { $0.fileSystem.quietInterval = .seconds(60) }) {
+            mount in
             let notes = mount.url("Work.pkg/notes.txt")
             // Disjoint: the mount changes notes.txt while the other process saves sub/inner.txt.
             // (The writers are child processes: see FileHolder.)

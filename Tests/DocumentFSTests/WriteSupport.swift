@@ -133,6 +133,19 @@ struct Engine {
 
     func versions(_ name: String) throws -> [VersionInfo] { try store.versions(of: try document(name).id) }
 
+    /// Saves `text` as the contents of `path` in package `name`, as another process would (on
+    /// the current version, with a new mtime).
+    func replaceText(_ name: String, _ path: String, with text: String) throws {
+        let info = try document(name)
+        guard var record = try record(name, path) else { throw TestFailure("no \(path) in \(name)") }
+        record.modified = .now
+        var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+        changes.nodes = [record]
+        changes.contents = [record.id: .replace(DataContentsSource(Data(text.utf8)))]
+        changes.origin = "another process"
+        _ = try store.save(changes)
+    }
+
     /// Every scratch name the store holds anywhere: as a live or deleted document, or as a
     /// wrapper in any version of any document. Must always be empty (fuse-notes §3.4: scratch
     /// files are real files in the mount but never become wrappers).

@@ -12,18 +12,6 @@ import Testing
 /// The kernel's writeback cache (on by default): the kernel keeps writes, sizes and times, and
 /// the mount keeps them right when a file changes elsewhere (a new inode, ``NodeTable/retire``).
 @Suite struct WritebackCacheTests {
-    /// Another store connection replaces `path` of Work.pkg with `text`.
-    private static func otherSaves(_ other: Engine, _ path: String, _ text: String) throws {
-        let work = try other.document("Work.pkg")
-        var record = try #require(try other.record("Work.pkg", path))
-        record.modified = .now
-        var changes = DocumentChanges(document: work.id, base: work.currentVersion)
-        changes.nodes = [record]
-        changes.contents = [record.id: .replace(DataContentsSource(Data(text.utf8)))]
-        changes.origin = "another process"
-        _ = try other.store.save(changes)
-    }
-
     @Test(
         "a file that shrinks or grows elsewhere shows its new size and bytes; a descriptor opened before keeps what it opened",
         arguments: StoreKind.all)
@@ -43,7 +31,7 @@ import Testing
             let held = try await offThread { try openFile(notes, O_RDONLY) }
             defer { close(held) }
 
-            try Self.otherSaves(other, "notes.txt", "short\n")
+            try other.replaceText("Work.pkg", "notes.txt", with: "short\n")
             let shrunk = try await waitUntil(timeout: 10) {
                 try statOf(notes).st_size == 6 && readText(notes) == "short\n"
             }
@@ -60,7 +48,7 @@ import Testing
             #expect(heldText == long)
 
             let grown = String(repeating: "theirs\n", count: 3000)
-            try Self.otherSaves(other, "notes.txt", grown)
+            try other.replaceText("Work.pkg", "notes.txt", with: grown)
             let shown = try await waitUntil(timeout: 10) {
                 try statOf(notes).st_size == grown.utf8.count && readText(notes) == grown
             }
@@ -131,7 +119,7 @@ import Testing
                 #expect(try statOf(notes).st_size == Fixture.notesText.utf8.count)
             }
             for text in ["a good deal longer than it was before\n", "tiny\n"] {
-                try Self.otherSaves(other, "notes.txt", text)
+                try other.replaceText("Work.pkg", "notes.txt", with: text)
                 try await offThread { () throws in
                     #expect(try readText(notes) == text)
                     #expect(try statOf(notes).st_size == text.utf8.count)
