@@ -153,6 +153,9 @@ extension DocumentFileSystem {
     /// Forgets a conflict entry and its tree (open handles keep their nodes).
     func dropConflict(_ state: inout State, _ entry: ConflictEntry) {
         if state.rootEntries[entry.root.name] === entry.root { state.rootEntries[entry.root.name] = nil }
+        // A listing of the store's conflicts taken before this drop (a resolve) would show the
+        // entry again.
+        state.rootGeneration &+= 1
         state.conflicts[entry.version.id] = nil
         func release(_ node: ViewNode) {
             node.linked = false

@@ -150,7 +150,7 @@ public final class DocumentFileSystem: FileSystem {
         var listedGenerations: [UInt64: UInt64] = [:]
         var rootChanged: Timespec = .now
         /// Counts this mount's changes to the set of documents and their names (install, rename,
-        /// delete), so that ``refreshListing()`` can tell that a store listing it took is older
+        /// delete) and to the conflict entries it shows, so that ``refreshListing()`` can tell that a store listing it took is older
         /// than the state it is about to reconcile with it.
         var rootGeneration: UInt64 = 0
         /// Node ids taken from the store in batches for new files.

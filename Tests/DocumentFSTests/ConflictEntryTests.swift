@@ -156,6 +156,35 @@ struct ConflictEntryTests {
         }
     }
 
+    @Test("a listing of the store's conflicts read before this mount resolves one does not show it again")
+    func resolvedWhileTheObserverLists() async throws {
+        // CI once saw `rm -r` of an entry succeed and the entry still listed: the observer's
+        // listing, prompted by the resolve just before, had read the store before this resolve.
+        let (fixture, _, work, flatVersion) = try Self.conflicted(.memory)
+        defer { fixture.remove() }
+        let flat = try #require(flatVersion)
+        let proxy = ProxyStore(fixture.store)
+        try await withMount(proxy) { mount async throws in
+            let workEntry = "Work (conflict \(work.rawValue)).pkg"
+            let flatEntry = "Flat (conflict \(flat.rawValue)).txt"
+            #expect(try entries(in: mount.path).contains(workEntry))
+            proxy.holdConflictListings()
+            defer { proxy.releaseConflictListings() }
+            // Resolving one makes the observer list the conflicts; that listing, which still has
+            // the other one, waits while the other is resolved.
+            #expect(try await sh("rm \(quoted(flatEntry)) </dev/null", in: mount.path).status == 0)
+            #expect(eventually(timeout: 10) { proxy.heldConflictListings == 1 } != nil)
+            #expect(try await sh("rm -r \(quoted(workEntry)) </dev/null", in: mount.path).status == 0)
+            proxy.passConflictListing()
+            // The next listing (a retry, or the next event's) is held: whatever the stale one did
+            // shows now.
+            #expect(eventually(timeout: 10) { proxy.heldConflictListings == 2 } != nil)
+            #expect(try entries(in: mount.path) == ["Flat.txt", "Other.pkg", "Work.pkg"])
+            proxy.releaseConflictListings()
+            #expect(try fixture.store.unresolvedConflicts().isEmpty)
+        }
+    }
+
     @Test(
         "mv of a conflict entry onto its document keeps that version; a rename to another name keeps both and resolves",
         arguments: StoreKind.all)

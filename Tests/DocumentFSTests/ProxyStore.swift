@@ -24,6 +24,9 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     private var heldReads = 0
     private var holdTransactions = false
     private var heldTransactions = 0
+    private var holdConflicts = false
+    private var heldConflicts = 0
+    private var passedConflicts = 0
 
     init(_ inner: any DocumentStore) { self.inner = inner }
 
@@ -152,7 +155,49 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
         try inner.restore(version, of: document, origin: origin)
     }
     func resolveConflict(_ version: VersionID) throws { try inner.resolveConflict(version) }
-    func unresolvedConflicts() throws -> [VersionInfo] { try inner.unresolvedConflicts() }
+    func unresolvedConflicts() throws -> [VersionInfo] {
+        let versions = try inner.unresolvedConflicts()
+        gate.lock()
+        defer { gate.unlock() }
+        if holdConflicts {
+            // What was read stays what is returned: it grows stale while it waits.
+            heldConflicts += 1
+            let ticket = heldConflicts
+            gate.broadcast()
+            while holdConflicts && passedConflicts < ticket { gate.wait() }
+        }
+        return versions
+    }
+
+    /// Makes each `unresolvedConflicts` call wait, after reading the store, until
+    /// ``passConflictListing()`` lets it return (one per call) or ``releaseConflictListings()``.
+    func holdConflictListings() {
+        gate.lock()
+        holdConflicts = true
+        gate.unlock()
+    }
+
+    /// Lets the oldest held conflict listing return.
+    func passConflictListing() {
+        gate.lock()
+        passedConflicts += 1
+        gate.broadcast()
+        gate.unlock()
+    }
+
+    func releaseConflictListings() {
+        gate.lock()
+        holdConflicts = false
+        gate.broadcast()
+        gate.unlock()
+    }
+
+    /// Conflict listings that reached the gate since ``holdConflictListings()``.
+    var heldConflictListings: Int {
+        gate.lock()
+        defer { gate.unlock() }
+        return heldConflicts
+    }
     func collectGarbage(_ policy: RetentionPolicy, protecting protected: Set<VersionID>) throws
         -> CollectionReport
     {
