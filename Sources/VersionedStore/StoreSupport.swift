@@ -61,8 +61,10 @@ public enum XattrCoding {
 package struct ChunkCache {
     /// What a store keeps. The kernel's page cache already keeps what a mount read (keep_cache);
     /// this cache serves the rest of a chunk to the next read request and a few hot chunks, so it
-    /// stays small: with 64 MiB, streaming one large file took a daemon past 100 MiB (bench B7).
-    package static let storeCapacity = 32 << 20
+    /// stays small: with 64 MiB, streaming one large file took a daemon past 100 MiB (bench B7),
+    /// and with 32 MiB fio's random writes did (114 MiB: each write into a chunk not yet written
+    /// takes the chunk in, and the cache filled with chunks no read came back for).
+    package static let storeCapacity = 8 << 20
 
     let capacity: Int
     private var entries: [Int64: (data: Data, tick: UInt64)] = [:]

@@ -234,6 +234,9 @@ func figureCatalog(chunkSize: Double, sizes: Sizes) -> [Figure] {
             id: "b7.rss.write", label: "B7 daemon peak RSS streaming (writing) a \(big) wrapper", unit: "MiB",
             target: .atMost(100)),
         Figure(
+            id: "b7.rss.random", label: "B7 daemon peak RSS in B4's random reads and writes", unit: "MiB",
+            target: .atMost(100)),
+        Figure(
             id: "b7.rss.docs", label: "B7 daemon peak RSS with \(documents) documents open", unit: "MiB",
             target: .atMost(100)),
         Figure(
