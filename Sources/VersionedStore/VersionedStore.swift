@@ -354,8 +354,7 @@ public final class VersionedStore: Sendable {
                 throw DocumentStoreError.corrupt(
                     path: location, reason: "the extents of \(node) cannot be read")
             }
-            let partly = Self.partlyRead(overlapping, offset: offset, end: end)
-            let chunks = try self.chunks(tx, Set(overlapping.map(\.extent.chunk)), keep: partly.contains)
+            let chunks = try self.chunks(tx, Set(overlapping.map(\.extent.chunk)))
             if let version { pinned.withLock { $0.learn(PinnedKey(node: node, version: version), learned) } }
             return try assemble(offset: offset, end: end, extents: overlapping, chunks: chunks)
         }
@@ -409,8 +408,7 @@ public final class VersionedStore: Sendable {
         if !missing.isEmpty {
             // Chunks never change, so they need no snapshot; one the retention policy collected
             // since is missing, and the full read says what became of the version.
-            let partly = Self.partlyRead(overlapping, offset: offset, end: end)
-            let fetched = try backend.access { tx in try self.chunks(tx, missing, keep: partly.contains) }
+            let fetched = try backend.access { tx in try self.chunks(tx, missing) }
             guard missing.allSatisfy({ fetched[$0] != nil }) else { return nil }
             chunks.merge(fetched) { old, _ in old }
         }
@@ -485,22 +483,8 @@ public final class VersionedStore: Sendable {
         return map.compactMapValues { $0 }
     }
 
-    /// The chunks of `extents` that a read of `offset..<end` needs only in part: the ones worth
-    /// caching for the next read. A chunk the read takes whole is all its reader wants (a long
-    /// sequential read, or a mount taking in a chunk before a write into it).
-    static func partlyRead(
-        _ extents: [(start: Int64, extent: Extent)], offset: Int64, end: Int64
-    ) -> Set<Int64> {
-        Set(
-            extents.lazy.filter { $0.start < offset || $0.start + $0.extent.length > end }.map(\.extent.chunk)
-        )
-    }
-
-    /// Chunks' bytes by id, from the cache or the database (counted). Those fetched are cached
-    /// if `keep` says so.
-    func chunks(_ tx: any StoreTransaction, _ ids: Set<Int64>, keep: (Int64) -> Bool = { _ in true }) throws
-        -> [Int64: Data]
-    {
+    /// Chunks' bytes by id, from the cache or the database (counted).
+    func chunks(_ tx: any StoreTransaction, _ ids: Set<Int64>) throws -> [Int64: Data] {
         var result: [Int64: Data] = [:]
         var missing: [Int64] = []
         cache.withLock { cache in
@@ -516,7 +500,7 @@ public final class VersionedStore: Sendable {
             read.chunks += 1
             read.bytes += Int64(data.count)
         }
-        cache.withLock { cache in for (id, data) in fetched where keep(id) { cache.put(id, data) } }
+        cache.withLock { cache in for (id, data) in fetched { cache.put(id, data) } }
         counters.withLock {
             $0.chunksRead += read.chunks
             $0.bytesRead += read.bytes

@@ -1,10 +1,10 @@
 import DocumentEngine
+import SQLiteStore
 import Foundation
 import PostgresStore
-import SQLiteStore
 import StoreTestSupport
-import TestSupport
 import Testing
+import TestSupport
 
 /// The stores (SQLite, PostgreSQL): documents, lazy reads, incremental and atomic saves, versions,
 /// conflicts. Each test taking a `StoreKind` runs once per store.
@@ -42,8 +42,7 @@ import Testing
     func twoFilePackage(_ name: String) throws -> (
         document: DocumentInfo, a: StoreNodeID, v1: SaveResult, b: StoreNodeID, v2: SaveResult
     ) {
-        let doc = try store.createDocument(
-            named: name, kind: .package, type: nil, permissions: nil, origin: "")
+        let doc = try store.createDocument(named: name, kind: .package, type: nil, permissions: nil, origin: "")
         let (a, v1) = try addFile("a.txt", Data("base".utf8), to: doc)
         let (b, v2) = try addFile("b.txt", Data("b".utf8), to: doc)
         return (doc, a, v1, b, v2)
@@ -93,9 +92,7 @@ import Testing
         #expect(try store.documents().count == 2)
     }
 
-    @Test(
-        "Lazy: listing documents and wrappers reads no contents; a ranged read reads only its chunks",
-        arguments: StoreKind.everyBackend)
+    @Test("Lazy: listing documents and wrappers reads no contents; a ranged read reads only its chunks", arguments: StoreKind.everyBackend)
     static func lazyReads(_ kind: StoreKind) throws { try Self(kind).lazyReads() }
     func lazyReads() throws {
         let doc = try store.createDocument(
@@ -122,40 +119,6 @@ import Testing
         _ = try store.readContents(of: id, at: nil, offset: 6 * 65536 - 10, count: 20)
         #expect(store.statistics.chunksRead - read.chunksRead <= 2)
         #expect(try contents(id) == big)
-    }
-
-    @Test(
-        "The chunk cache keeps a chunk a read took in part, for the next read, not one it took whole",
-        arguments: StoreKind.everyBackend)
-    static func cacheKeepsPartlyReadChunks(_ kind: StoreKind) throws {
-        try Self(kind).cacheKeepsPartlyReadChunks()
-    }
-    func cacheKeepsPartlyReadChunks() throws {
-        let doc = try store.createDocument(
-            named: "Big.pkg", kind: .package, type: nil, permissions: nil, origin: "")
-        let big = (0..<10).map { sampleBytes(64 * 1024, seed: UInt64($0)) }.reduce(Data(), +)
-        let (id, _) = try addFile("big.bin", big, to: doc)
-        fixture.purgeCache()
-        // Whole: every chunk is read again by the next whole read (a mount taking a chunk in
-        // before a write, or a long sequential read, has all it needs).
-        let start = store.statistics
-        #expect(try store.readContents(of: id, at: nil, offset: 0, count: big.count) == big)
-        let first = store.statistics.chunksRead - start.chunksRead
-        #expect(first > 0)
-        let again = store.statistics
-        #expect(try store.readContents(of: id, at: nil, offset: 0, count: big.count) == big)
-        #expect(store.statistics.chunksRead - again.chunksRead == first)
-        // In part: the next read of those bytes comes from the cache.
-        fixture.purgeCache()
-        let range = (5 * 65536 + 1000)..<(5 * 65536 + 1100)
-        #expect(
-            try store.readContents(of: id, at: nil, offset: Int64(range.lowerBound), count: 100) == big[range]
-        )
-        let part = store.statistics
-        #expect(
-            try store.readContents(of: id, at: nil, offset: Int64(range.lowerBound), count: 100) == big[range]
-        )
-        #expect(store.statistics.chunksRead == part.chunksRead)
     }
 
     @Test("Incremental: appending one byte to a 1 GiB wrapper writes one chunk plus metadata")
@@ -198,9 +161,7 @@ import Testing
         #expect(try store.readContents(of: id, at: nil, offset: size, count: 10) == Data([0x2A]))
     }
 
-    @Test(
-        "Incremental: replacing one 1 MB image of 100 writes that image's chunks and metadata only",
-        arguments: StoreKind.everyBackend)
+    @Test("Incremental: replacing one 1 MB image of 100 writes that image's chunks and metadata only", arguments: StoreKind.everyBackend)
     static func replaceOneImage(_ kind: StoreKind) throws { try Self(kind).replaceOneImage() }
     func replaceOneImage() throws {
         let doc = try store.createDocument(
@@ -266,9 +227,7 @@ import Testing
         #expect(try store.checkIntegrity().isClean)
     }
 
-    @Test(
-        "Versions: every save is one; old versions read as they were; restore is a new save",
-        arguments: StoreKind.everyBackend)
+    @Test("Versions: every save is one; old versions read as they were; restore is a new save", arguments: StoreKind.everyBackend)
     static func versions(_ kind: StoreKind) throws { try Self(kind).versions() }
     func versions() throws {
         let doc = try store.createDocument(
@@ -296,9 +255,7 @@ import Testing
         #expect(try store.events(after: 0).last?.kind == .restored)
     }
 
-    @Test(
-        "Conflicts: a save based on an old version keeps both; rebase and fail policies",
-        arguments: StoreKind.everyBackend)
+    @Test("Conflicts: a save based on an old version keeps both; rebase and fail policies", arguments: StoreKind.everyBackend)
     static func conflicts(_ kind: StoreKind) throws { try Self(kind).conflicts() }
     func conflicts() throws {
         let (doc, a, v1, b, v2) = try twoFilePackage("C.pkg")
@@ -350,9 +307,7 @@ import Testing
         #expect(try store.unresolvedConflicts().isEmpty)
     }
 
-    @Test(
-        "Many lookups at once answer as one lookup each: current, old, conflict, removed, missing",
-        arguments: StoreKind.everyBackend)
+    @Test("Many lookups at once answer as one lookup each: current, old, conflict, removed, missing", arguments: StoreKind.everyBackend)
     static func batchLookups(_ kind: StoreKind) throws { try Self(kind).batchLookups() }
     func batchLookups() throws {
         let (doc, a, v1, b, v2) = try twoFilePackage("Batch.pkg")
@@ -367,8 +322,7 @@ import Testing
         let lookups = [
             NodeLookup(a, at: nil), NodeLookup(b, at: nil), NodeLookup(b, at: v2.version.id),
             NodeLookup(a, at: conflict.version.id), NodeLookup(a, at: v1.version.id),
-            NodeLookup(StoreNodeID(rawValue: 999_999), at: nil),
-            NodeLookup(a, at: VersionID(rawValue: 999_999)),
+            NodeLookup(StoreNodeID(rawValue: 999_999), at: nil), NodeLookup(a, at: VersionID(rawValue: 999_999)),
             NodeLookup(doc.root, at: v1.version.id), NodeLookup(b, at: conflict.version.id),
         ]
         let answers = try store.nodes(lookups)
@@ -402,9 +356,7 @@ import Testing
         }
     }
 
-    @Test(
-        "A save is validated: unique names, existing directory parents, no root removal",
-        arguments: StoreKind.everyBackend)
+    @Test("A save is validated: unique names, existing directory parents, no root removal", arguments: StoreKind.everyBackend)
     static func invalidSaves(_ kind: StoreKind) throws { try Self(kind).invalidSaves() }
     func invalidSaves() throws {
         let doc = try store.createDocument(
@@ -438,9 +390,7 @@ import Testing
         #expect(try store.nodes(of: doc.id).count == 2)
     }
 
-    @Test(
-        "Removing a directory removes its subtree; renames and moves are record changes",
-        arguments: StoreKind.everyBackend)
+    @Test("Removing a directory removes its subtree; renames and moves are record changes", arguments: StoreKind.everyBackend)
     static func treeChanges(_ kind: StoreKind) throws { try Self(kind).treeChanges() }
     func treeChanges() throws {
         let doc = try store.createDocument(
@@ -477,9 +427,7 @@ import Testing
         #expect(try store.checkIntegrity().isClean)
     }
 
-    @Test(
-        "Metadata round-trips exactly: modes, owners, nanosecond times, preferred names, xattrs",
-        arguments: StoreKind.everyBackend)
+    @Test("Metadata round-trips exactly: modes, owners, nanosecond times, preferred names, xattrs", arguments: StoreKind.everyBackend)
     static func metadata(_ kind: StoreKind) throws { try Self(kind).metadata() }
     func metadata() throws {
         let doc = try store.createDocument(
@@ -506,9 +454,7 @@ import Testing
         #expect(abs(Timestamp(time.date).rawValue - time.rawValue) < 1000)  // a Date holds ~0.1 µs
     }
 
-    @Test(
-        "Several connections (as several processes) see each other's saves and events",
-        arguments: StoreKind.everyBackend)
+    @Test("Several connections (as several processes) see each other's saves and events", arguments: StoreKind.everyBackend)
     static func sharedStore(_ kind: StoreKind) throws { try Self(kind).sharedStore() }
     func sharedStore() throws {
         let other = try fixture.reopen()
@@ -609,9 +555,7 @@ struct DistinctChunks: ContentsSource {
 
 /// Fixes from review: retention granularity and incremental restore.
 @Suite struct StoreRetentionDetailTests {
-    @Test(
-        "keepFor honours fractions of a second; restore reads only files that differ",
-        arguments: StoreKind.everyBackend)
+    @Test("keepFor honours fractions of a second; restore reads only files that differ", arguments: StoreKind.everyBackend)
     func details(_ kind: StoreKind) throws {
         let fixture = try StoreFixture(kind)
         let store = fixture.store
@@ -645,9 +589,7 @@ struct DistinctChunks: ContentsSource {
 }
 
 @Suite struct StoreObserverLifetimeTests {
-    @Test(
-        "An observer nobody stops is freed with its last owner, and lets its store go",
-        arguments: StoreKind.everyBackend)
+    @Test("An observer nobody stops is freed with its last owner, and lets its store go", arguments: StoreKind.everyBackend)
     func freedWithoutStop(_ kind: StoreKind) async throws {
         let tmp = try TemporaryDirectory()
         let database = kind == .postgres ? try StoreFixture.newDatabase() : nil
