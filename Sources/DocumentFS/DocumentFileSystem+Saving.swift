@@ -292,15 +292,19 @@ extension DocumentFileSystem {
                 if contents.isModified || !sameNode || stored?.size != contents.size {
                     let snapshot = contents.freeze()
                     snapshots.append((node, record.id, snapshot, nil))
-                    let source = SnapshotSource(snapshot: snapshot)
                     if sameNode || snapshot.base.size == 0 {
                         let storedSize = stored?.kind == .regularFile ? stored?.size ?? 0 : 0
+                        let source = SnapshotSource(
+                            snapshot: snapshot, changedRanges: snapshot.changedRanges(storedSize: storedSize))
                         changes.contents[record.id] = .sparse(
                             size: snapshot.size, chunks: snapshot.changedChunks(storedSize: storedSize),
                             source: source)
                     } else {
                         // The file was another one before (renamed over this name): the store
                         // starts from that file's chunks and takes only the written ones.
+                        let source = SnapshotSource(
+                            snapshot: snapshot,
+                            changedRanges: snapshot.changedRanges(storedSize: snapshot.base.size))
                         changes.contents[record.id] = .derived(
                             from: NodeLookup(snapshot.base.node, at: snapshot.base.version),
                             size: snapshot.size,

@@ -125,6 +125,11 @@ final class SpillFiles: Sendable {
 /// under that lock while the layer is on top and not frozen.
 final class SpillLayer: @unchecked Sendable {
     private(set) var chunks: Set<Int> = []
+    /// The byte ranges changes wrote or zeroed in the layer, ascending, disjoint and apart (not
+    /// the old bytes it took in with a chunk): where a save cuts the file into chunks again.
+    /// Past ``writtenLimit`` ranges they widen to whole chunks.
+    private(set) var written: [Range<Int64>] = []
+    static let writtenLimit = 1024
     /// Bytes at or past `cut` in the layers below (and the base) read as zeros: the smallest size
     /// the file was truncated to while this layer was on top.
     var cut: Int64 = .max
@@ -227,6 +232,39 @@ final class SpillLayer: @unchecked Sendable {
 
     /// Marks chunks as part of the layer (under the file system's lock).
     func add(_ chunk: Int) { chunks.insert(chunk) }
+
+    /// Records that a change wrote `range` (under the file system's lock).
+    func markWritten(_ range: Range<Int64>, chunkSize: Int) {
+        guard !range.isEmpty else { return }
+        // The first range that ends at or past the new one's start, and the first that starts
+        // past its end: those between merge with it.
+        var low = 0
+        var high = written.count
+        while low < high {
+            let middle = (low + high) / 2
+            if written[middle].upperBound < range.lowerBound { low = middle + 1 } else { high = middle }
+        }
+        var end = low
+        var merged = range
+        while end < written.count, written[end].lowerBound <= range.upperBound {
+            merged = min(merged.lowerBound, written[end].lowerBound)..<max(merged.upperBound, written[end].upperBound)
+            end += 1
+        }
+        written.replaceSubrange(low..<end, with: [merged])
+        if written.count > Self.writtenLimit {
+            let cs = Int64(chunkSize)
+            var widened: [Range<Int64>] = []
+            for range in written {
+                let wide = range.lowerBound / cs * cs..<(range.upperBound + cs - 1) / cs * cs
+                if let last = widened.last, wide.lowerBound <= last.upperBound {
+                    widened[widened.count - 1] = last.lowerBound..<max(last.upperBound, wide.upperBound)
+                } else {
+                    widened.append(wide)
+                }
+            }
+            written = widened
+        }
+    }
 
     /// Unmarks a chunk (under the file system's lock); its bytes must be zeroed after.
     func remove(_ chunk: Int) { chunks.remove(chunk) }
@@ -422,6 +460,8 @@ final class FileContents: @unchecked Sendable {
         let copies: [(chunk: Int, from: CopySource)]
         /// Chunks new to the layer with no old bytes to keep (covered whole, or past the end).
         let added: [Int]
+        /// The bytes the change writes (nil: none; a truncation).
+        let range: Range<Int64>?
         let chunkSize: Int
 
         enum CopySource: Sendable {
@@ -514,7 +554,8 @@ final class FileContents: @unchecked Sendable {
         }
         return .ready(
             ChangePlan(
-                layer: layer, generation: generation, copies: copies, added: added, chunkSize: chunkSize))
+                layer: layer, generation: generation, copies: copies, added: added, range: range,
+                chunkSize: chunkSize))
     }
 
     /// Marks a planned change's chunks as the layer's, if the file still writes into that layer;
@@ -527,6 +568,7 @@ final class FileContents: @unchecked Sendable {
         changing = false
         for (chunk, _) in plan.copies { plan.layer.add(chunk) }
         for chunk in plan.added { plan.layer.add(chunk) }
+        if let range = plan.range { plan.layer.markWritten(range, chunkSize: chunkSize) }
         return true
     }
 
@@ -666,6 +708,21 @@ final class FileContents: @unchecked Sendable {
             return changed.filter { Int64($0) * cs < size }.sorted()
         }
 
+        /// Where the bytes may differ from the base's (``ContentsSource/changedRanges``): what
+        /// changes wrote, and what a truncation zeroed below `storedSize`, as
+        /// ``changedChunks(storedSize:)`` counts it.
+        func changedRanges(storedSize: Int64) -> [Range<Int64>] {
+            var ranges: [Range<Int64>] = []
+            var lowest = base.size
+            for layer in layers where !layer.clean {
+                ranges += layer.written
+                lowest = min(lowest, layer.cut)
+            }
+            let zeroedEnd = min(size, storedSize)
+            if zeroedEnd > lowest { ranges.append(lowest..<zeroedEnd) }
+            return ranges.sorted { $0.lowerBound < $1.lowerBound }
+        }
+
         /// Reads the frozen state's written and zeroed bytes. Bytes of the base are the store's
         /// own, named by the save (``ContentUpdate/derived(from:size:chunks:source:)``), so a read
         /// that would need them is a bug: it fails rather than call the store during its save.
@@ -758,6 +815,7 @@ typealias StoreRead = ReadPart<ContentBase>
 /// Reads a frozen file's written chunks for the store's streaming save.
 struct SnapshotSource: ContentsSource {
     let snapshot: FileContents.Snapshot
+    let changedRanges: [Range<Int64>]?
     var count: Int64 { snapshot.size }
     /// Frozen layers never change: a save waits for a change in progress before it freezes.
     var isStable: Bool { true }

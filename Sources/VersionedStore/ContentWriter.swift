@@ -63,7 +63,9 @@ struct ContentWriter {
                 base: .own, size: size, changed: try pages(Array(given.keys), below: size), source: source)
         case .sparse(let size, let listed, let source):
             guard size >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
-            return try apply(base: .own, size: size, changed: try pages(listed, below: size), source: source)
+            return try apply(
+                base: .own, size: size, changed: try pages(listed, below: size), edited: source.changedRanges,
+                source: source)
         case .replace(let source):
             guard source.count >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
             // This store's own bytes are shared, not read back inside its transaction.
@@ -83,15 +85,19 @@ struct ContentWriter {
         case .derived(let lookup, let size, let listed, let source):
             guard size >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
             return try apply(
-                base: .other(lookup), size: size, changed: try pages(listed, below: size), source: source)
+                base: .other(lookup), size: size, changed: try pages(listed, below: size),
+                edited: source.changedRanges, source: source)
         }
     }
 
     /// Makes the file `size` bytes long: `base` with the `changed` ranges (ascending, disjoint)
-    /// read from `source`; bytes past the base's end that no range covers are zeros.
-    private func apply(base baseKind: Base, size: Int64, changed: [Range<Int64>], source: any ContentsSource)
-        throws -> (size: Int64, chunks: Int, bytes: Int64)
-    {
+    /// read from `source`; bytes past the base's end that no range covers are zeros. `edited`,
+    /// if given, are the ranges where the source's bytes may differ from the base's
+    /// (``ContentsSource/changedRanges``): only around those are chunks cut again.
+    private func apply(
+        base baseKind: Base, size: Int64, changed: [Range<Int64>], edited: [Range<Int64>]? = nil,
+        source: any ContentsSource
+    ) throws -> (size: Int64, chunks: Int, bytes: Int64) {
         let own: Bool
         let base: Layout
         switch baseKind {
@@ -109,7 +115,8 @@ struct ContentWriter {
         }
         // What must be cut again: the changed ranges, growth past the base's end (its last chunk
         // was cut by the end of the file, not by its content), and a shrink's new end.
-        var edits = changed
+        // Outside `changed` the bytes are the base's whatever `edited` says.
+        var edits = edited.map { Self.intersection(Self.merged($0), changed) } ?? changed
         if size > base.size { edits.append(base.size..<size) }
         if size < base.size { edits.append(size..<size) }
         edits = Self.merged(edits)
@@ -242,6 +249,21 @@ struct ContentWriter {
         }
         guard record.kind == .regularFile else { throw DocumentStoreError.notARegularFile(lookup.node) }
         return (record.id, record.size, baseLineage)
+    }
+
+    /// The parts of `ranges` inside `within`, both in order and disjoint (as ``merged(_:)``
+    /// gives them), leaving out empty ones.
+    static func intersection(_ ranges: [Range<Int64>], _ within: [Range<Int64>]) -> [Range<Int64>] {
+        var result: [Range<Int64>] = []
+        var i = 0
+        var j = 0
+        while i < ranges.count, j < within.count {
+            let low = max(ranges[i].lowerBound, within[j].lowerBound)
+            let high = min(ranges[i].upperBound, within[j].upperBound)
+            if low < high { result.append(low..<high) }
+            if ranges[i].upperBound < within[j].upperBound { i += 1 } else { j += 1 }
+        }
+        return result
     }
 
     /// Ranges in order, overlapping and touching ones joined; empty ones (a shrink's end) kept
@@ -502,6 +524,11 @@ extension VersionedStore {
             case .sparse(let size, let listed, let source) where source.isStable && size > 0:
                 let pages = (size + page - 1) / page
                 guard Set(listed.filter { $0 >= 0 && Int64($0) < pages }).count == pages else { continue }
+                // Every chunk listed, but few bytes changed (an edit of a file under a chunk
+                // long): cutting again around the edits, in the save, is less work.
+                if let edited = source.changedRanges, edited.reduce(0, { $0 + $1.count }) < size / 2 {
+                    continue
+                }
                 result[id] = try precut(size: size, source: source, page: page)
             default:
                 continue

@@ -666,3 +666,109 @@ struct LiveBufferSource: ContentsSource {
         }
     }
 }
+
+/// Bytes in memory that name the ranges where they differ from the file they update, and log
+/// the reads they serve.
+struct RangedSource: ContentsSource {
+    let bytes: Data
+    let changedRanges: [Range<Int64>]?
+    let log = Locked<[SourceRead]>([])
+    var count: Int64 { Int64(bytes.count) }
+    var isStable: Bool { true }
+    var reads: [SourceRead] { log.withLock { $0 } }
+    func read(offset: Int64, count: Int) throws -> Data {
+        log.withLock { $0.append(SourceRead(offset: offset, count: count)) }
+        return try DataContentsSource(bytes).read(offset: offset, count: count)
+    }
+}
+
+/// SplitMix64, so that a test's random edits repeat.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// ``ContentsSource/changedRanges``: a save cuts again only around the edits, and the result is
+/// the one cutting the whole file gives.
+@Suite struct ChangedRangesTests {
+    static let chunk = 256 << 10
+
+    /// The current extents of `document`'s root as "start+length:chunk".
+    static func extents(_ fixture: StoreFixture, _ document: DocumentInfo) throws -> [String] {
+        try fixture.sql(
+            """
+            SELECT start || '+' || length || ':' || COALESCE(CAST(chunk AS TEXT), '') FROM extents_live
+            WHERE node = \(document.root.rawValue) ORDER BY start;
+            """
+        ).split(separator: "\n").map(String.init)
+    }
+
+    /// Sizes stay in one class of the store's cutting (up to a chunk, or over it): a file that
+    /// changes class keeps the extents it had, which a whole new cut would not give.
+    @Test(
+        "Random edits saved with their ranges: the bytes, and the extents a cut of the whole file gives",
+        arguments: [(20_000, 250_000), (300_000, 1_600_000)])
+    func editsMatchAFullCut(_ bounds: (Int, Int)) throws {
+        let (low, high) = bounds
+        let file = try FlatFile(.sqlite, chunkSize: Self.chunk)
+        let twin = try file.store.createDocument(
+            named: "twin.bin", kind: .flat, type: nil, permissions: nil, origin: "test")
+        var bytes = sampleBytes((low + high) / 2, seed: UInt64(low))
+        try file.save(.replace(DataContentsSource(bytes)))
+        var random = SplitMix(state: UInt64(high))
+        for round in 0..<40 {
+            var new = bytes
+            var edited: [Range<Int64>] = []
+            if round % 7 == 3 {
+                let cut = Int.random(in: low...new.count, using: &random)
+                edited.append(Int64(cut)..<Int64(new.count))
+                new = new.prefix(cut)
+            }
+            for _ in 0..<Int.random(in: 1...3, using: &random) {
+                let length = Int.random(in: 1...9000, using: &random)
+                let at = Int.random(in: 0...min(new.count + 5000, high - length), using: &random)
+                if at + length > new.count { new.append(Data(count: at + length - new.count)) }
+                new.replaceSubrange(at..<at + length, with: sampleBytes(length, seed: random.next()))
+                edited.append(Int64(at)..<Int64(at + length))
+            }
+            let pages = (new.count + Self.chunk - 1) / Self.chunk
+            try file.save(
+                .sparse(
+                    size: Int64(new.count), chunks: Array(0..<pages),
+                    source: RangedSource(bytes: new, changedRanges: edited.reversed())))
+            #expect(try file.contents() == new, "round \(round)")
+            var changes = DocumentChanges(
+                document: twin.id, base: try file.store.document(twin.id).currentVersion)
+            changes.contents[twin.root] = .replace(DataContentsSource(new))
+            _ = try file.store.save(changes)
+            #expect(
+                try Self.extents(file.fixture, file.document) == Self.extents(file.fixture, twin),
+                "round \(round)")
+            bytes = new
+        }
+        #expect(try file.store.checkIntegrity().isClean)
+    }
+
+    @Test("A save that lists every chunk but names one small edit reads only around it", arguments: StoreKind.all)
+    func onlyAroundTheEdit(_ kind: StoreKind) throws {
+        let file = try FlatFile(kind, chunkSize: Self.chunk)
+        let old = sampleBytes(6 * Self.chunk, seed: 9)
+        try file.save(.replace(DataContentsSource(old)))
+        var new = old
+        let at = 3 * Self.chunk + 1000
+        new.replaceSubrange(at..<at + 100, with: sampleBytes(100, seed: 10))
+        let source = RangedSource(bytes: new, changedRanges: [Int64(at)..<Int64(at + 100)])
+        try file.save(.sparse(size: Int64(new.count), chunks: Array(0..<6), source: source))
+        try file.expectHolds(new)
+        // The chunk around the edit starts at most a chunk size before it and ends at most one
+        // after it: pages 2 to 4, not all six.
+        let pages = Set(source.reads.map { $0.offset / Int64(Self.chunk) })
+        #expect(pages.contains(3) && pages.isSubset(of: [2, 3, 4]), "\(source.reads)")
+    }
+}

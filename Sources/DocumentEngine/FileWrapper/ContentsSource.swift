@@ -30,10 +30,18 @@ public protocol ContentsSource: Sendable {
     /// in memory, a frozen snapshot; not a file others may change). A store may then cut and
     /// hash new contents before its write transaction and read them again inside it.
     var isStable: Bool { get }
+
+    /// For a store's ``ContentUpdate/sparse(size:chunks:source:)`` and
+    /// ``ContentUpdate/derived(from:size:chunks:source:)``: the byte ranges (ascending, disjoint)
+    /// outside which the source's bytes are those of the file the update starts from, or nil
+    /// when any byte of a listed chunk may differ. A store then cuts and hashes again only
+    /// around these ranges, not every listed chunk.
+    var changedRanges: [Range<Int64>]? { get }
 }
 
 extension ContentsSource {
     public var isStable: Bool { false }
+    public var changedRanges: [Range<Int64>]? { nil }
 
     public func data() throws -> Data {
         guard count <= Int64(Int.max) else { throw FileWrapperError.contentsTooLarge(count) }
