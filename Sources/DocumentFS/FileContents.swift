@@ -247,7 +247,8 @@ final class SpillLayer: @unchecked Sendable {
         var end = low
         var merged = range
         while end < written.count, written[end].lowerBound <= range.upperBound {
-            merged = min(merged.lowerBound, written[end].lowerBound)..<max(merged.upperBound, written[end].upperBound)
+            let other = written[end]
+            merged = min(merged.lowerBound, other.lowerBound)..<max(merged.upperBound, other.upperBound)
             end += 1
         }
         written.replaceSubrange(low..<end, with: [merged])

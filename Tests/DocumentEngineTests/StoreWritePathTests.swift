@@ -755,7 +755,9 @@ struct SplitMix: RandomNumberGenerator {
         #expect(try file.store.checkIntegrity().isClean)
     }
 
-    @Test("A save that lists every chunk but names one small edit reads only around it", arguments: StoreKind.all)
+    @Test(
+        "A save that lists every chunk but names one small edit reads only around it",
+        arguments: StoreKind.all)
     func onlyAroundTheEdit(_ kind: StoreKind) throws {
         let file = try FlatFile(kind, chunkSize: Self.chunk)
         let old = sampleBytes(6 * Self.chunk, seed: 9)
