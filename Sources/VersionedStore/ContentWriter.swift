@@ -38,7 +38,16 @@ struct ContentWriter {
         case none
     }
 
-    func write(_ update: ContentUpdate) throws -> (size: Int64, chunks: Int, bytes: Int64) {
+    /// What an update did: the file's new size, what it stored, and the extent rows it wrote
+    /// (a nil extent removes the one that began there).
+    struct Outcome {
+        var size: Int64
+        var chunks: Int
+        var bytes: Int64
+        var rows: [(start: Int64, extent: Extent?)]
+    }
+
+    func write(_ update: ContentUpdate) throws -> Outcome {
         let page = Int64(store.chunkSize)
         func pages(_ listed: [Int], below size: Int64) throws -> [Range<Int64>] {
             if let index = listed.first(where: { $0 < 0 }) {
@@ -97,7 +106,7 @@ struct ContentWriter {
     private func apply(
         base baseKind: Base, size: Int64, changed: [Range<Int64>], edited: [Range<Int64>]? = nil,
         source: any ContentsSource
-    ) throws -> (size: Int64, chunks: Int, bytes: Int64) {
+    ) throws -> Outcome {
         let own: Bool
         let base: Layout
         switch baseKind {
@@ -189,7 +198,7 @@ struct ContentWriter {
         }
         for start in current.keys.sorted() where target[start] == nil { rows.append((start, nil)) }
         if !rows.isEmpty { try tx.insertExtents(node, branch: branch, version: version, rows) }
-        return (size, written.chunks, written.bytes)
+        return Outcome(size: size, chunks: written.chunks, bytes: written.bytes, rows: rows)
     }
 
     /// Stores one chunk's bytes unless the store has them; nil for zeros (a hole).

@@ -142,6 +142,15 @@ struct PinnedFile {
     }
 }
 
+/// A file a save wrote: its extents at `to` are those at `from` with `rows` applied.
+struct CarriedExtents {
+    var node: StoreNodeID
+    var from: VersionID
+    var to: VersionID
+    var size: Int64
+    var rows: [(start: Int64, extent: Extent?)]
+}
+
 /// The files reads at saved versions learned, bounded: about 250,000 extents (some 60 GiB of
 /// 256 KiB chunks), then it starts over.
 struct PinnedFiles {
@@ -162,6 +171,25 @@ struct PinnedFiles {
         guard let file = files[key] else { return nil }
         files[key]?.lastEnd = end
         return file
+    }
+
+    /// A save committed: its file at the new version is the file at the save's base with the
+    /// save's extent rows, known without the database if the whole file at the base is. A
+    /// program that writes and syncs a file over and over (a database) reads each chunk it
+    /// takes in at the version its last save made.
+    mutating func carry(_ file: CarriedExtents) {
+        guard let old = files[PinnedKey(node: file.node, version: file.from)], old.covered.lowerBound == 0,
+            old.covered.upperBound >= old.size
+        else { return }
+        var map: [Int64: Extent] = [:]
+        for item in old.extents { map[item.start] = item.extent }
+        for row in file.rows { map[row.start] = row.extent }
+        let extents = map.filter { $0.key < file.size }.sorted { $0.key < $1.key }.map {
+            (start: $0.key, extent: $0.value)
+        }
+        learn(
+            PinnedKey(node: file.node, version: file.to),
+            PinnedFile(size: file.size, covered: 0..<file.size, extents: extents))
     }
 
     mutating func forget(_ versions: Set<VersionID>) {

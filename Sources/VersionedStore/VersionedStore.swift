@@ -154,7 +154,10 @@ public final class VersionedStore: Sendable {
         func deleteDocument(_ id: DocumentID, origin: String) throws {
             try VersionedStore.deleteDocument(tx, id, origin: origin)
         }
-        func save(_ changes: DocumentChanges) throws -> SaveResult { try store.save(tx, changes, event: nil) }
+        func save(_ changes: DocumentChanges) throws -> SaveResult {
+            var carried: [CarriedExtents] = []  // committed later, if at all: not carried
+            return try store.save(tx, changes, event: nil, carried: &carried)
+        }
         func resolveConflict(_ version: VersionID) throws { try VersionedStore.resolveConflict(tx, version) }
         func undeleteDocument(_ id: DocumentID, as name: String?) throws -> DocumentInfo {
             try VersionedStore.undeleteDocument(tx, id, as: name)
@@ -553,16 +556,22 @@ public final class VersionedStore: Sendable {
     public func save(_ changes: DocumentChanges) throws -> SaveResult {
         // Outside the transaction, which saves of other documents wait for.
         let precut = try precut(changes)
-        return try write(durable: changes.durable) { tx in
-            try self.save(tx, changes, event: nil, precut: precut)
+        var carried: [CarriedExtents] = []
+        let result = try write(durable: changes.durable) { tx in
+            carried = []
+            return try self.save(tx, changes, event: nil, precut: precut, carried: &carried)
         }
+        if !carried.isEmpty { pinned.withLock { files in for file in carried { files.carry(file) } } }
+        return result
     }
 
     /// One save inside a write transaction; `event` overrides the recorded event's kind;
-    /// `precut` holds new contents already cut and hashed.
+    /// `precut` holds new contents already cut and hashed. `carried` gets the files whose
+    /// extents at the new version follow from those at the current one, for the reads at
+    /// that version to know them once the transaction commits.
     func save(
         _ tx: any StoreTransaction, _ changes: DocumentChanges, event: StoreEvent.Kind?,
-        precut: [StoreNodeID: Precut] = [:]
+        precut: [StoreNodeID: Precut] = [:], carried: inout [CarriedExtents]
     ) throws -> SaveResult {
         let document = try Self.fetchDocument(tx, changes.document)
         var conflict = false
@@ -608,6 +617,12 @@ public final class VersionedStore: Sendable {
                 previousSize: previous?.kind == .regularFile ? previous?.size : nil,
                 lineage: before, branch: branch, version: version, precut: precut[id])
             let result = try writer.write(update)
+            if !conflict, changes.base == document.currentVersion {
+                carried.append(
+                    CarriedExtents(
+                        node: id, from: document.currentVersion, to: version, size: result.size,
+                        rows: result.rows))
+            }
             record.size = result.size
             written.chunks += result.chunks
             written.bytes += result.bytes
@@ -777,7 +792,8 @@ public final class VersionedStore: Sendable {
                 changes.contents[id] = .copy(of: NodeLookup(id, at: version))
             }
             changes.removedNodes = current.keys.filter { target[$0] == nil }.sorted()
-            return try self.save(tx, changes, event: .restored)
+            var carried: [CarriedExtents] = []
+            return try self.save(tx, changes, event: .restored, carried: &carried)
         }
     }
 

@@ -720,7 +720,12 @@ struct SplitMix: RandomNumberGenerator {
         let twin = try file.store.createDocument(
             named: "twin.bin", kind: .flat, type: nil, permissions: nil, origin: "test")
         var bytes = sampleBytes((low + high) / 2, seed: UInt64(low))
-        try file.save(.replace(DataContentsSource(bytes)))
+        let first = try file.save(.replace(DataContentsSource(bytes)))
+        // Read at its version, the whole file is known; each save then carries what is known
+        // to its own version (``CarriedExtentsTests``), which the reads below check too.
+        #expect(
+            try file.store.readContents(
+                of: file.document.root, at: first.version.id, offset: 0, count: bytes.count) == bytes)
         var random = SplitMix(state: UInt64(high))
         for round in 0..<40 {
             var new = bytes
@@ -738,11 +743,14 @@ struct SplitMix: RandomNumberGenerator {
                 edited.append(Int64(at)..<Int64(at + length))
             }
             let pages = (new.count + Self.chunk - 1) / Self.chunk
-            try file.save(
+            let saved = try file.save(
                 .sparse(
                     size: Int64(new.count), chunks: Array(0..<pages),
                     source: RangedSource(bytes: new, changedRanges: edited.reversed())))
             #expect(try file.contents() == new, "round \(round)")
+            let atVersion = try file.store.readContents(
+                of: file.document.root, at: saved.version.id, offset: 0, count: new.count)
+            #expect(atVersion == new, "round \(round), at its version")
             var changes = DocumentChanges(
                 document: twin.id, base: try file.store.document(twin.id).currentVersion)
             changes.contents[twin.root] = .replace(DataContentsSource(new))
@@ -772,5 +780,32 @@ struct SplitMix: RandomNumberGenerator {
         // after it: pages 2 to 4, not all six.
         let pages = Set(source.reads.map { $0.offset / Int64(Self.chunk) })
         #expect(pages.contains(3) && pages.isSubset(of: [2, 3, 4]), "\(source.reads)")
+    }
+}
+
+/// A save's files at its new version are known from what reads at the version before learned.
+@Suite(.enabled(if: StoreKind.postgresURL != nil))
+struct CarriedExtentsTests {
+    @Test(
+        "After a save, unchanged bytes at its version read from what the store knew before, with the server gone"
+    )
+    func readsAtTheNewVersionNeedNoServer() throws {
+        let file = try FlatFile(.postgres, chunkSize: 256 << 10)
+        let root = file.document.root
+        let old = sampleBytes(1 << 20, seed: 21)
+        try file.save(.replace(DataContentsSource(old)))
+        let before = try file.store.document(file.document.id).currentVersion
+        // A read at that version learns the file's extents and caches its chunks.
+        #expect(try file.store.readContents(of: root, at: before, offset: 0, count: old.count) == old)
+        var new = old
+        new.replaceSubrange(700_000..<700_100, with: sampleBytes(100, seed: 22))
+        let saved = try file.save(
+            .sparse(
+                size: Int64(new.count), chunks: [2],
+                source: RangedSource(bytes: new, changedRanges: [700_000..<700_100])))
+        try file.fixture.cutConnections()
+        defer { try? file.fixture.allowConnections() }
+        let unchanged = try file.store.readContents(of: root, at: saved.version.id, offset: 0, count: 300_000)
+        #expect(unchanged == new.prefix(300_000))
     }
 }
