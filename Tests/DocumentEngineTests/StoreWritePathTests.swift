@@ -682,18 +682,6 @@ struct RangedSource: ContentsSource {
     }
 }
 
-/// SplitMix64, so that a test's random edits repeat.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// ``ContentsSource/changedRanges``: a save cuts again only around the edits, and the result is
 /// the one cutting the whole file gives.
 @Suite struct ChangedRangesTests {
@@ -726,7 +714,7 @@ struct SplitMix: RandomNumberGenerator {
         #expect(
             try file.store.readContents(
                 of: file.document.root, at: first.version.id, offset: 0, count: bytes.count) == bytes)
-        var random = SplitMix(state: UInt64(high))
+        var random = SplitMix64(seed: UInt64(high))
         for round in 0..<40 {
             var new = bytes
             var edited: [Range<Int64>] = []
