@@ -25,10 +25,19 @@ final class ChunkSlices: Sendable {
 
     init(path: String) { self.path = path }
 
+    /// All of chunk `id`'s bytes; nil if there is no such chunk or no connection could be
+    /// opened (the caller then reads it with a query).
+    func whole(_ id: Int64) throws -> Data? { try read(id, nil) }
+
     /// `range` of chunk `id`'s bytes; nil if there is no such chunk, the range is outside it, or
     /// no connection could be opened (the caller then reads the whole chunk).
     func read(_ id: Int64, _ range: Range<Int>) throws -> Data? {
         guard range.lowerBound >= 0, range.upperBound <= Int(Int32.max) else { return nil }
+        return try read(id, .some(range))
+    }
+
+    /// `range` (nil: all) of chunk `id`'s bytes.
+    private func read(_ id: Int64, _ wanted: Range<Int>?) throws -> Data? {
         guard let connection = take() else { return nil }
         defer { give(connection) }
         var blob: OpaquePointer?
@@ -40,6 +49,7 @@ final class ChunkSlices: Sendable {
             throw DatabaseError(resultCode: ResultCode(rawValue: opened))
         }
         defer { sqlite3_blob_close(blob) }
+        let range = wanted ?? 0..<Int(sqlite3_blob_bytes(blob))
         guard range.upperBound <= Int(sqlite3_blob_bytes(blob)) else { return nil }
         var data = Data(count: range.count)
         let status = data.withUnsafeMutableBytes { buffer in

@@ -38,6 +38,10 @@ public protocol StoreBackend: Sendable {
     /// Bytes `range` of chunk `id` without reading the whole chunk, where the backend can read a
     /// part of a stored value; nil otherwise.
     func chunkSlice(_ id: Int64, _ range: Range<Int>) throws -> Data?
+    /// Whole chunks by id, read outside any transaction where the backend has a cheaper way
+    /// than a query (chunks never change); nil otherwise, or when one of them is gone (a query
+    /// then tells what became of it).
+    func wholeChunks(_ ids: [Int64]) throws -> [Int64: Data]?
 }
 
 extension StoreBackend {
@@ -45,6 +49,7 @@ extension StoreBackend {
         nil
     }
     public func chunkSlice(_ id: Int64, _ range: Range<Int>) throws -> Data? { nil }
+    public func wholeChunks(_ ids: [Int64]) throws -> [Int64: Data]? { nil }
     public func storageProblems() throws -> [String] { [] }
     public func reclaimSpace() throws {}
 }

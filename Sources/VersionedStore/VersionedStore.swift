@@ -411,7 +411,7 @@ public final class VersionedStore: Sendable {
         if !missing.isEmpty {
             // Chunks never change, so they need no snapshot; one the retention policy collected
             // since is missing, and the full read says what became of the version.
-            let fetched = try backend.access { tx in try self.chunks(tx, missing) }
+            let fetched = try directChunks(missing) ?? backend.access { tx in try self.chunks(tx, missing) }
             guard missing.allSatisfy({ fetched[$0] != nil }) else { return nil }
             chunks.merge(fetched) { old, _ in old }
         }
@@ -484,6 +484,18 @@ public final class VersionedStore: Sendable {
             }
         }
         return map.compactMapValues { $0 }
+    }
+
+    /// Chunks' bytes by id read by the backend outside any transaction (counted and cached as
+    /// ``chunks(_:_:)`` does); nil where it cannot.
+    private func directChunks(_ ids: Set<Int64>) throws -> [Int64: Data]? {
+        guard let fetched = try backend.wholeChunks(ids.sorted()) else { return nil }
+        cache.withLock { cache in for (id, data) in fetched { cache.put(id, data) } }
+        counters.withLock {
+            $0.chunksRead += fetched.count
+            $0.bytesRead += fetched.values.reduce(0) { $0 + Int64($1.count) }
+        }
+        return fetched
     }
 
     /// Chunks' bytes by id, from the cache or the database (counted).
