@@ -338,16 +338,10 @@ struct DocumentFileSystemTests {
             _ = try await sh("ls -lR", in: p)
 
             // As another process would: its own connection to the same file.
-            let other = try fixture.reopen()
-            let info = try #require(try other.document(named: "README.txt"))
-            var root = try #require(try other.node(info.root, at: nil))
+            let engine = try Engine(fixture)
+            let other = engine.store
             let text = "Changed by another process, and longer than before.\nSecond line.\n"
-            root.modified = .now
-            var changes = DocumentChanges(document: info.id, base: info.currentVersion)
-            changes.nodes = [root]
-            changes.contents = [info.root: .replace(DataContentsSource(Data(text.utf8)))]
-            changes.origin = "other process"
-            _ = try other.save(changes)
+            try engine.replaceText("README.txt", "", with: text)
 
             // A wrapper inside a package, and a new one beside it.
             let project = try #require(try other.document(named: "Project.pkg"))

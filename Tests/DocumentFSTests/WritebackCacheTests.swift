@@ -30,12 +30,16 @@ import Testing
             try await expectEventually("the mount's save") { try other.text("Work.pkg", "notes.txt") == long }
             let held = try await offThread { try openFile(notes, O_RDONLY) }
             defer { close(held) }
-
-            try other.replaceText("Work.pkg", "notes.txt", with: "short\n")
-            let shrunk = try await waitUntil(timeout: 10) {
-                try statOf(notes).st_size == 6 && readText(notes) == "short\n"
+            // Another process saves `text`; the mount's `stat` and reads show it.
+            func savedElsewhere(_ text: String) async throws {
+                try other.replaceText("Work.pkg", "notes.txt", with: text)
+                let shown = try await waitUntil(timeout: 10) {
+                    try statOf(notes).st_size == text.utf8.count && readText(notes) == text
+                }
+                #expect(shown != nil, "the mount still shows \((try? statOf(notes).st_size) ?? -1) bytes")
             }
-            #expect(shrunk != nil, "the mount still shows \((try? statOf(notes).st_size) ?? -1) bytes")
+
+            try await savedElsewhere("short\n")
             // The descriptor opened before reads the file as it opened it.
             let (heldSize, heldText) = try await offThread { () -> (Int, String) in
                 var st = stat()
@@ -48,11 +52,7 @@ import Testing
             #expect(heldText == long)
 
             let grown = String(repeating: "theirs\n", count: 3000)
-            try other.replaceText("Work.pkg", "notes.txt", with: grown)
-            let shown = try await waitUntil(timeout: 10) {
-                try statOf(notes).st_size == grown.utf8.count && readText(notes) == grown
-            }
-            #expect(shown != nil, "the mount still shows \((try? statOf(notes).st_size) ?? -1) bytes")
+            try await savedElsewhere(grown)
             // And the mount writes on top of theirs, from the new size.
             try await offThread {
                 let fd = try openFile(notes, O_WRONLY | O_APPEND)
