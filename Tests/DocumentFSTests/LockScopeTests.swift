@@ -212,12 +212,15 @@ func withGatedSpill(
     #expect(eventually(timeout: 5) { isMounted(spill) } != nil)
     // Small files' bytes stay in memory unless told otherwise; these tests are about spill I/O.
     // Each write(2) must reach the daemon as it happens, not from the kernel's writeback cache.
+    // Saves are the tests' own (fsync): a timed save freezes the layers and keeps their memory
+    // until it ends, which moved a small file to a spill file in a slow CI-like run.
     try await withMount(
         fixture.store,
         configure: {
             $0.fileSystem.spillDirectory = spill
             $0.fileSystem.memoryForSmallFiles = memoryForSmallFiles
             $0.fileSystem.writebackCache = false
+            $0.fileSystem.quietInterval = .seconds(600)
         }
     ) { mount in
         let path = mount.url("Project.pkg/\(name)")
