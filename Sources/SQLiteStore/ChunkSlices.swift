@@ -9,21 +9,22 @@ import Synchronization
 /// Through the pool, a 4 KiB slice cost more in GRDB's bookkeeping than in SQLite: a queue hop,
 /// a schema-version check, and a BEGIN and COMMIT, about half of a cold random read's CPU. A
 /// chunk's bytes never change, so a slice needs no snapshot: the blob handle's own statement is
-/// the read, and it ends when the handle closes, so no read holds the log back.
+/// the read, and it ends when the handle closes, so no read holds the log back. A packed chunk's
+/// place is one statement on the same connection, and its bytes one `pread` from its pack.
 final class ChunkSlices: Sendable {
     /// One connection, used by one read at a time.
-    private final class Connection: @unchecked Sendable {
-        let db: OpaquePointer
-        init(_ db: OpaquePointer) { self.db = db }
-        deinit { sqlite3_close_v2(db) }
-    }
+    private typealias Connection = PlacesConnection
 
     private let path: String
+    private let packs: PackFiles
     private let idle = Mutex<[Connection]>([])
     /// Connections kept between reads; more are opened while more reads run at once.
     static let keptIdle = 4
 
-    init(path: String) { self.path = path }
+    init(path: String, packs: PackFiles) {
+        self.path = path
+        self.packs = packs
+    }
 
     /// All of chunk `id`'s bytes; nil if there is no such chunk or no connection could be
     /// opened (the caller then reads it with a query).
@@ -40,6 +41,10 @@ final class ChunkSlices: Sendable {
     private func read(_ id: Int64, _ wanted: Range<Int>?) throws -> Data? {
         guard let connection = take() else { return nil }
         defer { give(connection) }
+        if let place = try connection.place(id) {
+            if let wanted, wanted.upperBound > place.size { return nil }
+            return try packs.readChunk(id, at: place, wanted)
+        }
         var blob: OpaquePointer?
         let opened = sqlite3_blob_open(connection.db, "main", "chunks", "data", id, 0, &blob)
         guard opened == SQLITE_OK, let blob else {
@@ -63,7 +68,7 @@ final class ChunkSlices: Sendable {
         if let connection = idle.withLock({ $0.popLast() }) { return connection }
         // Waits for a lock as long as the pool's readers do (only while a log is recovered).
         return openPlainConnection(path, setup: "PRAGMA busy_timeout = 30000; PRAGMA query_only = 1")
-            .map(Connection.init)
+            .flatMap(Connection.init)
     }
 
     private func give(_ connection: Connection) {

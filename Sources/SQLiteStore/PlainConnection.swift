@@ -1,3 +1,4 @@
+import GRDB
 import GRDBSQLite
 
 /// Opens a connection to the store file of its own, outside GRDB's pool, and runs `setup` on
@@ -14,4 +15,57 @@ func openPlainConnection(_ path: String, setup: String) -> OpaquePointer? {
         return nil
     }
     return db
+}
+
+/// The statement that finds a packed chunk's place, for plain connections.
+let packedPlaceSQL = "SELECT pack, position, size FROM packed_chunks WHERE id = ?"
+
+/// Runs `statement` (``packedPlaceSQL``, prepared on a plain connection) for chunk `id`: its
+/// place, or nil when it is not packed.
+func packedPlace(_ statement: OpaquePointer, _ id: Int64) throws -> PackFiles.Place? {
+    sqlite3_reset(statement)
+    sqlite3_bind_int64(statement, 1, id)
+    defer { sqlite3_reset(statement) }
+    switch sqlite3_step(statement) {
+    case SQLITE_ROW:
+        return PackFiles.Place(
+            pack: sqlite3_column_int64(statement, 0), position: sqlite3_column_int64(statement, 1),
+            size: Int(sqlite3_column_int64(statement, 2)))
+    case SQLITE_DONE:
+        return nil
+    case let status:
+        throw DatabaseError(resultCode: ResultCode(rawValue: status))
+    }
+}
+
+/// A plain connection of its own with ``packedPlaceSQL`` prepared: each step reads the store's
+/// latest commit, in no snapshot a caller holds.
+final class PlacesConnection: @unchecked Sendable {
+    let db: OpaquePointer
+    private let statement: OpaquePointer
+
+    /// Takes `db` over (closing it if preparing fails).
+    init?(_ db: OpaquePointer) {
+        var statement: OpaquePointer?
+        guard sqlite3_prepare_v2(db, packedPlaceSQL, -1, &statement, nil) == SQLITE_OK, let statement else {
+            sqlite3_close_v2(db)
+            return nil
+        }
+        self.db = db
+        self.statement = statement
+    }
+
+    convenience init?(path: String) {
+        guard let db = openPlainConnection(path, setup: "PRAGMA busy_timeout = 30000; PRAGMA query_only = 1")
+        else { return nil }
+        self.init(db)
+    }
+
+    deinit {
+        sqlite3_finalize(statement)
+        sqlite3_close_v2(db)
+    }
+
+    /// Where chunk `id`'s bytes are, if in a pack. Used by one thread at a time.
+    func place(_ id: Int64) throws -> PackFiles.Place? { try packedPlace(statement, id) }
 }

@@ -13,9 +13,12 @@ import GRDB
 /// removals, plus a row at start −1 whose version is the newest of all the file's main-line
 /// rows: a read as of a version at or after that one needs only these rows. It is derived data,
 /// kept in step by every write of `extents` and rebuilt from it where rows are removed.
+///
+/// `packed_chunks` says where a chunk's bytes are when they are in a pack beside the store
+/// (`PackFiles`); its row in `chunks` then has empty data.
 enum SQLiteSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion = 8
+    static let formatVersion = 9
     /// `PRAGMA application_id`: "DocF", so other SQLite files are recognised as foreign.
     static let applicationID: Int32 = 0x446F_6346
 
@@ -192,6 +195,22 @@ enum SQLiteSchema {
                     DROP INDEX IF EXISTS nodes_by_parent;
                     CREATE INDEX nodes_by_name ON nodes(parent, name, branch, removed, version);
                     UPDATE store_meta SET value = 8 WHERE key = 'format';
+                    """)
+        }
+        // v9: large chunks' bytes in pack files beside the store (`PackFiles`); their rows in
+        // `chunks` keep the hash and size, with empty data. Older programs would read the empty
+        // data as the chunk's bytes, so the format says 9.
+        migrator.registerMigration("v9") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE packed_chunks (
+                        id INTEGER PRIMARY KEY,
+                        pack INTEGER NOT NULL,
+                        position INTEGER NOT NULL,
+                        size INTEGER NOT NULL
+                    );
+                    CREATE INDEX packed_chunks_by_pack ON packed_chunks(pack, position);
+                    UPDATE store_meta SET value = 9 WHERE key = 'format';
                     """)
         }
         return migrator

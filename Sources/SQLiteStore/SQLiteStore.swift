@@ -85,6 +85,8 @@ final class SQLiteBackend: StoreBackend {
     let checkpointer: Checkpointer
     /// Reads parts of chunks outside the pool.
     let slices: ChunkSlices
+    /// Large chunks' bytes, beside the store.
+    let packs: PackFiles
     /// Whether the writer connection may still be at `synchronous = NORMAL` after a deferred save.
     private let writerMayBeRelaxed = Atomic(false)
 
@@ -99,7 +101,9 @@ final class SQLiteBackend: StoreBackend {
         configuration.label = "docfs.store"
         let checkpointer = Checkpointer(path: path)
         self.checkpointer = checkpointer
-        slices = ChunkSlices(path: path)
+        let packs = PackFiles(storePath: path)
+        self.packs = packs
+        slices = ChunkSlices(path: path, packs: packs)
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
             // FULL: a committed save survives power loss, which fsync's contract needs. Set here,
@@ -182,6 +186,14 @@ final class SQLiteBackend: StoreBackend {
                     "cannot open the store \(path): \(String(cString: strerror(errno)))")
             }
             guard create else { throw DocumentStoreError.notAStore(path: path, reason: "no such file") }
+            // Another store's packs, left where this one would put its own, would be taken for
+            // its garbage.
+            let packs = PackFiles(storePath: path)
+            if !packs.files().isEmpty {
+                throw DocumentStoreError.io(
+                    "cannot create the store \(path): \(packs.folder) holds the packs of another store; move or remove it"
+                )
+            }
             let fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
             guard fd >= 0 else { throw systemError(errno, path: path, doing: "create") }
             close(fd)
@@ -283,10 +295,18 @@ final class SQLiteBackend: StoreBackend {
                     }
                     defer { if !durable { restoreFullSynchronous(db) } }
                     var result: T?
-                    try db.inTransaction(.immediate) {
-                        result = try body(db)
-                        return .commit
+                    packs.beginTransaction()
+                    do {
+                        try db.inTransaction(.immediate) {
+                            result = try body(db)
+                            try packs.prepareCommit()
+                            return .commit
+                        }
+                    } catch {
+                        packs.rolledBack()
+                        throw error
                     }
+                    packs.committed()
                     guard let result else {
                         throw DocumentStoreError.io("a transaction on \(path) gave no result")
                     }
@@ -316,7 +336,7 @@ final class SQLiteBackend: StoreBackend {
     // MARK: StoreBackend
 
     func read<T>(_ body: (any StoreTransaction) throws -> T) throws -> T {
-        do { return try pool.read { db in try body(SQLiteTransaction(db: db)) } } catch {
+        do { return try pool.read { db in try body(SQLiteTransaction(db: db, packs: packs)) } } catch {
             throw Self.storeError(error, path: path)
         }
     }
@@ -348,7 +368,7 @@ final class SQLiteBackend: StoreBackend {
     func access<T>(_ body: (any StoreTransaction) throws -> T) throws -> T { try read(body) }
 
     func write<T>(durable: Bool, _ body: (any StoreTransaction) throws -> T) throws -> T {
-        try writeDatabase(durable: durable) { db in try body(SQLiteTransaction(db: db)) }
+        try writeDatabase(durable: durable) { db in try body(SQLiteTransaction(db: db, packs: packs)) }
     }
 
     func storageProblems() throws -> [String] {
@@ -364,6 +384,7 @@ final class SQLiteBackend: StoreBackend {
     /// rebuilt once by a VACUUM (which needs the file's size again in free disk); later ones
     /// only truncate their free pages. The write-ahead log is truncated too.
     func reclaimSpace() throws {
+        try collectPacks()
         try truncatingLog { db in
             if try Int.fetchOne(db, sql: "PRAGMA auto_vacuum") != 2 {
                 try db.execute(sql: "PRAGMA auto_vacuum = INCREMENTAL")

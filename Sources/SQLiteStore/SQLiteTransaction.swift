@@ -9,6 +9,8 @@ import VersionedStore
 /// for each save took a fifth of the daemon's CPU when every close saved (issue 7, B5).
 struct SQLiteTransaction: StoreTransaction {
     let db: Database
+    /// Where large chunks' bytes go and come from; nil in migrations, which touch no chunk.
+    var packs: PackFiles? = nil
 
     // MARK: Store metadata
 
@@ -443,6 +445,16 @@ struct SQLiteTransaction: StoreTransaction {
     }
 
     func insertChunk(hash: Data, data: Data) throws -> Int64 {
+        if let packs, let place = try packs.place(data) {
+            try db.cachedStatement(sql: "INSERT INTO chunks(hash, size, data) VALUES (?, ?, X'')")
+                .execute(arguments: [hash, data.count])
+            let id = db.lastInsertedRowID
+            try db.cachedStatement(
+                sql: "INSERT INTO packed_chunks(id, pack, position, size) VALUES (?, ?, ?, ?)"
+            )
+            .execute(arguments: [id, place.pack, place.position, place.size])
+            return id
+        }
         // Cached: preparing it was a twentieth of a small save's CPU. A cached statement keeps
         // its last arguments, so empty ones replace the chunk's bytes once it has run.
         let statement = try db.cachedStatement(sql: "INSERT INTO chunks(hash, size, data) VALUES (?, ?, ?)")
@@ -452,10 +464,28 @@ struct SQLiteTransaction: StoreTransaction {
         return id
     }
 
+    /// Where chunk `id`'s bytes are, if in a pack.
+    func packedPlace(_ id: Int64) throws -> PackFiles.Place? {
+        guard
+            let row = try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT pack, position, size FROM packed_chunks WHERE id = ?"),
+                arguments: [id])
+        else { return nil }
+        return PackFiles.Place(
+            pack: try row.stored(0, "pack"), position: try row.stored(1, "position"),
+            size: Int(try row.stored(2, "size", as: Int64.self)))
+    }
+
     func chunks(_ ids: [Int64]) throws -> [Int64: Data] {
         var result: [Int64: Data] = [:]
         let statement = try db.cachedStatement(sql: "SELECT data FROM chunks WHERE id = ?")
-        for id in ids { result[id] = try Data.fetchOne(statement, arguments: [id]) }
+        for id in ids {
+            if let packs, let place = try packedPlace(id) {
+                result[id] = try packs.readChunk(id, at: place)
+            } else {
+                result[id] = try Data.fetchOne(statement, arguments: [id])
+            }
+        }
         return result
     }
 
@@ -466,6 +496,9 @@ struct SQLiteTransaction: StoreTransaction {
     func removeUnreferencedChunks() throws -> (count: Int, bytes: Int64) {
         let condition = "NOT EXISTS (SELECT 1 FROM extents WHERE chunk = chunks.id)"
         let row = try Row.fetchOne(db, sql: "SELECT COUNT(*), TOTAL(size) FROM chunks WHERE \(condition)")
+        // Their bytes in packs become garbage, which `PackCollection` gives back.
+        try db.execute(
+            sql: "DELETE FROM packed_chunks WHERE id IN (SELECT id FROM chunks WHERE \(condition))")
         try db.execute(sql: "DELETE FROM chunks WHERE \(condition)")
         return (
             Int(try row?.stored(0, "count", as: Int64.self) ?? 0),
@@ -474,13 +507,30 @@ struct SQLiteTransaction: StoreTransaction {
     }
 
     func forEachChunk(_ body: (Result<ChunkRow, any Error>) throws -> Void) throws {
-        let rows = try Row.fetchCursor(db, sql: "SELECT id, hash, size, data FROM chunks ORDER BY id")
+        let rows = try Row.fetchCursor(
+            db,
+            sql: """
+                SELECT c.id, c.hash, c.size, c.data, p.pack, p.position, p.size AS packed_size
+                FROM chunks c LEFT JOIN packed_chunks p ON p.id = c.id ORDER BY c.id
+                """)
         while let row = try rows.next() {
             try body(
                 Result {
-                    ChunkRow(
-                        id: try row.stored("id"), hash: try row.stored("hash", as: Data?.self) ?? Data(),
-                        size: try row.stored("size"), data: try row.stored("data", as: Data?.self) ?? Data())
+                    let id: Int64 = try row.stored("id")
+                    var data = try row.stored("data", as: Data?.self) ?? Data()
+                    if let pack = try row.stored("pack", as: Int64?.self) {
+                        guard let packs else {
+                            throw DocumentStoreError.corrupt(path: "", reason: "chunk \(id) is in a pack")
+                        }
+                        data = try packs.readChunk(
+                            id,
+                            at: PackFiles.Place(
+                                pack: pack, position: try row.stored("position"),
+                                size: Int(try row.stored("packed_size", as: Int64.self))))
+                    }
+                    return ChunkRow(
+                        id: id, hash: try row.stored("hash", as: Data?.self) ?? Data(),
+                        size: try row.stored("size"), data: data)
                 })
         }
     }

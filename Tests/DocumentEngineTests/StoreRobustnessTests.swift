@@ -579,6 +579,13 @@ enum StoreTestTools {
         return lstat(path, &st) == 0 ? Int64(st.st_size) : 0
     }
 
+    /// The bytes of an SQLite store: its file, its log and its packs.
+    static func sqliteStoreBytes(_ path: String) -> Int64 {
+        let packs = path + "-packs"
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: packs)) ?? []
+        return fileSize(path) + fileSize(path + "-wal") + names.reduce(0) { $0 + fileSize(packs + "/" + $1) }
+    }
+
     static func setXattr(_ path: String, _ name: String, _ value: Data) throws {
         let result = value.withUnsafeBytes { raw in lsetxattr(path, name, raw.baseAddress, raw.count, 0) }
         if result != 0 { throw POSIXError(.init(rawValue: errno) ?? .EIO) }

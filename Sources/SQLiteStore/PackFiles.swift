@@ -1,0 +1,387 @@
+import DocumentEngine
+import Foundation
+import Synchronization
+import VersionedStore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The bytes of large chunks, in append-only files beside the store, so that bulk data crosses
+/// the store once.
+///
+/// In a row, a chunk's bytes were written three times before a save's `fsync` returned: to the
+/// spill file, to SQLite's log, and by the checkpoint into the database file (a third of the
+/// daemon's CPU in a 1 GiB write); and a cold 4 KiB read was two or three overflow pages.
+///
+/// - **Where.** The folder `<store>-packs`, beside the store as SQLite's `-wal` file is: it is
+///   part of the store and moves with it. `packed_chunks` names a chunk's pack and position.
+/// - **Writers.** Each process appends to a pack of its own (`<16 hex digits>.pack`), only
+///   inside write transactions, which SQLite's write lock already serializes. From its first
+///   append in a transaction until the transaction ends it holds a shared `flock` on the pack,
+///   so that garbage collection (which takes an exclusive one, never waiting) leaves bytes not
+///   yet named alone. Between transactions collection may move the pack's chunks and remove it;
+///   the writer then finds the file unlinked and starts another. Neither waits for the other's
+///   lock, so a writer inside SQLite's write lock never waits for a collector that wants it.
+///   A pack is never reopened for writing once its process lets it go.
+/// - **Order.** A transaction's appended bytes are synced before it commits, durable or not: the
+///   kernel may write a deferred commit's log to disk at any time, and a log that survives a
+///   power cut must never name bytes that did not. A rolled-back transaction's bytes are cut off.
+/// - **Small saves stay in SQLite.** A transaction's first ``inlineBudget`` bytes of new chunks
+///   are rows as before, so a small save still commits with one sync (its log's).
+final class PackFiles: Sendable {
+    /// Where a packed chunk's bytes are.
+    struct Place: Sendable, Equatable {
+        var pack: Int64
+        var position: Int64
+        var size: Int
+    }
+
+    /// New chunk bytes per transaction that stay rows of `chunks`: fsx's and an editor's saves,
+    /// and small files, commit with one sync.
+    static let inlineBudget = 256 << 10
+    /// Chunks under this stay rows whatever the transaction wrote before them.
+    static let smallestPacked = 16 << 10
+    /// A writer starts a new pack once its pack has this many bytes, so that garbage collection
+    /// can give space back a pack at a time.
+    static let packLimit: Int64 = 256 << 20
+
+    let folder: String
+    private let storePath: String
+
+    private struct Writer {
+        var fd: Int32
+        var id: Int64
+        /// Bytes appended.
+        var end: Int64
+        /// Bytes that committed transactions (or a failed rollback) left.
+        var committedEnd: Int64
+        /// Whether this transaction holds the shared lock.
+        var locked: Bool
+    }
+    private struct State {
+        var writer: Writer?
+        /// Chunk bytes the running transaction kept as rows.
+        var inlineBytes = 0
+    }
+    private let state = Mutex(State())
+
+    /// An open pack, for reads; closed when the last read using it ends.
+    private final class Handle: Sendable {
+        let fd: Int32
+        init(_ fd: Int32) { self.fd = fd }
+        deinit { close(fd) }
+    }
+    private let handles = Mutex<[Int64: Handle]>([:])
+    static let keptHandles = 64
+
+    init(storePath: String) {
+        self.storePath = storePath
+        folder = storePath + "-packs"
+    }
+
+    deinit {
+        state.withLock { if let writer = $0.writer { close(writer.fd) } }
+    }
+
+    func path(_ pack: Int64) -> String {
+        folder + "/" + Self.name(pack)
+    }
+
+    static func name(_ pack: Int64) -> String {
+        String(UInt64(bitPattern: pack), radix: 16).leftPadded(to: 16) + ".pack"
+    }
+
+    /// The pack id of a file name in the folder; nil for anything else.
+    static func id(ofFile name: String) -> Int64? {
+        guard name.hasSuffix(".pack"), name.count == 21, let value = UInt64(name.prefix(16), radix: 16),
+            value > 0, value <= UInt64(Int64.max)
+        else { return nil }
+        return Int64(value)
+    }
+
+    // MARK: Writing (on the writer connection's thread, inside its transactions)
+
+    /// Called before each write transaction.
+    func beginTransaction() {
+        state.withLock { state in
+            state.inlineBytes = 0
+            if let writer = state.writer, writer.end >= Self.packLimit {
+                close(writer.fd)
+                state.writer = nil
+            }
+        }
+    }
+
+    /// Appends `data` to this process's pack and says where it is; nil when the chunk stays a
+    /// row (small, or within the transaction's inline budget). `force` packs it regardless.
+    func place(_ data: Data, force: Bool = false) throws -> Place? {
+        try state.withLock { state -> Place? in
+            if !force {
+                if data.count < Self.smallestPacked || state.inlineBytes + data.count <= Self.inlineBudget {
+                    state.inlineBytes += data.count
+                    return nil
+                }
+            }
+            if let held = state.writer, !held.locked, !Self.stillOurs(held.fd) {
+                close(held.fd)
+                state.writer = nil
+            }
+            var writer = try state.writer ?? createPack()
+            writer.locked = true
+            state.writer = writer
+            let position = writer.end
+            try data.withUnsafeBytes { buffer in
+                var done = 0
+                while done < buffer.count {
+                    let count = pwrite(
+                        writer.fd, buffer.baseAddress! + done, buffer.count - done,
+                        off_t(position) + off_t(done))
+                    if count < 0 {
+                        if errno == EINTR { continue }
+                        throw SQLiteBackend.systemError(
+                            errno, path: path(writer.id), doing: "write the pack of")
+                    }
+                    done += count
+                }
+            }
+            writer.end += Int64(data.count)
+            state.writer = writer
+            return Place(pack: writer.id, position: position, size: data.count)
+        }
+    }
+
+    /// Syncs what the transaction appended; called just before it commits.
+    func prepareCommit() throws {
+        let pending = state.withLock { state -> (fd: Int32, id: Int64)? in
+            guard let writer = state.writer, writer.end > writer.committedEnd else { return nil }
+            return (writer.fd, writer.id)
+        }
+        guard let pending else { return }
+        while fdatasync(pending.fd) != 0 {
+            if errno != EINTR {
+                throw SQLiteBackend.systemError(errno, path: path(pending.id), doing: "sync the pack of")
+            }
+        }
+    }
+
+    /// The transaction committed: its bytes are named.
+    func committed() {
+        state.withLock { state in
+            if var writer = state.writer {
+                writer.committedEnd = writer.end
+                Self.unlock(&writer)
+                state.writer = writer
+            }
+        }
+    }
+
+    private static func unlock(_ writer: inout Writer) {
+        if writer.locked {
+            _ = lock(writer.fd, LOCK_UN)
+            writer.locked = false
+        }
+    }
+
+    /// Takes the shared lock on a pack written in an earlier transaction, if collection does
+    /// not hold it and has not removed the pack.
+    private static func stillOurs(_ fd: Int32) -> Bool {
+        guard lock(fd, LOCK_SH | LOCK_NB) else { return false }
+        var st = stat()
+        return fstat(fd, &st) == 0 && st.st_nlink > 0
+    }
+
+    /// Stops appending to `pack` (collection is about to move its chunks).
+    func letGo(_ pack: Int64) {
+        state.withLock { state in
+            guard let writer = state.writer, writer.id == pack else { return }
+            close(writer.fd)
+            state.writer = nil
+        }
+    }
+
+    /// The transaction rolled back: its bytes are cut off (or, if that fails, the pack is let go
+    /// and they wait for garbage collection).
+    func rolledBack() {
+        state.withLock { state in
+            guard var writer = state.writer else { return }
+            if writer.end > writer.committedEnd {
+                guard ftruncate(writer.fd, off_t(writer.committedEnd)) == 0 else {
+                    close(writer.fd)
+                    state.writer = nil
+                    return
+                }
+                writer.end = writer.committedEnd
+            }
+            Self.unlock(&writer)
+            state.writer = writer
+        }
+    }
+
+    private func createPack() throws -> Writer {
+        try makeFolder()
+        for _ in 0..<16 {
+            let id = Int64.random(in: 1...Int64.max)
+            let fd = open(path(id), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            if fd < 0 {
+                if errno == EEXIST { continue }
+                throw SQLiteBackend.systemError(errno, path: folder, doing: "create a pack in")
+            }
+            // Locked first, then checked still linked: garbage collection in another process
+            // may have taken the new, empty file for garbage between its creation and the lock.
+            guard Self.stillOurs(fd) else {
+                close(fd)
+                continue
+            }
+            try Self.syncFolder(folder)
+            return Writer(fd: fd, id: id, end: 0, committedEnd: 0, locked: true)
+        }
+        throw DocumentStoreError.io("cannot create a pack in \(folder)")
+    }
+
+    private func makeFolder() throws {
+        if mkdir(folder, 0o700) == 0 {
+            // The folder's own entry must survive a power cut with the first pack's bytes.
+            let parent = (storePath as NSString).deletingLastPathComponent
+            try Self.syncFolder(parent.isEmpty ? "." : parent)
+            return
+        }
+        guard errno == EEXIST else { throw SQLiteBackend.systemError(errno, path: folder, doing: "create") }
+        var st = stat()
+        guard stat(folder, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR else {
+            throw DocumentStoreError.io("the store's pack folder \(folder) is not a folder")
+        }
+    }
+
+    static func syncFolder(_ path: String) throws {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw SQLiteBackend.systemError(errno, path: path, doing: "sync") }
+        defer { close(fd) }
+        while fsync(fd) != 0 {
+            if errno != EINTR { throw SQLiteBackend.systemError(errno, path: path, doing: "sync") }
+        }
+    }
+
+    /// `flock`, retried when interrupted; false when it fails (or would block, with LOCK_NB).
+    static func lock(_ fd: Int32, _ operation: Int32) -> Bool {
+        while flock(fd, operation) != 0 {
+            if errno != EINTR { return false }
+        }
+        return true
+    }
+
+    // MARK: Reading
+
+    /// The pack's file is gone: garbage collection moved its chunks since the caller's snapshot
+    /// read their place (or the store is damaged).
+    struct Missing: Error {
+        let pack: Int64
+    }
+
+    /// Bytes `range` (nil: all) of the chunk at `place`.
+    func read(_ place: Place, _ range: Range<Int>? = nil) throws -> Data {
+        let wanted = range ?? 0..<place.size
+        guard place.pack > 0, place.position >= 0, place.size >= 0,
+            place.size <= VersionedStore.maximumChunkSize, wanted.lowerBound >= 0,
+            wanted.upperBound <= place.size
+        else {
+            throw DocumentStoreError.corrupt(
+                path: storePath,
+                reason: "a chunk's place in pack \(Self.name(place.pack)) is impossible "
+                    + "(\(place.position), \(place.size) bytes)")
+        }
+        let handle = try self.handle(place.pack)
+        var data = Data(count: wanted.count)
+        let start = off_t(place.position) + off_t(wanted.lowerBound)
+        var done = 0
+        try data.withUnsafeMutableBytes { buffer in
+            while done < buffer.count {
+                let count = pread(
+                    handle.fd, buffer.baseAddress! + done, buffer.count - done, start + off_t(done))
+                if count < 0 {
+                    if errno == EINTR { continue }
+                    throw SQLiteBackend.systemError(errno, path: path(place.pack), doing: "read the pack of")
+                }
+                if count == 0 { break }
+                done += count
+            }
+        }
+        guard done == wanted.count else {
+            throw DocumentStoreError.corrupt(
+                path: storePath, reason: "pack \(Self.name(place.pack)) ends before the chunk's bytes")
+        }
+        return data
+    }
+
+    private func handle(_ pack: Int64) throws -> Handle {
+        if let handle = handles.withLock({ $0[pack] }) { return handle }
+        let fd = open(path(pack), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { throw Missing(pack: pack) }
+            throw SQLiteBackend.systemError(errno, path: path(pack), doing: "open the pack of")
+        }
+        let handle = Handle(fd)
+        handles.withLock { handles in
+            if handles.count >= Self.keptHandles, let any = handles.keys.first { handles[any] = nil }
+            handles[pack] = handle
+        }
+        return handle
+    }
+
+    /// Chunk `id`'s bytes `range` (nil: all) at `place`. When the pack is gone, the chunk's place
+    /// is looked up again outside the caller's snapshot: garbage collection moved it, and a
+    /// chunk's bytes are the same wherever they are.
+    func readChunk(_ id: Int64, at place: Place, _ range: Range<Int>? = nil) throws -> Data {
+        do { return try read(place, range) } catch let missing as Missing {
+            guard let moved = try locate(id), moved.pack != place.pack else {
+                throw missingError(missing.pack)
+            }
+            do { return try read(moved, range) } catch let again as Missing { throw missingError(again.pack) }
+        }
+    }
+
+    /// A connection of its own for ``locate(_:)``, outside any snapshot; rarely used.
+    private let locator = Mutex<PlacesConnection?>(nil)
+
+    /// Where chunk `id`'s bytes are now, from the store's latest commit.
+    func locate(_ id: Int64) throws -> Place? {
+        try locator.withLock { locator in
+            if locator == nil {
+                locator = PlacesConnection(path: storePath)
+            }
+            guard let locator else { throw DocumentStoreError.io("cannot open the store \(storePath) again") }
+            return try locator.place(id)
+        }
+    }
+
+    /// Forgets the open file of a pack that garbage collection removed.
+    func forget(_ pack: Int64) {
+        _ = handles.withLock { $0.removeValue(forKey: pack) }
+    }
+
+    /// The packs in the folder and their sizes.
+    func files() -> [(id: Int64, size: Int64)] {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [] }
+        return names.compactMap { name -> (Int64, Int64)? in
+            guard let id = Self.id(ofFile: name) else { return nil }
+            var st = stat()
+            guard stat(folder + "/" + name, &st) == 0 else { return nil }
+            return (id, Int64(st.st_size))
+        }
+    }
+
+    /// The missing-pack message, for reads that cannot find a chunk's pack again.
+    func missingError(_ pack: Int64) -> DocumentStoreError {
+        .corrupt(
+            path: storePath,
+            reason:
+                "its pack file \(path(pack)) is missing (the folder \(folder) belongs to the store and moves with it)"
+        )
+    }
+}
+
+extension String {
+    fileprivate func leftPadded(to width: Int) -> String {
+        count >= width ? self : String(repeating: "0", count: width - count) + self
+    }
+}

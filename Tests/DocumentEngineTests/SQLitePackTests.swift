@@ -1,0 +1,239 @@
+import DocumentEngine
+import Foundation
+import StoreTestSupport
+import TestSupport
+import Testing
+import VersionedStore
+
+@testable import SQLiteStore
+
+/// Large chunks' bytes live in pack files beside an SQLite store (`PackFiles`).
+@Suite("SQLite packs")
+struct SQLitePackTests {
+    let file: FlatFile
+    let sqlite: SQLiteStore
+    var folder: String { sqlite.path + "-packs" }
+
+    init() throws {
+        file = try FlatFile(.sqlite, chunkSize: SQLiteStore.defaultChunkSize)
+        sqlite = try #require(file.store as? SQLiteStore)
+    }
+
+    /// The pack files, by name.
+    func packs() -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter {
+            $0.hasSuffix(".pack")
+        }
+        .sorted()
+    }
+
+    func packBytes() -> Int64 { StoreTestTools.sqliteStoreBytes(sqlite.path) - databaseBytes() }
+
+    func packedCount() throws -> Int {
+        Int(try file.fixture.sql("SELECT COUNT(*) FROM packed_chunks;")) ?? -1
+    }
+
+    func databaseBytes() -> Int64 {
+        StoreTestTools.fileSize(sqlite.path) + StoreTestTools.fileSize(sqlite.path + "-wal")
+    }
+
+    @Test(
+        "A large save's chunks past its first 256 KiB go to a pack, and read back whole, in parts and reopened"
+    )
+    func largeSavesArePacked() throws {
+        try sqlite.checkpoint()
+        let before = databaseBytes()
+        let bytes = sampleBytes(8 << 20, seed: 1)
+        try file.save(.replace(DataContentsSource(bytes)))
+        #expect(packs().count == 1)
+        #expect(try packedCount() > 0)
+        #expect(packBytes() >= (8 << 20) - (256 << 10))
+        // The database and its log grew by the inline part and the rows, not by the file.
+        #expect(databaseBytes() - before < 2 << 20)
+        try file.expectHolds(bytes)
+        let reopened = try SQLiteStore(path: sqlite.path)
+        for (offset, count) in [(0, 4096), (5_000_000, 4096), ((8 << 20) - 100, 100), (1_234_567, 300_000)] {
+            let part = try reopened.readContents(
+                of: file.document.root, at: nil, offset: Int64(offset), count: count)
+            #expect(part == bytes[offset..<offset + count])
+        }
+    }
+
+    @Test("A small save stays in SQLite and makes no pack")
+    func smallSavesStayRows() throws {
+        let bytes = sampleBytes(200 << 10, seed: 2)
+        try file.save(.replace(DataContentsSource(bytes)))
+        #expect(packs().isEmpty)
+        #expect(try packedCount() == 0)
+        try file.expectHolds(bytes)
+    }
+
+    @Test("A transaction that rolls back cuts its bytes off the pack, and the next one goes on from there")
+    func rollbackCutsThePack() throws {
+        try file.save(.replace(DataContentsSource(sampleBytes(4 << 20, seed: 3))))
+        let committed = packBytes()
+        struct Refused: Error {}
+        let chunk = sampleBytes(300 << 10, seed: 4)
+        #expect(throws: Refused.self) {
+            try sqlite.backend.write(durable: true) { tx in
+                _ = try tx.insertChunk(hash: VersionedStore.hash(chunk), data: chunk)
+                #expect(packBytes() == committed + Int64(chunk.count))
+                throw Refused()
+            }
+        }
+        #expect(packBytes() == committed)
+        let bytes = sampleBytes(4 << 20, seed: 5)
+        try file.save(.replace(DataContentsSource(bytes)))
+        try file.expectHolds(bytes)
+    }
+
+    @Test("A pack that is missing or cut short is a clear error, in reads and in the integrity walk")
+    func damagedPacks() throws {
+        let bytes = sampleBytes(4 << 20, seed: 6)
+        try file.save(.replace(DataContentsSource(bytes)))
+        let pack = try #require(packs().first)
+        let path = folder + "/" + pack
+        #expect(truncate(path, 1 << 20) == 0)
+        let cut = try SQLiteStore(path: sqlite.path)
+        #expect(throws: DocumentStoreError.self) {
+            _ = try cut.readContents(of: file.document.root, at: nil, offset: 3 << 20, count: 4096)
+        }
+        #expect(try cut.checkIntegrity().problems.contains { $0.contains("ends before the chunk's bytes") })
+        #expect(rename(path, path + ".moved") == 0)
+        let moved = try SQLiteStore(path: sqlite.path)
+        do {
+            _ = try moved.readContents(of: file.document.root, at: nil, offset: 3 << 20, count: 4096)
+            Issue.record("a read without the pack succeeded")
+        } catch let error as DocumentStoreError {
+            #expect("\(error)".contains("is missing"))
+            #expect("\(error)".contains(folder))
+        }
+        #expect(try moved.checkIntegrity().problems.contains { $0.contains("is missing") })
+    }
+
+    @Test("Garbage collection moves what is still needed out of a pack mostly garbage, and removes it")
+    func collectionCompacts() throws {
+        let kept = try file.store.createDocument(
+            named: "kept.bin", kind: .flat, type: nil, permissions: nil, origin: "test")
+        let keptBytes = sampleBytes(3 << 20, seed: 7)
+        var changes = DocumentChanges(document: kept.id, base: kept.currentVersion)
+        changes.contents[kept.root] = .replace(DataContentsSource(keptBytes))
+        _ = try file.store.save(changes)
+        try file.save(.replace(DataContentsSource(sampleBytes(12 << 20, seed: 8))))
+        let old = try #require(packs().first)
+        #expect(packs().count == 1)
+        // A second store has read from the old pack, and keeps its file open.
+        let reader = try SQLiteStore(path: sqlite.path)
+        #expect(
+            try reader.readContents(of: kept.root, at: nil, offset: 1 << 20, count: 10)
+                == keptBytes[(1 << 20)..<(1 << 20) + 10])
+
+        let small = sampleBytes(1000, seed: 9)
+        try file.save(.replace(DataContentsSource(small)))
+        try file.store.setRetentionPolicy(
+            .init(keepLast: 1, keepAll: .zero, tiers: [], deletedDocumentsExpireAfter: .seconds(3600)))
+        _ = try file.store.collectGarbage()
+
+        #expect(!packs().contains(old))
+        #expect(packBytes() < 4 << 20)
+        try file.expectHolds(small)
+        let now = try file.store.readContents(of: kept.root, at: nil, offset: 0, count: keptBytes.count)
+        #expect(now == keptBytes)
+        #expect(
+            try reader.readContents(of: kept.root, at: nil, offset: 0, count: keptBytes.count) == keptBytes)
+        #expect(
+            try SQLiteStore(path: sqlite.path).readContents(
+                of: kept.root, at: nil, offset: 0, count: keptBytes.count) == keptBytes)
+    }
+
+    @Test("A read whose snapshot named a pack that collection removed finds the chunk where it went")
+    func staleSnapshotFindsTheChunk() throws {
+        let bytes = sampleBytes(4 << 20, seed: 10)
+        try file.save(.replace(DataContentsSource(bytes)))
+        let (id, place) = try sqlite.backend.read { tx -> (Int64, PackFiles.Place) in
+            let tx = try #require(tx as? SQLiteTransaction)
+            let id = try #require(Int64(try file.fixture.sql("SELECT MIN(id) FROM packed_chunks;")))
+            return (id, try #require(try tx.packedPlace(id)))
+        }
+        let expected = try sqlite.backend.packs.read(place)
+        // The whole pack moved, as collection does, by a store that never had it open.
+        let mover = try SQLiteStore(path: sqlite.path)
+        try mover.backend.collectPacksMovingEverything()
+        #expect(!packs().contains(PackFiles.name(place.pack)))
+        // A fresh store has no open file of the old pack: it must look the chunk up again.
+        let fresh = try SQLiteStore(path: sqlite.path)
+        #expect(try fresh.backend.packs.readChunk(id, at: place) == expected)
+        #expect(try fresh.backend.packs.readChunk(id, at: place, 10..<20) == expected[10..<20])
+        try file.expectHolds(bytes)
+    }
+
+    @Test("Collection removes a pack no chunk names, but not one a writer holds")
+    func strayPacks() throws {
+        try file.save(.replace(DataContentsSource(sampleBytes(2 << 20, seed: 11))))
+        let stray = folder + "/" + PackFiles.name(1)
+        let held = folder + "/" + PackFiles.name(2)
+        for path in [stray, held] { try Data(count: 4 << 20).write(to: URL(fileURLWithPath: path)) }
+        let fd = open(held, O_RDONLY)
+        defer { close(fd) }
+        #expect(flock(fd, LOCK_SH) == 0)
+        try sqlite.backend.reclaimSpace()
+        #expect(!FileManager.default.fileExists(atPath: stray))
+        #expect(FileManager.default.fileExists(atPath: held))
+        #expect(packs().count == 2)
+    }
+
+    @Test(
+        "A new store is not made beside another store's packs, and a pack folder that is a file is a clear error"
+    )
+    func foreignPacks() throws {
+        try file.save(.replace(DataContentsSource(sampleBytes(2 << 20, seed: 14))))
+        let moved = sqlite.path + ".moved"
+        #expect(rename(sqlite.path, moved) == 0)
+        do {
+            _ = try SQLiteStore(path: sqlite.path, options: .create)
+            Issue.record("a store was made beside another store's packs")
+        } catch let error as DocumentStoreError {
+            #expect("\(error)".contains("holds the packs of another store"))
+        }
+        let other = try StoreFixture(.sqlite, chunkSize: SQLiteStore.defaultChunkSize, name: "F")
+        try Data("not a folder".utf8).write(to: URL(fileURLWithPath: other.location + "-packs"))
+        let document = try other.store.createDocument(
+            named: "f.bin", kind: .flat, type: nil, permissions: nil, origin: "test")
+        var changes = DocumentChanges(document: document.id, base: document.currentVersion)
+        changes.contents[document.root] = .replace(DataContentsSource(sampleBytes(2 << 20, seed: 15)))
+        do {
+            _ = try other.store.save(changes)
+            Issue.record("a save packed chunks into a file")
+        } catch let error as DocumentStoreError {
+            #expect("\(error)".contains("is not a folder"))
+        }
+        #expect(try other.store.document(document.id).currentVersion == document.currentVersion)
+    }
+
+    @Test("Two stores on one file write packs of their own and read each other's")
+    func twoWriters() throws {
+        let other = try SQLiteStore(path: sqlite.path)
+        let second = try other.createDocument(
+            named: "second.bin", kind: .flat, type: nil, permissions: nil, origin: "test")
+        let first = sampleBytes(3 << 20, seed: 12)
+        let secondBytes = sampleBytes(3 << 20, seed: 13)
+        try file.save(.replace(DataContentsSource(first)))
+        var changes = DocumentChanges(document: second.id, base: second.currentVersion)
+        changes.contents[second.root] = .replace(DataContentsSource(secondBytes))
+        _ = try other.save(changes)
+        #expect(packs().count == 2)
+        #expect(
+            try other.readContents(of: file.document.root, at: nil, offset: 0, count: first.count) == first)
+        #expect(
+            try sqlite.readContents(of: second.root, at: nil, offset: 0, count: secondBytes.count)
+                == secondBytes)
+        #expect(try sqlite.checkIntegrity().isClean)
+    }
+}
+
+extension SQLiteBackend {
+    /// Moves every pack's chunks, whatever their garbage, as collection does for the ones it moves.
+    func collectPacksMovingEverything() throws {
+        try collectPacks(movingAll: true)
+    }
+}
