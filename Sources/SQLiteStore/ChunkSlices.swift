@@ -39,9 +39,21 @@ final class ChunkSlices: Sendable {
 
     /// `range` (nil: all) of chunk `id`'s bytes.
     private func read(_ id: Int64, _ wanted: Range<Int>?) throws -> Data? {
+        let known = packs.cachedPlace(id)
+        if case .some(.some(let place)) = known {
+            if let wanted, wanted.upperBound > place.size { return nil }
+            return try packs.readChunk(id, at: place, wanted)
+        }
         guard let connection = take() else { return nil }
         defer { give(connection) }
-        if let place = try connection.place(id) {
+        let place: PackFiles.Place?
+        if let known {
+            place = known
+        } else {
+            place = try connection.place(id)
+            packs.cache(place, of: id)
+        }
+        if let place {
             if let wanted, wanted.upperBound > place.size { return nil }
             return try packs.readChunk(id, at: place, wanted)
         }
