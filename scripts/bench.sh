@@ -27,7 +27,7 @@
 #   b10  history thins and space comes back: in a store of its own, fsx (scripts/reliability/
 #        fsx.py) runs 20,000 operations (5,000 small) in a package through a mount; then
 #        unmounted, `docfs gc --keep-last 1 --keep-for 0`, and the store's size after it (SQLite:
-#        the file + -wal + -shm; PostgreSQL: pg_database_size, the gc VACUUMs), target ≤ 20 MiB;
+#        the file + -wal + -shm + its packs; PostgreSQL: pg_database_size, the gc VACUUMs), target ≤ 20 MiB;
 #        the size before the gc and the fsx and gc times as info. One round whatever
 #        BENCH_ROUNDS is; no native side
 #   b11  copy offload: `cp` of the 1 GiB wrapper (64 MiB small) to a new name beside it and
@@ -336,7 +336,9 @@ checkpoint() { # STORE
     return 1
 }
 file_size() { stat -c %s "$1" 2>/dev/null || echo 0; }
-store_bytes() { echo $(($(file_size "$1") + $(file_size "$1-wal"))); }
+# The bytes of an SQLite store's packs (large chunks' bytes, in the folder beside it).
+packs_size() { find "$1-packs" -maxdepth 1 -name '*.pack' -printf '%s\n' 2>/dev/null | awk '{ s += $1 } END { print s + 0 }'; }
+store_bytes() { echo $(($(file_size "$1") + $(file_size "$1-wal") + $(packs_size "$1"))); }
 # store_mark STORE prints a mark; store_written STORE MARK prints the bytes written since it, and
 # for PostgreSQL the full-page images among them.
 store_mark() { store_bytes "$1"; }
@@ -788,13 +790,13 @@ b9() {
 
 # --- B10: history thins and space comes back ---------------------------------------------------
 
-# The store's size on disk: SQLite's file with its -wal and -shm; a PostgreSQL database's
+# The store's size on disk: SQLite's file with its -wal, -shm and packs; a PostgreSQL database's
 # pg_database_size.
 store_size() { # STORE
     if [ "$store_kind" = postgres ]; then
         psql -X -q -v ON_ERROR_STOP=1 -At -d "$1" -c "SELECT pg_database_size(current_database())"
     else
-        echo $(($(file_size "$1") + $(file_size "$1-wal") + $(file_size "$1-shm")))
+        echo $(($(file_size "$1") + $(file_size "$1-wal") + $(file_size "$1-shm") + $(packs_size "$1")))
     fi
 }
 
@@ -828,7 +830,7 @@ b10() {
     if [ "$store_kind" = postgres ]; then
         psql_admin -c "DROP DATABASE IF EXISTS \"${database_prefix}_history\" WITH (FORCE)"
     else
-        rm -f "$history_store" "$history_store-wal" "$history_store-shm"
+        rm -rf "$history_store" "$history_store-wal" "$history_store-shm" "$history_store-packs"
     fi
 }
 
