@@ -43,8 +43,8 @@
 #        The seed is the round's: with one seed for all rounds, every round after the first
 #        wrote the bytes the first had stored, and the store kept none of them again (about
 #        250 MB of versions in the first round, under 1 MB in the next).
-#        fsx.py fails on the peer, which refuses fallocate; xfstests' fsx turns off what a
-#        file system refuses, so only with BENCH_FSX does the row have a peer figure
+#        fsx.py fails on passthrough_ll, which refuses fallocate; xfstests' fsx turns off what
+#        a file system refuses, so with that peer only BENCH_FSX gives the row a peer figure
 #   b14  two writers (issue 16's concurrency): a writer replaces its own document's 32 MiB file
 #        (8 MiB small) with new bytes 6 times (O_TRUNC, write, fsync); the time of one writer
 #        alone, then of two at once in two documents, and 2 × alone ÷ together: how much of
@@ -53,9 +53,13 @@
 #   fuse_layer  the FUSE layer's micro-benchmark (scripts/fuse-bench.sh)
 #
 # The peer (issue 16): B4, B5, B12, B13 and B14 also run on a FUSE passthrough file system beside the native
-# folder, libfuse's own `passthrough_ll`, compiled from the examples folder of Debian's
-# libfuse3-dev (its default options: no writeback cache, its own timeouts), so that the table's
-# "DocFS ÷ peer" shows what is FUSE's cost and what is DocFS's.
+# folder, so that the table's "DocFS ÷ peer" shows what is FUSE's cost and what is DocFS's.
+# BENCH_PEER chooses it: libfuse's own `passthrough_ll` (the default), compiled from the examples
+# folder of Debian's libfuse3-dev (its default options: no writeback cache, its own timeouts), or
+# `mergerfs` (Debian's package, installed if missing) over one branch with the options its
+# documentation gives for performance (listed where it is mounted). The table's header, the
+# report's first lines and the JSON's meta (peer, peer_options, peer_version) name the peer that
+# ran, or "none" when it could not be built, installed or mounted (the run goes on without it).
 #
 # A benchmark, not a test: missed targets never make it fail, and scripts/test.sh does not
 # run it. Needs root (or sudo) to drop the page cache for the cold figures; without it the
@@ -79,6 +83,9 @@
 #   BENCH_DIR=PATH         where the native folder and the store go (default /var/tmp/docfsbench;
 #                          a local disk: the native figures are that file system's)
 #   BENCH_OUT=PATH         the JSON file (default bench-results/bench-DATE.json)
+#   BENCH_PEER=passthrough_ll|mergerfs
+#                          the FUSE passthrough peer of B4, B5, B12, B13 and B14 (default
+#                          passthrough_ll; see "The peer" above)
 #   BENCH_KEEP=1           keep the data and the daemon logs afterwards
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -128,6 +135,14 @@ both)
     ;;
 esac
 export BENCH_STORE=$store_kind
+peer_kind=${BENCH_PEER:-passthrough_ll}
+case $peer_kind in
+passthrough_ll | mergerfs) ;;
+*)
+    echo "bench: BENCH_PEER must be passthrough_ll or mergerfs" >&2
+    exit 2
+    ;;
+esac
 if [ "$rounds" -lt 3 ]; then echo "bench: note: BENCH_ROUNDS=$rounds; figures for the README need at least 3" >&2; fi
 
 MiB=$((1 << 20))
@@ -201,23 +216,13 @@ mkdir -p "$native" "$native_roots" "$work/store" "$mnt" "$mnt_roots" "$mnt_secon
     "$work/engine-native" "$XDG_STATE_HOME"
 : >"$samples"
 
-# The FUSE passthrough peer: libfuse's passthrough_ll from Debian's libfuse3-dev examples, over a
-# folder beside the native one (so both use the same disk), mounted for B4, B5, B12 and B13.
+# The FUSE passthrough peer (BENCH_PEER), over a folder beside the native one (so both use the
+# same disk), mounted for B4, B5, B12, B13 and B14 once the data is made (below, "The peer").
+# peer_name, peer_options and peer_version say which ran, for the report ("none" when none did).
 peer_src=$work/peer-source
 mnt_peer=$work/mnt-peer
 peer=""
-if selected b4 || selected b5 || selected b12 || selected b13 || selected b14; then
-    examples=/usr/share/doc/libfuse3-dev/examples
-    mkdir -p "$peer_src" "$mnt_peer"
-    if [ -f "$examples/passthrough_ll.c" ] &&
-        cc -O2 -Wall -I"$examples" "$examples/passthrough_ll.c" $(pkg-config fuse3 --cflags --libs) \
-            -o "$work/passthrough_ll" >&2 &&
-        "$work/passthrough_ll" -o source="$peer_src" "$mnt_peer" >&2; then
-        peer=$mnt_peer
-    else
-        log "the passthrough peer could not be built or mounted; B4, B5, B12 and B13 run without it"
-    fi
-fi
+peer_name=none peer_options="" peer_version=""
 
 stamp=$(date +%Y%m%d-%H%M%S)
 # The machine may be shared: the load around the run says how much to trust its figures.
@@ -404,7 +409,11 @@ run_figure() { # NAME FUNCTION
 failed=()
 
 cleanup() {
-    if [ -n "${peer:-}" ]; then fusermount3 -u "$mnt_peer" 2>/dev/null || fusermount3 -u -z "$mnt_peer" 2>/dev/null; fi
+    # Either peer: fusermount3 detaches any FUSE mount (passthrough_ll's, mergerfs's), and its
+    # daemon ends when its mount does.
+    if [ -n "${peer:-}" ] || is_mounted "$mnt_peer"; then
+        fusermount3 -u "$mnt_peer" 2>/dev/null || fusermount3 -u -z "$mnt_peer" 2>/dev/null
+    fi
     unmount_store "$mnt"
     unmount_store "$mnt_roots"
     unmount_store "$mnt_second"
@@ -491,6 +500,83 @@ if [ "$store_kind" = postgres ]; then
     for database in "$store" "$roots_store" "$engine_store"; do
         psql -X -q -v ON_ERROR_STOP=1 -d "$database" -c "VACUUM (FREEZE, ANALYZE)" || exit 1
     done
+fi
+
+# --- The peer --------------------------------------------------------------------------------
+
+# libfuse's passthrough_ll from Debian's libfuse3-dev examples, with its default options.
+mount_passthrough_ll() {
+    local examples=/usr/share/doc/libfuse3-dev/examples
+    peer_options="source=$peer_src (its defaults)"
+    peer_version="libfuse3-dev $(dpkg-query -W -f='${Version}' libfuse3-dev 2>/dev/null)"
+    [ -f "$examples/passthrough_ll.c" ] &&
+        cc -O2 -Wall -I"$examples" "$examples/passthrough_ll.c" $(pkg-config fuse3 --cflags --libs) \
+            -o "$work/passthrough_ll" >&2 &&
+        "$work/passthrough_ll" -o source="$peer_src" "$mnt_peer" >&2
+}
+
+# mergerfs over one branch, peer_src, with the options of its documentation's PERFORMANCE and
+# CACHING sections (mergerfs 2.33, /usr/share/doc/mergerfs/README.md.gz, as quoted):
+#   cache.files=auto-full   "enable (or disable) page caching (`cache.files`)"; auto-full: "mergerfs
+#                           files cached across opens if mtime and size are unchanged since
+#                           previous open" (and `mergerfs --help` on cache.writeback: "cache.files
+#                           must be enabled as well")
+#   cache.writeback=true    "enable `cache.writeback`": "small writes may be aggregated by the
+#                           kernel and then sent to mergerfs as one larger request"
+#   dropcacheonclose=true   "If you do enable file page caching, `cache.files=partial|full|auto-full`,
+#                           you should also enable `dropcacheonclose`" (against double caching)
+#   cache.attr=120, cache.entry=120, cache.negative_entry=120
+#                           "increase cache timeouts `cache.attr`, `cache.entry`,
+#                           `cache.negative_entry`" (defaults 1, 1, 0 s); nothing else touches the
+#                           branch while it is mounted (B4's copy is made before the mount)
+#   cache.statfs=10         "enable `cache.statfs`": "Of the syscalls used by mergerfs in policies
+#                           the `statfs` / `statvfs` call is perhaps the most expensive" (every
+#                           create checks minfreespace with it)
+#   cache.readdir=true      "enable `cache.readdir`": "can have a significant impact on directory
+#                           traversal"
+#   security_capability=false
+#                           "disable `security_capability` and/or `xattr`": the kernel asks for
+#                           security.capability before writes; xattrs themselves stay on
+#   category.create=ff      "When benchmarking through mergerfs ensure you only use 1 branch to
+#                           remove any possibility of the policies complicating the situation";
+#                           with one branch ff ("act on the first one found") is the least work
+#   use_ino                 "While not a default it is recommended it be enabled so that linked
+#                           files share the same inode value" (every option set the README gives
+#                           has it)
+# Left at their defaults: threads (0: one per core; "higher number of threads increases
+# parallelism but usually decreases throughput"), fuse_msg_size (256, the most), async_read
+# (true), posix_acl (false), moveonenospc (false), splice_* ("enable (or disable)": no
+# direction), cache.open ("really only useful in cases where you have a large number of
+# branches"), func.getattr=newest (a choice between branches: there is one). Not in 2.33:
+# parallel-direct-writes. The readahead tip (/sys/class/bdi) changes the machine: not taken.
+mergerfs_options=cache.files=auto-full,cache.writeback=true,dropcacheonclose=true
+mergerfs_options+=,cache.attr=120,cache.entry=120,cache.negative_entry=120,cache.statfs=10
+mergerfs_options+=,cache.readdir=true,security_capability=false,category.create=ff,use_ino
+mount_mergerfs() {
+    peer_options="$mergerfs_options; one branch, $peer_src"
+    if ! command -v mergerfs >/dev/null; then
+        ./scripts/install-deps.sh mergerfs >&2 || { log "mergerfs could not be installed"; return 1; }
+    fi
+    peer_version="mergerfs $(dpkg-query -W -f='${Version}' mergerfs 2>/dev/null)"
+    mergerfs -o "$mergerfs_options" "$peer_src" "$mnt_peer" >&2 &&
+        is_mounted "$mnt_peer"
+}
+
+if selected b4 || selected b5 || selected b12 || selected b13 || selected b14; then
+    mkdir -p "$peer_src" "$mnt_peer"
+    # B4's file under the peer, copied before the mount: the peer's caches never saw it absent.
+    if selected b4; then
+        mkdir -p "$peer_src/rand.pkg"
+        cp "$native/rand.pkg/rand.bin" "$peer_src/rand.pkg/rand.bin"
+    fi
+    if "mount_$peer_kind"; then
+        peer=$mnt_peer peer_name=$peer_kind
+        log "the peer: $peer_version at $mnt_peer ($peer_options)"
+    else
+        log "the $peer_kind peer could not be built, installed or mounted; B4, B5, B12, B13 and B14 run without a peer"
+        rm -f "$peer_src/rand.pkg/rand.bin"
+        peer_options="$peer_kind could not be built, installed or mounted" peer_version=""
+    fi
 fi
 
 mount_store "$store" "$mnt" || exit 1
@@ -1010,6 +1096,8 @@ export BENCH_MODE=$size BENCH_ROUNDS=$rounds BENCH_CHUNK_SIZE=$chunk_size
 export BENCH_BIG_BYTES=$big BENCH_RAND_BYTES=$rand BENCH_FILES=$files BENCH_DOCUMENTS=$documents BENCH_IMAGES=$images
 export BENCH_SAVE_BYTES=$save BENCH_FSX_OPS=$fsx_ops BENCH_TWO_BYTES=$two
 export BENCH_FAILED="${failed[*]:-}"
+# The peer that ran (the JSON's meta has every BENCH_ variable; the table's header names it).
+export BENCH_PEER=$peer_name BENCH_PEER_OPTIONS=$peer_options BENCH_PEER_VERSION=$peer_version
 
 echo
 echo "DocFS benchmark, $BENCH_DATE, $BENCH_MACHINE"
@@ -1018,6 +1106,11 @@ if [ "$store_kind" = postgres ]; then
     echo "mode $size, $rounds rounds; native: $BENCH_NATIVE; DocFS: docfs mount of fresh databases on $BENCH_POSTGRES"
 else
     echo "mode $size, $rounds rounds; native: $BENCH_NATIVE; DocFS: docfs mount of a fresh store beside it"
+fi
+if [ -n "$peer" ]; then
+    echo "peer: $peer_name ($peer_version): $peer_options"
+else
+    echo "peer: none${peer_options:+ ($peer_options)}"
 fi
 echo "$BENCH_LOAD"
 echo

@@ -372,10 +372,12 @@ struct Report {
     func write(jsonPath: String) throws {
         let environment = ProcessInfo.processInfo.environment
         let chunkSize = Double(environment["BENCH_CHUNK_SIZE"] ?? "") ?? 262_144
+        // The FUSE passthrough peer that ran (scripts/bench.sh's BENCH_PEER; "none" without one).
+        let peerName = environment["BENCH_PEER"].flatMap { $0.isEmpty ? nil : $0 } ?? "none"
         var rows: [[String]] = [
             [
-                "Figure", "DocFS median (min–max)", "Native median", "DocFS ÷ native", "Peer median",
-                "DocFS ÷ peer",
+                "Figure", "DocFS median (min–max)", "Native median", "DocFS ÷ native",
+                "Peer (\(peerName)) median", "DocFS ÷ peer",
                 "Target", "Met",
             ]
         ]
