@@ -66,6 +66,8 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 // sqlite3_system_errno, to tell a full disk among SQLite's I/O errors.
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                // sync_file_range, for packs.
+                "CLinuxSupport",
             ]
         ),
         // The shared store on PostgreSQL, through libpq. The only module that imports it.

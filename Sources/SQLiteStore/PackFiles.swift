@@ -1,3 +1,4 @@
+import CLinuxSupport
 import DocumentEngine
 import Foundation
 import Synchronization
@@ -150,6 +151,10 @@ final class PackFiles: Sendable {
                     done += count
                 }
             }
+            // Starts the disk write now, without waiting for it: the commit's sync then finds it
+            // done or under way, so the disk works while the save cuts and hashes what follows
+            // (a 1 GiB save waited 1.5 s in those syncs).
+            _ = docfs_start_writeback(writer.fd, off_t(position), off_t(data.count))
             writer.end += Int64(data.count)
             state.writer = writer
             return Place(pack: writer.id, position: position, size: data.count)

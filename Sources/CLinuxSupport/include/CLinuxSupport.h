@@ -51,4 +51,11 @@ static inline long docfs_utime_omit(void) { return UTIME_OMIT; }
 extern int syncfs(int fd);
 static inline int docfs_syncfs(int fd) { return syncfs(fd); }
 
+/* sync_file_range(2) with SYNC_FILE_RANGE_WRITE (2; its constants need _GNU_SOURCE): starts
+   writing a range's dirty pages back and returns without waiting for the disk. */
+extern int sync_file_range(int fd, off_t offset, off_t nbytes, unsigned int flags);
+static inline int docfs_start_writeback(int fd, off_t offset, off_t length) {
+    return sync_file_range(fd, offset, length, 2);
+}
+
 #endif
