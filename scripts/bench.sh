@@ -342,7 +342,13 @@ checkpoint() { # STORE
 }
 file_size() { stat -c %s "$1" 2>/dev/null || echo 0; }
 # The bytes of an SQLite store's packs (large chunks' bytes, in the folder beside it).
-packs_size() { find "$1-packs" -maxdepth 1 -name '*.pack' -printf '%s\n' 2>/dev/null | awk '{ s += $1 } END { print s + 0 }'; }
+packs_size() {
+    local total=0 pack
+    for pack in "$1"-packs/*.pack; do
+        if [ -f "$pack" ]; then total=$((total + $(file_size "$pack"))); fi
+    done
+    echo "$total"
+}
 store_bytes() { echo $(($(file_size "$1") + $(file_size "$1-wal") + $(packs_size "$1"))); }
 # store_mark STORE prints a mark; store_written STORE MARK prints the bytes written since it, and
 # for PostgreSQL the full-page images among them.
