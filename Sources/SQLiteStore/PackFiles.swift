@@ -122,6 +122,8 @@ final class PackFiles: Sendable {
     /// Appends `data` to this process's pack and says where it is; nil when the chunk stays a
     /// row (small, or within the transaction's inline budget). `force` packs it regardless.
     func place(_ data: Data, force: Bool = false) throws -> Place? {
+        // The lock is held across the write: only the writer, which SQLite's write lock already
+        // makes one at a time, and collection letting a pack go use it; no read does.
         try state.withLock { state -> Place? in
             if !force {
                 if data.count < Self.smallestPacked || state.inlineBytes + data.count <= Self.inlineBudget {

@@ -382,7 +382,8 @@ final class SQLiteBackend: StoreBackend {
 
     /// Gives freed pages back to the file system: a store made before incremental vacuum is
     /// rebuilt once by a VACUUM (which needs the file's size again in free disk); later ones
-    /// only truncate their free pages. The write-ahead log is truncated too.
+    /// only truncate their free pages. The write-ahead log is truncated too, and packs give
+    /// their garbage back first (``collectPacks(movingAll:)``).
     func reclaimSpace() throws {
         try collectPacks()
         try truncatingLog { db in
