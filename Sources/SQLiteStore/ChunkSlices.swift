@@ -40,22 +40,13 @@ final class ChunkSlices: Sendable {
     /// `range` (nil: all) of chunk `id`'s bytes.
     private func read(_ id: Int64, _ wanted: Range<Int>?) throws -> Data? {
         let known = packs.cachedPlace(id)
-        if case .some(.some(let place)) = known {
-            if let wanted, wanted.upperBound > place.size { return nil }
-            return try packs.readChunk(id, at: place, wanted)
-        }
+        if case .some(.some(let place)) = known { return try packed(id, place, wanted) }
         guard let connection = take() else { return nil }
         defer { give(connection) }
-        let place: PackFiles.Place?
-        if let known {
-            place = known
-        } else {
-            place = try connection.place(id)
+        if known == nil {
+            let place = try connection.place(id)
             packs.cache(place, of: id)
-        }
-        if let place {
-            if let wanted, wanted.upperBound > place.size { return nil }
-            return try packs.readChunk(id, at: place, wanted)
+            if let place { return try packed(id, place, wanted) }
         }
         var blob: OpaquePointer?
         let opened = sqlite3_blob_open(connection.db, "main", "chunks", "data", id, 0, &blob)
@@ -74,6 +65,12 @@ final class ChunkSlices: Sendable {
         }
         guard status == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: status)) }
         return data
+    }
+
+    /// `wanted` (nil: all) of the packed chunk `id` at `place`; nil when it runs past the chunk.
+    private func packed(_ id: Int64, _ place: PackFiles.Place, _ wanted: Range<Int>?) throws -> Data? {
+        if let wanted, wanted.upperBound > place.size { return nil }
+        return try packs.readChunk(id, at: place, wanted)
     }
 
     private func take() -> Connection? {

@@ -95,7 +95,7 @@ final class PackFiles: Sendable {
     }
 
     static func name(_ pack: Int64) -> String {
-        String(UInt64(bitPattern: pack), radix: 16).leftPadded(to: 16) + ".pack"
+        String(format: "%016llx.pack", UInt64(bitPattern: pack))
     }
 
     /// The pack id of a file name in the folder; nil for anything else.
@@ -417,11 +417,5 @@ final class PackFiles: Sendable {
             reason:
                 "its pack file \(path(pack)) is missing (the folder \(folder) belongs to the store and moves with it)"
         )
-    }
-}
-
-extension String {
-    fileprivate func leftPadded(to width: Int) -> String {
-        count >= width ? self : String(repeating: "0", count: width - count) + self
     }
 }

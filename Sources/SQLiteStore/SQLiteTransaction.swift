@@ -464,27 +464,32 @@ struct SQLiteTransaction: StoreTransaction {
         return id
     }
 
-    /// Where chunk `id`'s bytes are, if in a pack.
-    func packedPlace(_ id: Int64) throws -> PackFiles.Place? {
-        guard
-            let row = try Row.fetchOne(
-                db.cachedStatement(sql: "SELECT pack, position, size FROM packed_chunks WHERE id = ?"),
-                arguments: [id])
-        else { return nil }
-        return PackFiles.Place(
-            pack: try row.stored(0, "pack"), position: try row.stored(1, "position"),
-            size: Int(try row.stored(2, "size", as: Int64.self)))
+    /// The columns ``bytes(_:id:)`` reads, from ``chunksWithPlaces``.
+    private static let bytesColumns = "c.data, p.pack, p.position, p.size AS packed_size"
+    private static let chunksWithPlaces = "chunks c LEFT JOIN packed_chunks p ON p.id = c.id"
+
+    /// Chunk `id`'s bytes from a row of ``bytesColumns``: its data, or its pack's (nil when the
+    /// data is NULL).
+    private func bytes(_ row: Row, id: Int64) throws -> Data? {
+        guard let pack = try row.stored("pack", as: Int64?.self) else {
+            return try row.stored("data", as: Data?.self)
+        }
+        guard let packs else {
+            throw DocumentStoreError.corrupt(path: "", reason: "chunk \(id) is in a pack")
+        }
+        return try packs.readChunk(
+            id,
+            at: PackFiles.Place(
+                pack: pack, position: try row.stored("position"),
+                size: Int(try row.stored("packed_size", as: Int64.self))))
     }
 
     func chunks(_ ids: [Int64]) throws -> [Int64: Data] {
         var result: [Int64: Data] = [:]
-        let statement = try db.cachedStatement(sql: "SELECT data FROM chunks WHERE id = ?")
+        let statement = try db.cachedStatement(
+            sql: "SELECT \(Self.bytesColumns) FROM \(Self.chunksWithPlaces) WHERE c.id = ?")
         for id in ids {
-            if let packs, let place = try packedPlace(id) {
-                result[id] = try packs.readChunk(id, at: place)
-            } else {
-                result[id] = try Data.fetchOne(statement, arguments: [id])
-            }
+            if let row = try Row.fetchOne(statement, arguments: [id]) { result[id] = try bytes(row, id: id) }
         }
         return result
     }
@@ -509,28 +514,16 @@ struct SQLiteTransaction: StoreTransaction {
     func forEachChunk(_ body: (Result<ChunkRow, any Error>) throws -> Void) throws {
         let rows = try Row.fetchCursor(
             db,
-            sql: """
-                SELECT c.id, c.hash, c.size, c.data, p.pack, p.position, p.size AS packed_size
-                FROM chunks c LEFT JOIN packed_chunks p ON p.id = c.id ORDER BY c.id
-                """)
+            sql:
+                "SELECT c.id, c.hash, c.size, \(Self.bytesColumns) FROM \(Self.chunksWithPlaces) ORDER BY c.id"
+        )
         while let row = try rows.next() {
             try body(
                 Result {
                     let id: Int64 = try row.stored("id")
-                    var data = try row.stored("data", as: Data?.self) ?? Data()
-                    if let pack = try row.stored("pack", as: Int64?.self) {
-                        guard let packs else {
-                            throw DocumentStoreError.corrupt(path: "", reason: "chunk \(id) is in a pack")
-                        }
-                        data = try packs.readChunk(
-                            id,
-                            at: PackFiles.Place(
-                                pack: pack, position: try row.stored("position"),
-                                size: Int(try row.stored("packed_size", as: Int64.self))))
-                    }
                     return ChunkRow(
                         id: id, hash: try row.stored("hash", as: Data?.self) ?? Data(),
-                        size: try row.stored("size"), data: data)
+                        size: try row.stored("size"), data: try bytes(row, id: id) ?? Data())
                 })
         }
     }

@@ -150,11 +150,8 @@ struct SQLitePackTests {
     func staleSnapshotFindsTheChunk() throws {
         let bytes = sampleBytes(4 << 20, seed: 10)
         try file.save(.replace(DataContentsSource(bytes)))
-        let (id, place) = try sqlite.backend.read { tx -> (Int64, PackFiles.Place) in
-            let tx = try #require(tx as? SQLiteTransaction)
-            let id = try #require(Int64(try file.fixture.sql("SELECT MIN(id) FROM packed_chunks;")))
-            return (id, try #require(try tx.packedPlace(id)))
-        }
+        let id = try #require(Int64(try file.fixture.sql("SELECT MIN(id) FROM packed_chunks;")))
+        let place = try #require(try sqlite.backend.packs.locate(id))
         let expected = try sqlite.backend.packs.read(place)
         // The whole pack moved, as collection does, by a store that never had it open.
         let mover = try SQLiteStore(path: sqlite.path)
