@@ -85,6 +85,9 @@ public final class DocumentFileSystem: FileSystem {
     let spillFiles: SpillFiles
     /// Bytes of small files' writes held in memory now (``Configuration/memoryForSmallFiles``).
     package var memoryForSmallFilesInUse: Int { spillFiles.memoryInUse }
+    /// Chunks a change copied from a lower spill layer into the one it wrote, since the mount
+    /// began.
+    package var chunksCopiedBetweenLayers: Int { spillFiles.chunksCopied }
     /// The folder of the store file; empty for a store that is not a local file.
     let storeDirectory: String
     let chunkSize: Int

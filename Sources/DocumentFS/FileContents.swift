@@ -48,6 +48,8 @@ final class SpillFiles: Sendable {
     /// Bytes all layers may keep in memory together.
     let memoryBudget: Int
     private let memoryUsed = Atomic(0)
+    /// Chunks copied from a lower layer into the one taking a change, since the mount began.
+    private let copies = Atomic(0)
 
     init(directory: String, memoryBudget: Int = 16 << 20) {
         self.directory = directory
@@ -71,6 +73,11 @@ final class SpillFiles: Sendable {
 
     /// Gives back `count` bytes of the memory budget.
     func release(_ count: Int) { memoryUsed.subtract(count, ordering: .relaxed) }
+
+    /// Chunks copied from a lower layer into the one taking a change, since the mount began.
+    var chunksCopied: Int { copies.load(ordering: .relaxed) }
+
+    func countCopy() { copies.add(1, ordering: .relaxed) }
 
     deinit {
         for fd in idle.withLock({ $0 }) { Glibc.close(fd) }
@@ -136,7 +143,7 @@ final class SpillLayer: @unchecked Sendable {
     /// Takes no more writes: an undone change may have left bytes outside ``chunks``.
     var sealed = false
     /// Holds the base's own bytes for its chunks (the layer a save stored, kept as a cache of
-    /// them): takes no writes, and is not a change.
+    /// them): not a change, until the next change reopens it (``reopen()``).
     var clean = false
     /// Where the bytes are. Guarded by its own lock, which only this file's requests take, and
     /// held for memory copies only: a spill file's I/O runs outside it (its descriptor never
@@ -155,6 +162,9 @@ final class SpillLayer: @unchecked Sendable {
 
     init(files: SpillFiles) { self.files = files }
 
+    /// Counts a chunk copied into this layer from a lower one.
+    func countCopy() { files.countCopy() }
+
     deinit {
         switch storage.withLock({ $0 }) {
         case .empty: break
@@ -166,6 +176,15 @@ final class SpillLayer: @unchecked Sendable {
     var isEmpty: Bool { chunks.isEmpty && cut == .max }
 
     func contains(_ chunk: Int) -> Bool { chunks.contains(chunk) }
+
+    /// Makes a clean layer take changes again (under the file system's lock, on top and not
+    /// frozen). Its bytes are the base's, so nothing in it is written yet; and the base reads
+    /// as zeros past any cut the layer kept, so it needs none.
+    func reopen() {
+        clean = false
+        written = []
+        cut = .max
+    }
 
     /// Writes `bytes` at file offset `offset`.
     func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws(Errno) {
@@ -389,7 +408,13 @@ final class FileContents: @unchecked Sendable {
     var isModified: Bool { size != base.size || layers.contains { !$0.clean && !$0.isEmpty } }
 
     private var top: SpillLayer {
-        if layers.count > frozen, let last = layers.last, !last.sealed, !last.clean { return last }
+        if layers.count > frozen, let last = layers.last, !last.sealed {
+            // The last save's clean layer takes the next change itself: a new layer over it
+            // had to copy in every chunk a write touched, 256 KiB for each write after each
+            // save (a program that writes and syncs a little at a time: fsx, databases).
+            if last.clean { last.reopen() }
+            return last
+        }
         let layer = SpillLayer(files: spill)
         layers.append(layer)
         return layer
@@ -488,6 +513,7 @@ final class FileContents: @unchecked Sendable {
                         try lower.read(into: raw, at: start)
                     }
                     try withRawBytes(bytes) { raw throws(Errno) in try layer.write(raw, at: start) }
+                    layer.countCopy()
                 case .stored(let data):
                     let result = data.withUnsafeBytes { raw in
                         Result { () throws(Errno) in try layer.write(raw, at: start) }
@@ -604,6 +630,11 @@ final class FileContents: @unchecked Sendable {
     func changeAbandoned(_ plan: ChangePlan, undone: Bool) {
         changing = false
         if !undone { plan.layer.sealed = true }
+        // Part of the range may be written into chunks the layer held before (undo zeroes only
+        // the ones the change brought in): a save compares those bytes again.
+        if let range = plan.range, plan.generation == generation {
+            plan.layer.markWritten(range, chunkSize: chunkSize)
+        }
     }
 
     /// Seals a layer whose spill may hold bytes outside its chunks.

@@ -39,12 +39,13 @@ struct WritePathTests {
     }
 
     @Test(
-        "after an fsync, the chunks the file's save wrote are taken in again from the spill, not the store",
+        "after an fsync, the file's next writes go into the layer its save wrote, with no chunk read from the store or copied",
         arguments: StoreKind.all)
     func savedLayerStaysAsACache(_ kind: StoreKind) async throws {
         let fixture = try await Fixture.make(kind)
         let store = fixture.store
         try await withMount(store) { mount in
+            let fs = mount.mount.fileSystem
             let path = mount.url("Project.pkg/kept.bin")
             let first = sampleBytes(300 * 1024, seed: 41)
             let fd = open(path, O_CREAT | O_RDWR, 0o644)
@@ -53,9 +54,10 @@ struct WritePathTests {
             #expect(fsync(fd) == 0)
 
             // Partial writes into both saved chunks need their other bytes: none come from the
-            // store.
+            // store, and none are copied (a new layer over the saved one copied each chunk).
             store.purgeCache()
             let before = store.statistics
+            let copiedBefore = fs.chunksCopiedBetweenLayers
             let patch = [UInt8](repeating: 0x5A, count: 100)
             #expect(patch.withUnsafeBytes { pwrite(fd, $0.baseAddress, 100, 10) } == 100)
             #expect(patch.withUnsafeBytes { pwrite(fd, $0.baseAddress, 100, 290 * 1024) } == 100)
@@ -64,6 +66,12 @@ struct WritePathTests {
             expected.replaceSubrange(290 * 1024..<290 * 1024 + 100, with: patch)
             #expect(fsync(fd) == 0)
             #expect(store.statistics.chunksRead == before.chunksRead, "a chunk was read from the store")
+            #expect(fs.chunksCopiedBetweenLayers == copiedBefore, "a chunk was copied into a new layer")
+            // And again: the layer the second save wrote takes the third change.
+            #expect(patch.withUnsafeBytes { pwrite(fd, $0.baseAddress, 50, 200) } == 50)
+            expected.replaceSubrange(200..<250, with: patch[0..<50])
+            #expect(fsync(fd) == 0)
+            #expect(fs.chunksCopiedBetweenLayers == copiedBefore, "a chunk was copied into a new layer")
             close(fd)
             let record = try fixture.record("Project.pkg", "kept.bin")
             #expect(
