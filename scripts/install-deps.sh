@@ -9,11 +9,13 @@ set -euo pipefail
 # and script (bsdutils, a pty for nano). postgresql: the PostgreSQL store's tests run against a
 # real server on loopback (scripts/postgres.sh). The desktop tests run GIO's trash through its
 # real backend: gvfsd-trash (gvfs-daemons) on a session bus of their own (dbus-run-session,
-# dbus-daemon). libpq-dev and libssl-dev: the PostgreSQL store speaks to its server through libpq,
+# dbus-daemon), reached through GIO's gvfs module (gvfs: without it, and with
+# --no-install-recommends nothing pulls it in, `gio trash --list` answers "Operation not
+# supported"). libpq-dev and libssl-dev: the PostgreSQL store speaks to its server through libpq,
 # and the store hashes chunks with libcrypto's SHA-256.
 packages=(libfuse3-dev fuse3 pkg-config attr sqlite3 libpq-dev libssl-dev
     vim nano emacs-nox rsync libglib2.0-bin perl tar util-linux bsdutils postgresql
-    gvfs-daemons dbus-daemon "$@")
+    gvfs gvfs-daemons dbus-daemon "$@")
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
