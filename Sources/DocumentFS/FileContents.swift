@@ -407,8 +407,15 @@ final class FileContents: @unchecked Sendable {
     /// Whether anything was written or truncated since the base.
     var isModified: Bool { size != base.size || layers.contains { !$0.clean && !$0.isEmpty } }
 
+    /// The layer ``top`` gives when it gives one that exists: the last, unless frozen or sealed.
+    private var existingTop: SpillLayer? {
+        guard layers.count > frozen, let last = layers.last, !last.sealed else { return nil }
+        return last
+    }
+
+    /// The layer that takes a change, made or reopened for it.
     private var top: SpillLayer {
-        if layers.count > frozen, let last = layers.last, !last.sealed {
+        if let last = existingTop {
             // The last save's clean layer takes the next change itself: a new layer over it
             // had to copy in every chunk a write touched, 256 KiB for each write after each
             // save (a program that writes and syncs a little at a time: fsx, databases).
@@ -550,12 +557,14 @@ final class FileContents: @unchecked Sendable {
     func planChange(
         keeping: [Int], writing range: Range<Int64>?, fetched: [Int: (base: ContentBase, data: Data)]
     ) -> PlannedChange {
-        let layer = top
+        // The layer is made or reopened only once nothing is missing: a plan that must fetch
+        // first changes nothing.
+        let existing = existingTop
         let cs = Int64(chunkSize)
         var copies: [(chunk: Int, from: ChangePlan.CopySource)] = []
         var missing: [(chunk: Int, base: ContentBase)] = []
         let kept = Set(keeping)
-        for chunk in kept.sorted() where !layer.contains(chunk) {
+        for chunk in kept.sorted() where existing?.contains(chunk) != true {
             switch source(of: chunk) {
             case .zero:
                 copies.append((chunk, .zero))
@@ -571,6 +580,7 @@ final class FileContents: @unchecked Sendable {
             }
         }
         if !missing.isEmpty { return .fetch(missing) }
+        let layer = top
         changing = true
         var added: [Int] = []
         if let range, !range.isEmpty {
