@@ -61,7 +61,7 @@ extension SQLiteBackend {
                 removed = true
             }
         }
-        if removed { try PackFiles.syncFolder(packs.folder) }
+        if removed { try Self.syncFolder(packs.folder, path: packs.folder, doing: "sync") }
     }
 
     /// The bytes of chunks in `pack`, read from the latest commit.

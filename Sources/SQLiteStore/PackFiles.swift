@@ -245,7 +245,7 @@ final class PackFiles: Sendable {
                 close(fd)
                 continue
             }
-            try Self.syncFolder(folder)
+            try SQLiteBackend.syncFolder(folder, path: folder, doing: "sync")
             return Writer(fd: fd, id: id, end: 0, committedEnd: 0, locked: true)
         }
         throw DocumentStoreError.io("cannot create a pack in \(folder)")
@@ -255,22 +255,13 @@ final class PackFiles: Sendable {
         if mkdir(folder, 0o700) == 0 {
             // The folder's own entry must survive a power cut with the first pack's bytes.
             let parent = (storePath as NSString).deletingLastPathComponent
-            try Self.syncFolder(parent.isEmpty ? "." : parent)
+            try SQLiteBackend.syncFolder(parent, path: parent.isEmpty ? "." : parent, doing: "sync")
             return
         }
         guard errno == EEXIST else { throw SQLiteBackend.systemError(errno, path: folder, doing: "create") }
         var st = stat()
         guard stat(folder, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR else {
             throw DocumentStoreError.io("the store's pack folder \(folder) is not a folder")
-        }
-    }
-
-    static func syncFolder(_ path: String) throws {
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw SQLiteBackend.systemError(errno, path: path, doing: "sync") }
-        defer { close(fd) }
-        while fsync(fd) != 0 {
-            if errno != EINTR { throw SQLiteBackend.systemError(errno, path: path, doing: "sync") }
         }
     }
 

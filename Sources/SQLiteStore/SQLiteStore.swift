@@ -444,18 +444,24 @@ final class SQLiteBackend: StoreBackend {
             throw Self.systemError(errno, path: path, doing: "synchronize")
         }
         defer { close(log) }
-        try Self.fsyncRetrying(log, path: path)
-        let folder = (path as NSString).deletingLastPathComponent
-        let directory = open(folder.isEmpty ? "." : folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard directory >= 0 else { throw Self.systemError(errno, path: path, doing: "synchronize") }
-        defer { close(directory) }
-        try Self.fsyncRetrying(directory, path: path)
+        try Self.fsyncRetrying(log, path: path, doing: "synchronize")
+        try Self.syncFolder((path as NSString).deletingLastPathComponent, path: path, doing: "synchronize")
     }
 
-    private static func fsyncRetrying(_ fd: Int32, path: String) throws {
+    /// `fsync`, retried when interrupted; a failure is reported for the store at `path`.
+    static func fsyncRetrying(_ fd: Int32, path: String, doing what: String) throws {
         while fsync(fd) != 0 {
-            if errno != EINTR { throw systemError(errno, path: path, doing: "synchronize") }
+            if errno != EINTR { throw systemError(errno, path: path, doing: what) }
         }
+    }
+
+    /// Syncs `folder` (the empty path: the current one), so that entries made in it survive a
+    /// power cut; a failure is reported for `path`.
+    static func syncFolder(_ folder: String, path: String, doing what: String) throws {
+        let fd = open(folder.isEmpty ? "." : folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw systemError(errno, path: path, doing: what) }
+        defer { close(fd) }
+        try fsyncRetrying(fd, path: path, doing: what)
     }
 
 }
