@@ -1,3 +1,4 @@
+import CLinuxSupport
 import DocumentEngine
 import Foundation
 import StoreTestSupport
@@ -84,6 +85,35 @@ struct SQLitePackTests {
         #expect(packBytes() == committed)
         let bytes = sampleBytes(4 << 20, seed: 5)
         try file.save(.replace(DataContentsSource(bytes)))
+        try file.expectHolds(bytes)
+    }
+
+    @Test("A long save leaves only its last few megabytes of pack in the page cache, and reads back")
+    func longSavesLeaveThePageCache() throws {
+        let bytes = sampleBytes(48 << 20, seed: 14)
+        try file.save(.replace(DataContentsSource(bytes)))
+        let pack = try #require(packs().first)
+        let fd = open(folder + "/" + pack, O_RDONLY)
+        #expect(fd >= 0)
+        defer { close(fd) }
+        var fs = statfs()
+        // tmpfs keeps every page in memory whatever it is told.
+        try #require(fstatfs(fd, &fs) == 0)
+        guard fs.f_type != 0x0102_1994 else { return }
+        var st = stat()
+        try #require(fstat(fd, &st) == 0)
+        let size = Int(st.st_size)
+        #expect(size >= 40 << 20)
+        let map = try #require(mmap(nil, size, PROT_READ, MAP_SHARED, fd, 0))
+        try #require(map != MAP_FAILED)
+        defer { munmap(map, size) }
+        let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+        var resident = [UInt8](repeating: 0, count: (size + pageSize - 1) / pageSize)
+        try #require(mincore(map, size, &resident) == 0)
+        let residentBytes = Int64(resident.filter { $0 & 1 != 0 }.count * pageSize)
+        #expect(
+            residentBytes <= 2 * PackFiles.dropBehind + (1 << 20),
+            "\(residentBytes) bytes of a \(size)-byte pack are in the page cache")
         try file.expectHolds(bytes)
     }
 

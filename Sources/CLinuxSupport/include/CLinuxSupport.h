@@ -10,6 +10,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <errno.h>
 
 static inline int docfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
                                   unsigned int flags) {
@@ -56,6 +57,13 @@ static inline int docfs_syncfs(int fd) { return syncfs(fd); }
 extern int sync_file_range(int fd, off_t offset, off_t nbytes, unsigned int flags);
 static inline int docfs_start_writeback(int fd, off_t offset, off_t length) {
     return sync_file_range(fd, offset, length, 2);
+}
+
+/* Waits until a range's pages are on disk (WAIT_BEFORE | WRITE | WAIT_AFTER), then lets the page
+   cache drop them (POSIX_FADV_DONTNEED): 0, or the errno of the first step that failed. */
+static inline int docfs_drop_written(int fd, off_t offset, off_t length) {
+    if (sync_file_range(fd, offset, length, 1 | 2 | 4) != 0) return errno;
+    return posix_fadvise(fd, offset, length, POSIX_FADV_DONTNEED);
 }
 
 #endif
