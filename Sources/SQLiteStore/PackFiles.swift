@@ -76,6 +76,8 @@ final class PackFiles: Sendable {
         var inlineBytes = 0
     }
     private let state = Mutex(State())
+    /// Chunks the store names in packs although their folder was missing when it was opened.
+    private let lost = Mutex(0)
 
     /// An open pack, for reads; closed when the last read using it ends.
     private final class Handle: Sendable {
@@ -99,6 +101,14 @@ final class PackFiles: Sendable {
     deinit {
         state.withLock { if let writer = $0.writer { close(writer.fd) } }
     }
+
+    /// Chunks the store names in packs although their folder was missing when it was opened
+    /// (the store was copied without it): 0 for a whole store.
+    var chunksInMissingFolder: Int { lost.withLock { $0 } }
+
+    /// Notes at open that the folder is missing though `chunks` chunks are in packs there: no
+    /// save makes a new, empty folder in its place (``makeFolder()``), which would hide the loss.
+    func folderMissing(chunks: Int) { lost.withLock { $0 = chunks } }
 
     func path(_ pack: Int64) -> String {
         folder + "/" + Self.name(pack)
@@ -271,6 +281,12 @@ final class PackFiles: Sendable {
     }
 
     private func makeFolder() throws {
+        let lost = chunksInMissingFolder
+        var existing = stat()
+        if lost > 0, stat(folder, &existing) != 0, errno == ENOENT {
+            throw DocumentStoreError.corrupt(
+                path: storePath, reason: Self.missingFolderReason(folder, chunks: lost))
+        }
         if mkdir(folder, 0o700) == 0 {
             // The folder's own entry must survive a power cut with the first pack's bytes.
             let parent = (storePath as NSString).deletingLastPathComponent
@@ -418,6 +434,14 @@ final class PackFiles: Sendable {
             guard stat(folder + "/" + name, &st) == 0 else { return nil }
             return (id, Int64(st.st_size))
         }
+    }
+
+    /// Why a store whose packs' folder is missing is damaged, and what to do.
+    static func missingFolderReason(_ folder: String, chunks: Int) -> String {
+        "its pack folder \(folder) is missing, though \(chunks) chunk\(chunks == 1 ? " is" : "s are") in packs "
+            + "there (the folder belongs to the store and moves with it); put it back beside the store, "
+            + "or make an empty folder there to go on without those chunks (the files that use them "
+            + "then fail to read)"
     }
 
     /// The missing-pack message, for reads that cannot find a chunk's pack again.

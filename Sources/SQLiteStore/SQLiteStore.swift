@@ -53,6 +53,19 @@ public final class SQLiteStore: VersionedDocumentStore, Sendable {
         SQLiteBackend.storeError(error, path: path, systemErrno: systemErrno)
     }
 
+    /// Chunks the store names in packs although their folder (`<store>-packs`) was missing when
+    /// it was opened, as when a store is copied without it: 0 for a whole store. Reads of those
+    /// chunks fail, and no save makes a new folder in its place.
+    public var chunksInMissingPackFolder: Int { backend.packs.chunksInMissingFolder }
+
+    /// Why the store cannot be used whole, when ``chunksInMissingPackFolder`` is not 0.
+    public var missingPackFolderProblem: String? {
+        let lost = chunksInMissingPackFolder
+        guard lost > 0 else { return nil }
+        return "the store \(path) is damaged: "
+            + PackFiles.missingFolderReason(backend.packs.folder, chunks: lost)
+    }
+
     /// Copies the write-ahead log into the database file and truncates the log, so that the
     /// log's size afterwards measures exactly what later transactions write.
     public func checkpoint() throws { try backend.checkpoint() }
@@ -157,6 +170,14 @@ final class SQLiteBackend: StoreBackend {
             throw Self.storeError(error, path: path)
         }
         self.chunkSize = storedChunkSize
+        var folder = stat()
+        if !isNew, stat(packs.folder, &folder) != 0, errno == ENOENT {
+            // Copied without its packs' folder? Counted only then: packed chunks are many rows.
+            let count = try? pool.read { db in
+                try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM packed_chunks") ?? 0
+            }
+            if let count, count > 0 { packs.folderMissing(chunks: count) }
+        }
         if isNew {
             // Incremental vacuum must be chosen before the first table, or made so by a VACUUM;
             // on a new store that costs nothing. It lets garbage collection give space back.

@@ -5,6 +5,7 @@ import DocumentFS
 import FUSE
 import Foundation
 import Logging
+import SQLiteStore
 
 #if canImport(Glibc)
     import Glibc
@@ -309,6 +310,8 @@ struct MountPlan {
             )
         }
         let store = try location.open(logger: logger)
+        // A store copied without its packs' folder would mount, and its large files fail to read.
+        if let problem = (store as? SQLiteStore)?.missingPackFolderProblem { throw Failure(problem) }
         if !options.readOnly, location.postgres == nil, access(location.path, W_OK) != 0 {
             throw Failure(
                 "cannot write the store \(location.path): \(errnoText()); mount it read-only with -o ro")

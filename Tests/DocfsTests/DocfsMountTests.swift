@@ -199,6 +199,17 @@ struct DocfsMountTests {
             let truncated = try sandbox.write(
                 "truncated.docstore", Data("SQLite format 3\0".utf8) + Data(count: 40))
             expectFailure(try docfs(["mount", truncated, mountpoint]), "is damaged: the file is truncated")
+            // Copied without its pack folder: the large files would fail to read once mounted.
+            let large = sandbox.path("Large.docstore")
+            let created = try docfs(["create", large])
+            try #require(created.status == 0, "\(created)")
+            let imported = try sandbox.write("big.bin", sampleBytes(2 << 20, seed: 1))
+            let put = try docfs(["import", large, imported])
+            try #require(put.status == 0, "\(put)")
+            #expect(rename(large + "-packs", large + "-packs.away") == 0)
+            expectFailure(
+                try docfs(["mount", large, mountpoint]),
+                "is damaged: its pack folder \(large)-packs is missing, though")
             #expect(Mounts.entry(at: mountpoint) == nil)
         }
     }

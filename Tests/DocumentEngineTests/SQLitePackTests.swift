@@ -117,6 +117,42 @@ struct SQLitePackTests {
         try file.expectHolds(bytes)
     }
 
+    @Test(
+        "A store opened without its pack folder says so, makes no new folder for a save, and takes one made empty"
+    )
+    func missingFolder() throws {
+        let bytes = sampleBytes(4 << 20, seed: 15)
+        try file.save(.replace(DataContentsSource(bytes)))
+        let packed = try packedCount()
+        #expect(packed > 0)
+        #expect(sqlite.chunksInMissingPackFolder == 0 && sqlite.missingPackFolderProblem == nil)
+        #expect(rename(folder, folder + ".away") == 0)
+        let copied = try SQLiteStore(path: sqlite.path)
+        #expect(copied.chunksInMissingPackFolder == packed)
+        let problem = try #require(copied.missingPackFolderProblem)
+        #expect(problem.contains("is damaged: its pack folder \(folder) is missing"), "\(problem)")
+        #expect(problem.contains("make an empty folder there"), "\(problem)")
+        // Small files still read and save; a large save fails and leaves no new folder.
+        let other = try copied.createDocument(
+            named: "small.bin", kind: .flat, type: nil, permissions: nil, origin: "test")
+        var small = DocumentChanges(document: other.id, base: other.currentVersion)
+        small.contents[other.root] = .replace(DataContentsSource(sampleBytes(1000, seed: 16)))
+        _ = try copied.save(small)
+        var large = DocumentChanges(document: other.id, base: try copied.document(other.id).currentVersion)
+        large.contents[other.root] = .replace(DataContentsSource(sampleBytes(4 << 20, seed: 17)))
+        do {
+            _ = try copied.save(large)
+            Issue.record("a large save made a new pack folder")
+        } catch let error as DocumentStoreError {
+            #expect("\(error)".contains("is missing"), "\(error)")
+        }
+        #expect(access(folder, F_OK) != 0)
+        // An empty folder made by hand: saves go on.
+        #expect(mkdir(folder, 0o700) == 0)
+        _ = try copied.save(large)
+        #expect(try copied.checkIntegrity().problems.contains { $0.contains("is missing") })
+    }
+
     @Test("A pack that is missing or cut short is a clear error, in reads and in the integrity walk")
     func damagedPacks() throws {
         let bytes = sampleBytes(4 << 20, seed: 6)
