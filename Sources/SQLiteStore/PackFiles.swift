@@ -54,6 +54,9 @@ final class PackFiles: Sendable {
     /// daemon's CPU copying into fresh pack pages, 15 times as long a byte as into the spill.
     /// Dropped, a pack's pages are reused by the pages that follow.
     static let dropBehind: Int64 = 8 << 20
+    /// Writeback is started once this many bytes were appended since it last was: started for
+    /// each chunk, its submission was a tenth of a 1 GiB save's time.
+    static let writebackStep: Int64 = 1 << 20
 
     let folder: String
     private let storePath: String
@@ -67,6 +70,8 @@ final class PackFiles: Sendable {
         var committedEnd: Int64
         /// Bytes whose pages were let go from the page cache (``dropBehind``).
         var dropped: Int64 = 0
+        /// Bytes whose writeback was started (``writebackStep``).
+        var started: Int64 = 0
         /// Whether this transaction holds the shared lock.
         var locked: Bool
     }
@@ -139,6 +144,9 @@ final class PackFiles: Sendable {
         }
     }
 
+    /// The rest of this transaction packs every chunk of at least ``smallestPacked`` bytes.
+    func spendInlineBudget() { state.withLock { $0.inlineBytes = Self.inlineBudget } }
+
     /// Appends `data` to this process's pack and says where it is; nil when the chunk stays a
     /// row (small, or within the transaction's inline budget). `force` packs it regardless.
     func place(_ data: Data, force: Bool = false) throws -> Place? {
@@ -176,8 +184,12 @@ final class PackFiles: Sendable {
             // Starts the disk write now, without waiting for it: the commit's sync then finds it
             // done or under way, so the disk works while the save cuts and hashes what follows
             // (a 1 GiB save waited 1.5 s in those syncs).
-            _ = docfs_start_writeback(writer.fd, off_t(position), off_t(data.count))
             writer.end += Int64(data.count)
+            if writer.end - writer.started >= Self.writebackStep {
+                _ = docfs_start_writeback(
+                    writer.fd, off_t(writer.started), off_t(writer.end - writer.started))
+                writer.started = writer.end
+            }
             if writer.end - writer.dropped >= 2 * Self.dropBehind {
                 // Their writeback started a few megabytes of cutting and hashing ago: the wait
                 // is for the disk's last few milliseconds at most. A failure here costs memory
@@ -253,6 +265,7 @@ final class PackFiles: Sendable {
                 }
                 writer.end = writer.committedEnd
                 writer.dropped = min(writer.dropped, writer.end)
+                writer.started = min(writer.started, writer.end)
             }
             Self.unlock(&writer)
             state.writer = writer

@@ -444,6 +444,8 @@ struct SQLiteTransaction: StoreTransaction {
         try Int64.fetchOne(db.cachedStatement(sql: "SELECT id FROM chunks WHERE hash = ?"), arguments: [hash])
     }
 
+    func storesBulk() { packs?.spendInlineBudget() }
+
     func insertChunk(hash: Data, data: Data) throws -> Int64 {
         if let packs, let place = try packs.place(data) {
             try db.cachedStatement(sql: "INSERT INTO chunks(hash, size, data) VALUES (?, ?, X'')")

@@ -260,6 +260,9 @@ public protocol StoreTransaction {
 
     func chunkID(hash: Data) throws -> Int64?
     func insertChunk(hash: Data, data: Data) throws -> Int64
+    /// The rest of the transaction stores bulk data (a large file's chunks ahead of its save): a
+    /// backend that keeps a small save's chunks apart from large ones' keeps none apart here.
+    func storesBulk()
     /// The chunks' bytes by id; a missing id is missing from the answer.
     func chunks(_ ids: [Int64]) throws -> [Int64: Data]
     func chunkLength(_ id: Int64) throws -> Int64?
@@ -312,4 +315,8 @@ extension FileWrapper.Kind {
             throw DocumentStoreError.corrupt(path: "", reason: "wrapper \(node) has unknown kind \(code)")
         }
     }
+}
+
+extension StoreTransaction {
+    public func storesBulk() {}
 }
