@@ -14,10 +14,19 @@ extension VersionedStore {
             return report  // the rest would read damaged pages
         }
         return try backend.read { tx in
+            // The same reason for many rows (every chunk of a missing pack) is one line.
+            var unreadable: [(reason: String, rows: Int)] = []
+            var index: [String: Int] = [:]
             try tx.forEachChunk { row in
                 let chunk: ChunkRow
                 do { chunk = try row.get() } catch {
-                    report.problems.append("a chunk row cannot be read: \(error)")
+                    let reason = "\(error)"
+                    if let at = index[reason] {
+                        unreadable[at].rows += 1
+                    } else {
+                        index[reason] = unreadable.count
+                        unreadable.append((reason, 1))
+                    }
                     return
                 }
                 if Self.hash(chunk.data) != chunk.hash {
@@ -32,6 +41,10 @@ extension VersionedStore {
                         "chunk \(chunk.id): \(chunk.data.count) bytes, more than the chunk size \(chunkSize)")
                 }
                 report.chunksChecked += 1
+            }
+            for (reason, rows) in unreadable {
+                let what = rows == 1 ? "a chunk row cannot be read" : "\(rows) chunk rows cannot be read"
+                report.problems.append("\(what): \(reason)")
             }
             for kind in DanglingReference.allCases {
                 for id in try tx.danglingReferences(kind) { report.problems.append("\(kind.message) \(id)") }
