@@ -175,8 +175,7 @@ final class PackFiles: Sendable {
                         off_t(position) + off_t(done))
                     if count < 0 {
                         if errno == EINTR { continue }
-                        throw SQLiteBackend.systemError(
-                            errno, path: path(writer.id), doing: "write the pack of")
+                        throw failure(errno, path: path(writer.id), doing: "write the pack of")
                     }
                     done += count
                 }
@@ -212,7 +211,7 @@ final class PackFiles: Sendable {
         guard let pending else { return }
         while fdatasync(pending.fd) != 0 {
             if errno != EINTR {
-                throw SQLiteBackend.systemError(errno, path: path(pending.id), doing: "sync the pack of")
+                throw failure(errno, path: path(pending.id), doing: "sync the pack of")
             }
         }
     }
@@ -279,7 +278,7 @@ final class PackFiles: Sendable {
             let fd = open(path(id), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
             if fd < 0 {
                 if errno == EEXIST { continue }
-                throw SQLiteBackend.systemError(errno, path: folder, doing: "create a pack in")
+                throw failure(errno, path: folder, doing: "create a pack in")
             }
             // Locked first, then checked still linked: garbage collection in another process
             // may have taken the new, empty file for garbage between its creation and the lock.
@@ -447,6 +446,13 @@ final class PackFiles: Sendable {
             guard stat(folder + "/" + name, &st) == 0 else { return nil }
             return (id, Int64(st.st_size))
         }
+    }
+
+    /// A failed write to the packs: a full disk names the store, as SQLite's own writes do (the
+    /// user knows the store, not its packs), and anything else the file.
+    private func failure(_ code: Int32, path: String, doing what: String) -> DocumentStoreError {
+        if code == ENOSPC || code == EDQUOT { return .noSpace(storePath) }
+        return SQLiteBackend.systemError(code, path: path, doing: what)
     }
 
     /// Why a store whose packs' folder is missing is damaged, and what to do.

@@ -665,6 +665,50 @@ struct LiveBufferSource: ContentsSource {
             try expectWhole()
         }
     }
+
+    @Test(
+        "A large save whose batches, stored ahead, meet a full disk fails with noSpace naming the store; it stays whole",
+        .enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
+    func fullDiskInALargeSave() throws {
+        let tmp = try TemporaryDirectory()
+        let disk = tmp.path("disk")
+        try tmp.mkdir("disk")
+        guard mount("tmpfs", disk, "tmpfs", 0, "size=8m,mode=0700") == 0 else {
+            Issue.record("cannot mount a tmpfs on \(disk): \(String(cString: strerror(errno)))")
+            return
+        }
+        defer {
+            if umount2(disk, 0) != 0 { umount2(disk, Int32(MNT_DETACH)) }
+        }
+        let path = disk + "/Full.docstore"
+        do {
+            let store = try SQLiteStore(path: path, options: .create)
+            let document = try store.createDocument(
+                named: "big.bin", kind: .flat, type: nil, permissions: nil, origin: "test")
+            let small = sampleBytes(100_000, seed: 40)
+            var changes = DocumentChanges(document: document.id, base: document.currentVersion)
+            changes.contents[document.root] = .replace(DataContentsSource(small))
+            let version = try store.save(changes).version.id
+            // 24 MiB: five batches of 4 MiB are stored ahead of the save, and the disk holds 8.
+            let large = sampleBytes(24 << 20, seed: 41)
+            changes = DocumentChanges(document: document.id, base: version)
+            changes.contents[document.root] = .replace(DataContentsSource(large))
+            #expect(throws: DocumentStoreError.noSpace(path)) { _ = try store.save(changes) }
+            #expect(try store.document(document.id).currentVersion == version)
+            #expect(
+                try store.readContents(of: document.root, at: nil, offset: 0, count: small.count) == small)
+            #expect(try store.checkIntegrity().isClean)
+            // With room, the same save goes through; what the failed one left is garbage.
+            guard mount("tmpfs", disk, "tmpfs", UInt(MS_REMOUNT), "size=96m,mode=0700") == 0 else {
+                Issue.record("cannot grow the tmpfs: \(String(cString: strerror(errno)))")
+                return
+            }
+            _ = try store.save(changes)
+            #expect(
+                try store.readContents(of: document.root, at: nil, offset: 0, count: large.count) == large)
+            #expect(try store.checkIntegrity().isClean)
+        }
+    }
 }
 
 /// Bytes in memory that name the ranges where they differ from the file they update, and log
