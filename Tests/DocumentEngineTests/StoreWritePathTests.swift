@@ -589,22 +589,26 @@ struct LiveBufferSource: ContentsSource {
                 as? DocumentStoreError == .noSpace(roomy))
     }
 
-    @Test(
-        "A full disk fails the save with noSpace; the store stays whole and saves again once there is room",
-        .enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
-    func fullDisk() throws {
+    /// Runs `body` with a store path on a tmpfs of `size` (its folder is `disk`), unmounted after.
+    func onTmpfs(size: String, _ body: (_ disk: String, _ path: String) throws -> Void) throws {
         let tmp = try TemporaryDirectory()
         let disk = tmp.path("disk")
         try tmp.mkdir("disk")
-        guard mount("tmpfs", disk, "tmpfs", 0, "size=4m,mode=0700") == 0 else {
+        guard mount("tmpfs", disk, "tmpfs", 0, "size=\(size),mode=0700") == 0 else {
             Issue.record("cannot mount a tmpfs on \(disk): \(String(cString: strerror(errno)))")
             return
         }
         defer {
             if umount2(disk, 0) != 0 { umount2(disk, Int32(MNT_DETACH)) }
         }
-        let path = disk + "/Full.docstore"
-        do {
+        try body(disk, disk + "/Full.docstore")
+    }
+
+    @Test(
+        "A full disk fails the save with noSpace; the store stays whole and saves again once there is room",
+        .enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
+    func fullDisk() throws {
+        try onTmpfs(size: "4m") { disk, path in
             let store = try SQLiteStore(path: path, options: .create, chunkSize: FlatFile.chunk)
             let document = try store.createDocument(
                 named: "Full.pkg", kind: .package, type: nil, permissions: nil, origin: "test")
@@ -670,18 +674,7 @@ struct LiveBufferSource: ContentsSource {
         "A large save whose batches, stored ahead, meet a full disk fails with noSpace naming the store; it stays whole",
         .enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
     func fullDiskInALargeSave() throws {
-        let tmp = try TemporaryDirectory()
-        let disk = tmp.path("disk")
-        try tmp.mkdir("disk")
-        guard mount("tmpfs", disk, "tmpfs", 0, "size=8m,mode=0700") == 0 else {
-            Issue.record("cannot mount a tmpfs on \(disk): \(String(cString: strerror(errno)))")
-            return
-        }
-        defer {
-            if umount2(disk, 0) != 0 { umount2(disk, Int32(MNT_DETACH)) }
-        }
-        let path = disk + "/Full.docstore"
-        do {
+        try onTmpfs(size: "8m") { disk, path in
             let store = try SQLiteStore(path: path, options: .create)
             let document = try store.createDocument(
                 named: "big.bin", kind: .flat, type: nil, permissions: nil, origin: "test")
