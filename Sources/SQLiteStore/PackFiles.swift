@@ -293,12 +293,8 @@ final class PackFiles: Sendable {
     }
 
     private func makeFolder() throws {
-        let lost = chunksInMissingFolder
         var existing = stat()
-        if lost > 0, stat(folder, &existing) != 0, errno == ENOENT {
-            throw DocumentStoreError.corrupt(
-                path: storePath, reason: Self.missingFolderReason(folder, chunks: lost))
-        }
+        if let lost = missingFolderError, stat(folder, &existing) != 0, errno == ENOENT { throw lost }
         if mkdir(folder, 0o700) == 0 {
             // The folder's own entry must survive a power cut with the first pack's bytes.
             let parent = (storePath as NSString).deletingLastPathComponent
@@ -455,12 +451,18 @@ final class PackFiles: Sendable {
         return SQLiteBackend.systemError(code, path: path, doing: what)
     }
 
-    /// Why a store whose packs' folder is missing is damaged, and what to do.
-    static func missingFolderReason(_ folder: String, chunks: Int) -> String {
-        "its pack folder \(folder) is missing, though \(chunks) chunk\(chunks == 1 ? " is" : "s are") in packs "
-            + "there (the folder belongs to the store and moves with it); put it back beside the store, "
-            + "or make an empty folder there to go on without those chunks (the files that use them "
-            + "then fail to read)"
+    /// Why the store is damaged, and what to do, when its folder was missing at open
+    /// (``folderMissing(chunks:)``); nil otherwise.
+    var missingFolderError: DocumentStoreError? {
+        let chunks = chunksInMissingFolder
+        guard chunks > 0 else { return nil }
+        let counted = chunks == 1 ? "1 chunk is" : "\(chunks) chunks are"
+        return .corrupt(
+            path: storePath,
+            reason: "its pack folder \(folder) is missing, though \(counted) "
+                + "in packs there (the folder belongs to the store and moves with it); put it back beside "
+                + "the store, or make an empty folder there to go on without those chunks (the files "
+                + "that use them then fail to read)")
     }
 
     /// The missing-pack message, for reads that cannot find a chunk's pack again.

@@ -59,12 +59,7 @@ public final class SQLiteStore: VersionedDocumentStore, Sendable {
     public var chunksInMissingPackFolder: Int { backend.packs.chunksInMissingFolder }
 
     /// Why the store cannot be used whole, when ``chunksInMissingPackFolder`` is not 0.
-    public var missingPackFolderProblem: String? {
-        let lost = chunksInMissingPackFolder
-        guard lost > 0 else { return nil }
-        return "the store \(path) is damaged: "
-            + PackFiles.missingFolderReason(backend.packs.folder, chunks: lost)
-    }
+    public var missingPackFolderProblem: String? { backend.packs.missingFolderError?.description }
 
     /// Copies the write-ahead log into the database file and truncates the log, so that the
     /// log's size afterwards measures exactly what later transactions write.
