@@ -27,6 +27,10 @@ extension DocumentFileSystem {
             if writeback.load(ordering: .relaxed), !table.isCurrent(node) { throw .staleNFSFileHandle }
             let truncated = flags.contains(.truncate) && flags.isWritable
             if truncated { try truncate(file, to: 0) }
+            if context.killsSetIDBits {
+                let group = keepsSetGroupID(context, file)
+                if state.withLock({ state in killSetIDBits(&state, file, group) }) { attributesChanged(file) }
+            }
             let (handle, keep) = try state.withLock { state throws(Errno) in
                 guard file.kind == .regularFile, let contents = file.contents else { throw .isDirectory }
                 let keep = file.openedGeneration == contents.generation
@@ -161,14 +165,17 @@ extension DocumentFileSystem {
         data: [UInt8], info: WriteInfo, reply: ReplyWrite
     ) {
         answer(reply) { () throws(Errno) in
-            try writeBytes(context, handle: handle, offset: offset, data: data, isWritePage: info.isWritePage)
+            try writeBytes(
+                context, handle: handle, offset: offset, data: data, isWritePage: info.isWritePage,
+                killingSetIDBits: context.killsSetIDBits)
             reply.written(data.count)
         }
     }
 
     /// Writes bytes into an open file's top layer, taking in first the chunks it covers in part.
     func writeBytes(
-        _ context: RequestContext, handle: FUSE.FileHandle, offset: UInt64, data: [UInt8], isWritePage: Bool
+        _ context: RequestContext, handle: FUSE.FileHandle, offset: UInt64, data: [UInt8], isWritePage: Bool,
+        killingSetIDBits: Bool
     ) throws(Errno) {
         let (file, known) = try state.withLock { state throws(Errno) -> (ViewNode, Bool) in
             guard let open = state.files[handle.rawValue] else { throw .badFileDescriptor }
@@ -176,6 +183,9 @@ extension DocumentFileSystem {
             if !open.writable && !isWritePage { throw .badFileDescriptor }
             return (open.node, isWritePage || open.writers.contains(context.pid))
         }
+        var killed = false
+        defer { if killed { attributesChanged(file) } }
+        let group = killingSetIDBits ? keepsSetGroupID(context, file) : .notAsked
         // The request names the writing thread; its process is what a later close matches.
         let writer = known ? nil : threadGroup(of: context.pid)
         let start = Int64(clamping: offset)
@@ -198,6 +208,7 @@ extension DocumentFileSystem {
                     file.record.changed = now
                 }
                 state.files[handle.rawValue]?.wrote = true
+                if killingSetIDBits { killed = killSetIDBits(&state, file, group) }
                 if let writer {
                     state.files[handle.rawValue]?.writers.insert(writer)
                     state.files[handle.rawValue]?.writers.insert(context.pid)
@@ -231,9 +242,11 @@ extension DocumentFileSystem {
                 let piece = try readBytes(
                     handle: handleIn, offset: offsetIn + UInt64(done), size: min(1 << 20, length - done))
                 if piece.isEmpty { break }
+                // The kernel leaves set-ID bits to the filesystem here too, but sends no flag
+                // for copies: a caller other than root stands for one without CAP_FSETID.
                 try writeBytes(
                     context, handle: handleOut, offset: offsetOut + UInt64(done), data: piece,
-                    isWritePage: false)
+                    isWritePage: false, killingSetIDBits: context.uid != 0)
                 done += piece.count
             }
             reply.written(done)
@@ -316,6 +329,49 @@ extension DocumentFileSystem {
                 throw error
             }
         }
+    }
+
+    /// The set-group-ID bit of a file that is not group-executable goes only when the caller is
+    /// outside the file's group, as `setattr_should_drop_sgid` decides (root standing for
+    /// `CAP_FSETID`). Only then is /proc read, without the lock.
+    func keepsSetGroupID(_ context: RequestContext, _ file: ViewNode) -> KeepsSetGroupID {
+        let (permissions, gid) = state.withLock { _ in (file.record.permissions, file.record.gid) }
+        guard permissions & Int(S_ISGID) != 0, permissions & Int(S_IXGRP) == 0 else { return .notAsked }
+        if context.uid == 0 || context.gid == gid { return .kept }
+        return groups(of: context.pid).contains(gid) ? .kept : .dropped
+    }
+
+    enum KeepsSetGroupID {
+        case notAsked, kept, dropped
+    }
+
+    /// Clears a file's set-user-ID bit, and its set-group-ID bit if it is group-executable or
+    /// `group` says so, as Linux does when a caller without `CAP_FSETID` writes or truncates a
+    /// file, or anyone chowns one (``RequestContext/killsSetIDBits``). Returns whether the mode
+    /// changed: the kernel, which keeps the attributes it was given, then has to be told
+    /// (``attributesChanged(_:)``).
+    @discardableResult
+    func killSetIDBits(_ state: inout State, _ file: ViewNode, _ group: KeepsSetGroupID) -> Bool {
+        var permissions = Self.killingSetIDBits(file.record.permissions)
+        if group == .dropped { permissions &= ~Int(S_ISGID) }
+        guard file.kind != .directory, permissions != file.record.permissions else { return false }
+        file.record.permissions = permissions
+        file.record.changed = .now
+        changed(&state, file)
+        return true
+    }
+
+    /// Makes the kernel ask for the file's attributes again, keeping its cached pages: after a
+    /// write or open whose reply carries no attributes changed them.
+    func attributesChanged(_ file: ViewNode) {
+        guard let notifier = state.withLock({ $0.notifier }) else { return }
+        for node in table.nodes(for: file.ino) { notifier.invalidateInode(node, offset: -1) }
+    }
+
+    static func killingSetIDBits(_ permissions: Int) -> Int {
+        var result = permissions & ~Int(S_ISUID)
+        if result & Int(S_IXGRP) != 0 { result &= ~Int(S_ISGID) }
+        return result
     }
 
     /// Records that `node` changed: its document has something to save.
@@ -432,6 +488,11 @@ extension DocumentFileSystem {
             default:
                 throw .notSupported
             }
+            // As for copies: the kernel sends no flag, and root stands for CAP_FSETID.
+            if context.uid != 0 {
+                let group = keepsSetGroupID(context, file)
+                if state.withLock({ state in killSetIDBits(&state, file, group) }) { attributesChanged(file) }
+            }
             reply.ok()
         }
     }
@@ -492,6 +553,7 @@ extension DocumentFileSystem {
                     }
                 }
             }
+            let group = context.killsSetIDBits ? keepsSetGroupID(context, target) : .notAsked
             let attrs = state.withLock { state -> FileAttributes in
                 let now = Timestamp.now
                 var record = target.record
@@ -500,6 +562,10 @@ extension DocumentFileSystem {
                 }
                 if let uid = changes.uid { record.uid = uid }
                 if let gid = changes.gid { record.gid = gid }
+                if context.killsSetIDBits, target.kind != .directory {
+                    record.permissions = Self.killingSetIDBits(record.permissions)
+                    if group == .dropped { record.permissions &= ~Int(S_ISGID) }
+                }
                 switch changes.atime {
                 case .now: record.accessed = now
                 case .time(let time): record.accessed = Timestamp(time)
@@ -512,6 +578,7 @@ extension DocumentFileSystem {
                 }
                 if changes.permissions != nil || changes.uid != nil || changes.gid != nil
                     || changes.atime != nil || changes.mtime != nil
+                    || record.permissions != target.record.permissions
                 {
                     record.changed = changes.ctime.map(Timestamp.init) ?? now
                 }
@@ -636,6 +703,22 @@ func threadGroup(of thread: Int32) -> Int32 {
 
 /// Thread ids asked about lately, their thread groups, and when they were read.
 private let threadGroups = Mutex<[Int32: (group: Int32, seen: ContinuousClock.Instant)]>([:])
+
+/// The supplementary groups of a thread, from its status file (empty if it is gone).
+func groups(of thread: Int32) -> [UInt32] {
+    guard thread > 0 else { return [] }
+    let fd = open("/proc/\(thread)/status", O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return [] }
+    defer { close(fd) }
+    var buffer = [UInt8](repeating: 0, count: 16384)
+    let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+    guard count > 0 else { return [] }
+    let text = String(decoding: buffer[0..<count], as: UTF8.self)
+    guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Groups:") }) else { return [] }
+    return line.dropFirst("Groups:".count).split(whereSeparator: { $0 == " " || $0 == "\t" }).compactMap {
+        UInt32($0)
+    }
+}
 
 /// Reads bytes, not text: splitting the status file into lines of `String` was the daemon's
 /// busiest code while creating small files (issue 16, B5).

@@ -46,11 +46,20 @@ public struct KernelConfig: Sendable {
         public static let explicitInvalidateData = Self(
             rawValue: UInt32(FUSE_CAP_EXPLICIT_INVAL_DATA))
 
+        /// The filesystem clears set-user-ID and set-group-ID bits when
+        /// ``RequestContext/killsSetIDBits`` asks (writes, truncations and `open(O_TRUNC)` by
+        /// callers without `CAP_FSETID`, and every `chown`), and the kernel stops asking for
+        /// `security.capability` before each write (`SB_NOSEC`). Not a libfuse bit: libfuse
+        /// 3.14 does not know `FUSE_HANDLE_KILLPRIV_V2`, so this layer adds it to the INIT reply.
+        public static let handleKillPrivV2 = Self(rawValue: 1 << 31)
+
         /// Wants libfuse 3.14's `do_init` accepts but never puts into the INIT reply.
         public static let droppedByLibfuse: Capabilities = [.parallelDirectoryOps, .handleKillPriv]
         /// Wants this layer clears before ``FileSystem/initialize(_:)``: libfuse turns them on
         /// because the C callbacks exist, but the Swift defaults answer `ENOSYS`.
         static let optIn: Capabilities = [.posixLocks, .flockLocks, .readdirplus, .readdirplusAuto]
+        /// Capabilities this layer negotiates itself (``RawProtocol``), kept from libfuse.
+        static let negotiatedHere: Capabilities = [.handleKillPrivV2]
     }
 
     /// Why a setter refused a value.
@@ -87,9 +96,10 @@ public struct KernelConfig: Sendable {
     public let maxWriteLimit: Int
     private let kernelMaxReadahead: Int
 
-    init(_ conn: fuse_conn_info) {
+    init(_ conn: fuse_conn_info, offersKillPrivV2: Bool = false) {
         protocolVersion = (Int(conn.proto_major), Int(conn.proto_minor))
-        capable = Capabilities(rawValue: conn.capable)
+        capable = Capabilities(rawValue: conn.capable).subtracting(Capabilities.negotiatedHere)
+            .union(offersKillPrivV2 ? .handleKillPrivV2 : [])
         wanted = Capabilities(rawValue: conn.want).subtracting(Capabilities.optIn)
             .subtracting(Capabilities.droppedByLibfuse)
         maxWrite = Int(conn.max_write)
@@ -105,7 +115,7 @@ public struct KernelConfig: Sendable {
     func apply(to conn: inout fuse_conn_info) {
         // Keep libfuse's own bits for the dropped wants: they are never sent anyway.
         let dropped = Capabilities(rawValue: conn.want).intersection(.droppedByLibfuse)
-        conn.want = wanted.union(dropped).rawValue
+        conn.want = wanted.union(dropped).subtracting(Capabilities.negotiatedHere).rawValue
         conn.max_write = UInt32(maxWrite)
         conn.max_readahead = UInt32(maxReadahead)
         conn.max_background = UInt32(maxBackground)

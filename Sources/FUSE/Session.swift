@@ -172,6 +172,10 @@ public final class Session: Sendable {
         // has gone (see `abortConnection`).
         let deviceFD = fuse_session_fd(se)
         if deviceFD >= 0 { _ = fcntl(deviceFD, F_SETFD, fcntl(deviceFD, F_GETFD) | FD_CLOEXEC) }
+        // The same descriptor, read and written through hooks that see the raw protocol.
+        // Without them the mount works as before, minus what ``RawProtocol`` adds.
+        let hooked = withUnsafePointer(to: RawProtocol.io) { fuse_session_custom_io(se, $0, deviceFD) }
+        if hooked != 0 { logger.warning("cannot hook the FUSE device's I/O: \(Errno(rawValue: -hooked))") }
         var major: UInt32 = 0
         var minor: UInt32 = 0
         if docfs_mount_device(mountpoint, &major, &minor) == 0 {

@@ -31,6 +31,16 @@ final class SessionCore: @unchecked Sendable {
     /// Set once the kernel's INIT has been handled; `destroy` pairs with it.
     let initialized = Atomic<Bool>(false)
     let notifications: NotificationQueue
+    /// What ``RawProtocol`` saw of the kernel's INIT, and what it adds to the reply.
+    struct KernelInit {
+        var unique: UInt64 = 0
+        /// The kernel offered `FUSE_HANDLE_KILLPRIV_V2`.
+        var offered = false
+        var replyFlags: UInt32 = 0
+    }
+    let kernelInit = Mutex(KernelInit())
+    /// Set between the filesystem's `initialize` and the INIT reply that carries ``KernelInit/replyFlags``.
+    let initReplyPending = Atomic<Bool>(false)
 
     init(filesystem: any FileSystem, options: MountOptions, logger: Logger) {
         self.filesystem = filesystem
@@ -128,9 +138,13 @@ func makeOperations() -> fuse_lowlevel_ops {
     ops.`init` = { userdata, conn in
         guard let userdata, let conn else { return }
         let core = SessionCore.from(userdata)
-        var config = KernelConfig(conn.pointee)
+        var config = KernelConfig(conn.pointee, offersKillPrivV2: core.kernelInit.withLock { $0.offered })
         core.filesystem.initialize(&config)
         config.apply(to: &conn.pointee)
+        if config.wanted.contains(.handleKillPrivV2) {
+            core.kernelInit.withLock { $0.replyFlags = RawProtocol.handleKillPrivV2 }
+            core.initReplyPending.store(true, ordering: .releasing)
+        }
         core.initialized.store(true, ordering: .releasing)
         core.logger.debug(
             "FUSE \(config.protocolVersion.major).\(config.protocolVersion.minor) connected",

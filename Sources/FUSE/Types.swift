@@ -79,17 +79,24 @@ public struct RequestContext: Hashable, Sendable {
     public var pid: Int32
     /// The caller's umask; apply it in `create`, `mkdir`, `mknod` unless the kernel did.
     public var umask: FilePermissions
-    public init(uid: UInt32, gid: UInt32, pid: Int32, umask: FilePermissions) {
+    /// The kernel asks the filesystem to clear the file's set-user-ID bit, and its set-group-ID
+    /// bit if it is group-executable, as the request changes it: a `write`, a truncating
+    /// `setattr` or an `open(O_TRUNC)` by a caller without `CAP_FSETID`, or a `chown`. Only
+    /// with ``KernelConfig/Capabilities-swift.struct/handleKillPrivV2``.
+    public var killsSetIDBits: Bool
+    public init(uid: UInt32, gid: UInt32, pid: Int32, umask: FilePermissions, killsSetIDBits: Bool = false) {
         self.uid = uid
         self.gid = gid
         self.pid = pid
         self.umask = umask
+        self.killsSetIDBits = killsSetIDBits
     }
     init(_ req: fuse_req_t) {
         if let ctx = fuse_req_ctx(req) {
             self.init(
                 uid: ctx.pointee.uid, gid: ctx.pointee.gid, pid: ctx.pointee.pid,
-                umask: FilePermissions(rawValue: ctx.pointee.umask))
+                umask: FilePermissions(rawValue: ctx.pointee.umask),
+                killsSetIDBits: RawProtocol.currentRequestKillsSetID)
         } else {
             self.init(uid: 0, gid: 0, pid: 0, umask: [])
         }

@@ -891,6 +891,52 @@ struct PosixSemanticsTests {
         }
     }
 
+    @Test(
+        "set-ID bits are cleared as on a native file system: writes, truncations and O_TRUNC by other users, chown by anyone"
+    )
+    func setIDBitsCleared() async throws {
+        let fixture = try Fixture.small(.memory)
+        defer { fixture.remove() }
+        let engine = try Engine(fixture)
+        // Each line: a file made with the mode, then one change. root has CAP_FSETID.
+        let script = """
+            set -e
+            make() { printf 'data\\n' > "$1"; chmod "$2" "$1"; }
+            make append 6777; runuser -u nobody -- sh -c 'echo x >> append'
+            make nogroupexec 6767; runuser -u nobody -- sh -c 'echo x >> nogroupexec'
+            make ingroup 6767; chgrp nogroup ingroup; chmod 6767 ingroup; runuser -u nobody -- sh -c 'echo x >> ingroup'
+            make truncate 6777; runuser -u nobody -- truncate -s 1 truncate
+            make otrunc 6777; runuser -u nobody -- sh -c ': > otrunc'
+            make byroot 6777; echo x >> byroot; truncate -s 1 byroot
+            make chown 6777; chown nobody chown
+            make chmodonly 6777; chmod 6775 chmodonly
+            stat -c '%n %a' append nogroupexec ingroup truncate otrunc byroot chown chmodonly
+            """
+        let expected =
+            "append 777\nnogroupexec 767\ningroup 2767\ntruncate 777\notrunc 777\nbyroot 6777\nchown 777\nchmodonly 6775\n"
+        let native = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "setid-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: native, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: native) }
+        _ = try await offThread { try sys(chmod(native.path, 0o777), "chmod") }
+        let onNative = try await sh(script, in: native.path)
+        #expect(onNative.status == 0, "\(onNative.error)")
+        #expect(onNative.output == expected, "the native file system: \(onNative.output)")
+        try await withMount(fixture.store, configure: { $0.allowOther = true }) { mount in
+            _ = try await offThread { try sys(chmod(mount.url("Work.pkg"), 0o777), "chmod") }
+            let onMount = try await sh(script, in: mount.path + "/Work.pkg")
+            #expect(onMount.status == 0, "\(onMount.error)")
+            #expect(onMount.output == onNative.output)
+            try await expectEventually("the cleared modes in the store") {
+                let tree = try engine.tree("Work.pkg")
+                return tree["append"]?.permissions == 0o777 && tree["nogroupexec"]?.permissions == 0o767
+                    && tree["ingroup"]?.permissions == 0o2767
+                    && tree["otrunc"]?.permissions == 0o777 && tree["chown"]?.permissions == 0o777
+                    && tree["byroot"]?.permissions == 0o6777
+            }
+        }
+    }
+
     // MARK: statfs, metadata reads
 
     @Test("statfs of a writable mount reports non-zero sizes and free space")

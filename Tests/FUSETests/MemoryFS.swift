@@ -40,6 +40,8 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
         var twicePrefix = "twice"
         /// Reads of files with this prefix drop the reply.
         var dropPrefix = "drop"
+        /// Ask for FUSE_HANDLE_KILLPRIV_V2 and clear set-ID bits when a request says so.
+        var killPrivV2 = false
     }
 
     /// A class around the lock, so the node table's forget hook can reach it.
@@ -74,6 +76,26 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
             state.inodes[ino] = nil
             state.posixLocks[ino] = nil
             state.flocks[ino] = nil
+        }
+    }
+
+    /// Clears set-user-ID, and set-group-ID if group-executable, when the request asks.
+    private func killSetIDBits(
+        _ context: RequestContext, _ inode: inout Inode, _ state: inout State, _ op: String
+    ) {
+        guard context.killsSetIDBits else { return }
+        bump("kill " + op, &state)
+        var bits = inode.attributes.permissions.rawValue & ~UInt32(S_ISUID)
+        if bits & UInt32(S_IXGRP) != 0 { bits &= ~UInt32(S_ISGID) }
+        inode.attributes.permissions = FilePermissions(rawValue: bits)
+    }
+
+    /// The mode bits of a file at the root, as this filesystem holds them.
+    func permissions(of name: String) -> UInt32? {
+        box.state.withLock { state in
+            state.inodes[1]?.children[FileName(name)].flatMap {
+                state.inodes[$0]?.attributes.permissions.rawValue
+            }
         }
     }
 
@@ -129,6 +151,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
         note("timeGran 1000") { try $0.setTimeGranularity(nanoseconds: 1000) }
         note("maxBackground 64") { try $0.setMaxBackground(64) }
         note("congestion 100") { try $0.setCongestionThreshold(100) }
+        if behaviour.killPrivV2 { note("killPrivV2") { try $0.enable(.handleKillPrivV2) } }
         config.disable([.spliceRead, .spliceWrite, .spliceMove])
         box.state.withLock { $0.configReport = report }
     }
@@ -184,6 +207,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 if let permissions = changes.permissions { inode.attributes.permissions = permissions }
                 if let uid = changes.uid { inode.attributes.uid = uid }
                 if let gid = changes.gid { inode.attributes.gid = gid }
+                killSetIDBits(context, &inode, &state, "setattr")
                 if let size = changes.size {
                     guard inode.attributes.type == .regular else { throw Errno.isDirectory }
                     inode.data = Array(inode.data.prefix(Int(size)))
@@ -426,6 +450,9 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                     state.inodes[ino]!.data = []
                     state.inodes[ino]!.attributes.size = 0
                 }
+                var inode = state.inodes[ino]!
+                killSetIDBits(context, &inode, &state, "open")
+                state.inodes[ino] = inode
                 state.inodes[ino]!.openCount += 1
                 defer { state.nextHandle += 1 }
                 return FUSE.FileHandle(state.nextHandle)
@@ -485,6 +512,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 inode.data.replaceSubrange(Int(offset)..<end, with: data)
                 inode.attributes.size = UInt64(inode.data.count)
                 inode.attributes.mtime = .now
+                killSetIDBits(context, &inode, &state, "write")
                 state.inodes[ino] = inode
             }
             reply.written(data.count)
@@ -597,6 +625,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
     func getxattr(_ context: RequestContext, node: NodeID, name: String, reply: ReplyXattr) {
         answer(reply) { () throws(Errno) in
             let value = try withInode(node) { (ino, state) throws(Errno) in
+                bump("getxattr " + name, &state)
                 guard let value = state.inodes[ino]!.xattrs[name] else { throw Errno.noData }
                 return value
             }

@@ -289,6 +289,45 @@ struct MountedFileSystemTests {
         }
     }
 
+    @Test(
+        "with FUSE_HANDLE_KILLPRIV_V2 writes stop asking for security.capability, and the filesystem clears set-ID bits when asked"
+    )
+    func killPrivV2() async throws {
+        let writes = "for i in $(seq 20); do echo $i >> f; done"
+        // Without it, every write(2) asks first whether the file has capabilities to drop.
+        try await withMount { mount in
+            let status = try await sh(writes, in: mount.path).status
+            #expect(status == 0)
+            #expect(mount.fs.count("getxattr security.capability") >= 20)
+        }
+        let fs = MemoryFS(behaviour: MemoryFS.Behaviour(killPrivV2: true))
+        try await withMount(fs, configure: { $0.allowOther = true }) { mount in
+            #expect(mount.fs.configReport.contains("killPrivV2: ok"))
+            let status = try await sh(writes, in: mount.path).status
+            #expect(status == 0)
+            #expect(mount.fs.count("getxattr security.capability") <= 1)
+            #expect(mount.fs.count("kill write") == 0, "root has CAP_FSETID")
+            let script = """
+                set -e
+                chmod 777 .
+                make() { printf 'data\\n' > "$1"; chmod "$2" "$1"; }
+                make w 6777; runuser -u nobody -- sh -c 'echo x >> w'
+                make t 6767; runuser -u nobody -- truncate -s 1 t
+                make o 6777; runuser -u nobody -- sh -c ': > o'
+                make c 6777; chown nobody c
+                """
+            let result = try await sh(script, in: mount.path)
+            #expect(result.status == 0, "\(result.error)")
+            // The kernel keeps the mode it had for a write or an open (whose replies carry no
+            // attributes), so the filesystem's own state is what tells.
+            let modes = ["w", "t", "o", "c"].map { mount.fs.permissions(of: $0) }
+            #expect(modes == [0o777, 0o2767, 0o777, 0o777])
+            #expect(mount.fs.count("kill write") >= 1)
+            #expect(mount.fs.count("kill setattr") >= 2)
+            #expect(mount.fs.count("kill open") >= 1)
+        }
+    }
+
     @Test func unlinkedButOpenFileKeepsItsData() async throws {
         try await withMount { mount in
             let p = mount.path
