@@ -5,7 +5,8 @@ set -euo pipefail
 
 # sqlite3: the store tests inspect and damage store files with the sqlite3 command.
 # The DocumentFS write tests drive real editors and tools on a mount: vim, nano, emacs-nox,
-# rsync, gio (libglib2.0-bin), getfattr/setfattr (attr), perl -pi, tar, runuser (util-linux)
+# rsync, gio (libglib2.0-bin), getfattr/setfattr (attr), getfacl/setfacl (acl), perl -pi, tar,
+# runuser (util-linux)
 # and script (bsdutils, a pty for nano). postgresql: the PostgreSQL store's tests run against a
 # real server on loopback (scripts/postgres.sh). The desktop tests run GIO's trash through its
 # real backend: gvfsd-trash (gvfs-daemons) on a session bus of their own (dbus-run-session,
@@ -13,7 +14,7 @@ set -euo pipefail
 # --no-install-recommends nothing pulls it in, `gio trash --list` answers "Operation not
 # supported"). libpq-dev and libssl-dev: the PostgreSQL store speaks to its server through libpq,
 # and the store hashes chunks with libcrypto's SHA-256.
-packages=(libfuse3-dev fuse3 pkg-config attr sqlite3 libpq-dev libssl-dev
+packages=(libfuse3-dev fuse3 pkg-config attr acl sqlite3 libpq-dev libssl-dev
     vim nano emacs-nox rsync libglib2.0-bin perl tar util-linux bsdutils postgresql
     gvfs gvfs-daemons dbus-daemon "$@")
 missing=()

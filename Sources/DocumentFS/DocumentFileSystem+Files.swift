@@ -607,10 +607,12 @@ extension DocumentFileSystem {
     public func getxattr(
         _ context: RequestContext, node: NodeID, name: String, reply: ReplyXattr
     ) {
-        // Only user. names exist; every other probe (security.capability before each write,
-        // ACLs and SELinux labels from ls) is answered from memory.
+        // Only user. names exist; every other probe is answered from memory. No ACL is ENODATA:
+        // the kernel caches that answer (FUSE_POSIX_ACL) and takes an error for a broken ACL.
+        // The other namespaces are not supported, as setxattr says: `ls -l` stops asking each
+        // file for its SELinux label once the mount answers ENOTSUP, a round trip per entry.
         guard name.hasPrefix("user.") else {
-            reply.error(.noData)
+            reply.error(name.hasPrefix("system.posix_acl_") ? .noData : .notSupported)
             return
         }
         answer(reply) { () throws(Errno) in

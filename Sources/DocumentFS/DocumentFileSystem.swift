@@ -251,6 +251,13 @@ public final class DocumentFileSystem: FileSystem {
         } catch {
             logger.notice("FUSE_HANDLE_KILLPRIV_V2 not available: \(error)")
         }
+        // The kernel keeps each file's ACL (here always none, `system.posix_acl_*` answering
+        // ENODATA) instead of asking for it again at every `ls -l` of the file.
+        do {
+            try config.enable(.posixACL)
+        } catch {
+            logger.notice("FUSE_POSIX_ACL not available: \(error)")
+        }
         // Contents come from SQLite, not from a descriptor: splice cannot help (fuse-notes 2.1).
         config.disable([.spliceRead, .spliceWrite, .spliceMove])
         // The observer and the saver start with the session, not with the object, so that a

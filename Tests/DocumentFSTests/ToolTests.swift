@@ -616,6 +616,29 @@ struct ToolTests {
         }
     }
 
+    @Test("getfacl shows the mode as an ACL, setfacl is refused, ls -l marks no ACL and no label")
+    func accessControlLists() async throws {
+        let fixture = try Fixture.small(.memory)
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let get = try await sh(
+                "chmod 640 Work.pkg/notes.txt && getfacl -c Work.pkg/notes.txt", in: mount.path)
+            #expect(get.status == 0, "\(get.error)")
+            #expect(get.output == "user::rw-\ngroup::r--\nother::---\n\n", "\(get.output)")
+            let set = try await sh("setfacl -m u:nobody:r Work.pkg/notes.txt", in: mount.path)
+            #expect(set.status != 0 && set.error.contains("Operation not supported"), "\(set.error)")
+            let label = try await sh("getfattr -n security.selinux Work.pkg/notes.txt", in: mount.path)
+            #expect(label.status != 0 && label.error.contains("Operation not supported"), "\(label.error)")
+            // No "+" (an ACL) or "." (a security label) after the mode.
+            let list = try await sh("ls -l Work.pkg/notes.txt", in: mount.path)
+            #expect(list.output.hasPrefix("-rw-r----- "), "\(list.output)")
+            // The mode still decides, after a chmod as before it (default_permissions).
+            let reread = try await sh(
+                "chmod 600 Work.pkg/notes.txt && getfacl -c Work.pkg/notes.txt", in: mount.path)
+            #expect(reread.output == "user::rw-\ngroup::---\nother::---\n\n", "\(reread.output)")
+        }
+    }
+
     // MARK: gio
 
     @Test("gio list, info, copy, move and remove work on the mount")

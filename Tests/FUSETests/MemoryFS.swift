@@ -42,6 +42,8 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
         var dropPrefix = "drop"
         /// Ask for FUSE_HANDLE_KILLPRIV_V2 and clear set-ID bits when a request says so.
         var killPrivV2 = false
+        /// Ask for FUSE_POSIX_ACL (the kernel then caches each file's ACL).
+        var posixACL = false
     }
 
     /// A class around the lock, so the node table's forget hook can reach it.
@@ -152,6 +154,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
         note("maxBackground 64") { try $0.setMaxBackground(64) }
         note("congestion 100") { try $0.setCongestionThreshold(100) }
         if behaviour.killPrivV2 { note("killPrivV2") { try $0.enable(.handleKillPrivV2) } }
+        if behaviour.posixACL { note("posixACL") { try $0.enable(.posixACL) } }
         config.disable([.spliceRead, .spliceWrite, .spliceMove])
         box.state.withLock { $0.configReport = report }
     }

@@ -328,6 +328,26 @@ struct MountedFileSystemTests {
         }
     }
 
+    @Test("with FUSE_POSIX_ACL the kernel keeps a file's ACL instead of asking for it each time")
+    func posixACLCached() async throws {
+        func askTenTimes(_ mount: TestMount) async throws {
+            let path = mount.url("f")
+            try await offThread {
+                try writeFile(path, "x")
+                for _ in 0..<10 { _ = getxattr(path, "system.posix_acl_access", nil, 0) }
+            }
+        }
+        try await withMount { mount in
+            try await askTenTimes(mount)
+            #expect(mount.fs.count("getxattr system.posix_acl_access") >= 10)
+        }
+        try await withMount(MemoryFS(behaviour: MemoryFS.Behaviour(posixACL: true))) { mount in
+            #expect(mount.fs.configReport.contains("posixACL: ok"))
+            try await askTenTimes(mount)
+            #expect(mount.fs.count("getxattr system.posix_acl_access") <= 1)
+        }
+    }
+
     @Test func unlinkedButOpenFileKeepsItsData() async throws {
         try await withMount { mount in
             let p = mount.path
