@@ -160,22 +160,23 @@ extension DocumentFileSystem {
         }
     }
 
+    /// Writes straight from libfuse's buffer: the spill write is done before this returns.
     public func write(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64,
-        data: [UInt8], info: WriteInfo, reply: ReplyWrite
+        bytes: UnsafeRawBufferPointer, info: WriteInfo, reply: ReplyWrite
     ) {
         answer(reply) { () throws(Errno) in
             try writeBytes(
-                context, handle: handle, offset: offset, data: data, isWritePage: info.isWritePage,
+                context, handle: handle, offset: offset, data: bytes, isWritePage: info.isWritePage,
                 killingSetIDBits: context.killsSetIDBits)
-            reply.written(data.count)
+            reply.written(bytes.count)
         }
     }
 
     /// Writes bytes into an open file's top layer, taking in first the chunks it covers in part.
     func writeBytes(
-        _ context: RequestContext, handle: FUSE.FileHandle, offset: UInt64, data: [UInt8], isWritePage: Bool,
-        killingSetIDBits: Bool
+        _ context: RequestContext, handle: FUSE.FileHandle, offset: UInt64, data: UnsafeRawBufferPointer,
+        isWritePage: Bool, killingSetIDBits: Bool
     ) throws(Errno) {
         let (file, known) = try state.withLock { state throws(Errno) -> (ViewNode, Bool) in
             guard let open = state.files[handle.rawValue] else { throw .badFileDescriptor }
@@ -195,9 +196,7 @@ extension DocumentFileSystem {
         try changeContents(
             file, keeping: { $0.partiallyCoveredChunks(offset: start, count: data.count) },
             writing: start..<end,
-            io: { layer throws(Errno) in
-                try withRawBytes(data) { raw throws(Errno) in try layer.write(raw, at: start) }
-            },
+            io: { layer throws(Errno) in try layer.write(data, at: start) },
             commit: { state, contents throws(Errno) in
                 contents.wrote(upTo: end)
                 // With the writeback cache the kernel keeps the times of the write(2) calls and
@@ -244,9 +243,11 @@ extension DocumentFileSystem {
                 if piece.isEmpty { break }
                 // The kernel leaves set-ID bits to the filesystem here too, but sends no flag
                 // for copies: a caller other than root stands for one without CAP_FSETID.
-                try writeBytes(
-                    context, handle: handleOut, offset: offsetOut + UInt64(done), data: piece,
-                    isWritePage: false, killingSetIDBits: context.uid != 0)
+                try withRawBytes(piece) { raw throws(Errno) in
+                    try writeBytes(
+                        context, handle: handleOut, offset: offsetOut + UInt64(done), data: raw,
+                        isWritePage: false, killingSetIDBits: context.uid != 0)
+                }
                 done += piece.count
             }
             reply.written(done)

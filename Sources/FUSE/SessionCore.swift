@@ -284,14 +284,14 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.write = { req, ino, buf, size, offset, fi in
         withCore(req) { core, req in
-            let data = buf.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+            let bytes = UnsafeRawBufferPointer(start: size > 0 ? buf : nil, count: buf == nil ? 0 : size)
             let info = WriteInfo(
                 flags: OpenFlags(rawValue: fi?.pointee.flags ?? 0),
                 isWritePage: fi?.pointee.writepage == 1,
                 lockOwner: fi.map { LockOwner($0.pointee.lock_owner) })
             core.filesystem.write(
                 RequestContext(req), node: NodeID(ino), handle: handle(fi),
-                offset: UInt64(clamping: offset), data: data, info: info,
+                offset: UInt64(clamping: offset), bytes: bytes, info: info,
                 reply: ReplyWrite(req, core, "write"))
         }
     }
