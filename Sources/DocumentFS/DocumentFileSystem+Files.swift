@@ -27,10 +27,7 @@ extension DocumentFileSystem {
             if writeback.load(ordering: .relaxed), !table.isCurrent(node) { throw .staleNFSFileHandle }
             let truncated = flags.contains(.truncate) && flags.isWritable
             if truncated { try truncate(file, to: 0) }
-            if context.killsSetIDBits {
-                let group = keepsSetGroupID(context, file)
-                if state.withLock({ state in killSetIDBits(&state, file, group) }) { attributesChanged(file) }
-            }
+            if context.killsSetIDBits { killSetIDBits(context, file) }
             let (handle, keep) = try state.withLock { state throws(Errno) in
                 guard file.kind == .regularFile, let contents = file.contents else { throw .isDirectory }
                 let keep = file.openedGeneration == contents.generation
@@ -186,7 +183,7 @@ extension DocumentFileSystem {
         }
         var killed = false
         defer { if killed { attributesChanged(file) } }
-        let group = killingSetIDBits ? keepsSetGroupID(context, file) : .notAsked
+        let dropsGroup = killingSetIDBits && dropsSetGroupID(context, file)
         // The request names the writing thread; its process is what a later close matches.
         let writer = known ? nil : threadGroup(of: context.pid)
         let start = Int64(clamping: offset)
@@ -207,7 +204,7 @@ extension DocumentFileSystem {
                     file.record.changed = now
                 }
                 state.files[handle.rawValue]?.wrote = true
-                if killingSetIDBits { killed = killSetIDBits(&state, file, group) }
+                if killingSetIDBits { killed = killSetIDBits(&state, file, droppingGroup: dropsGroup) }
                 if let writer {
                     state.files[handle.rawValue]?.writers.insert(writer)
                     state.files[handle.rawValue]?.writers.insert(context.pid)
@@ -332,29 +329,29 @@ extension DocumentFileSystem {
         }
     }
 
-    /// The set-group-ID bit of a file that is not group-executable goes only when the caller is
-    /// outside the file's group, as `setattr_should_drop_sgid` decides (root standing for
-    /// `CAP_FSETID`). Only then is /proc read, without the lock.
-    func keepsSetGroupID(_ context: RequestContext, _ file: ViewNode) -> KeepsSetGroupID {
+    /// Whether the caller is outside the group of a set-group-ID file that is not
+    /// group-executable, whose bit then goes too, as `setattr_should_drop_sgid` decides (root
+    /// standing for `CAP_FSETID`). Only then is /proc read, without the lock.
+    func dropsSetGroupID(_ context: RequestContext, _ file: ViewNode) -> Bool {
         let (permissions, gid) = state.withLock { _ in (file.record.permissions, file.record.gid) }
-        guard permissions & Int(S_ISGID) != 0, permissions & Int(S_IXGRP) == 0 else { return .notAsked }
-        if context.uid == 0 || context.gid == gid { return .kept }
-        return groups(of: context.pid).contains(gid) ? .kept : .dropped
+        guard permissions & Int(S_ISGID) != 0, permissions & Int(S_IXGRP) == 0 else { return false }
+        if context.uid == 0 || context.gid == gid { return false }
+        return !groups(of: context.pid).contains(gid)
     }
 
-    enum KeepsSetGroupID {
-        case notAsked, kept, dropped
+    /// Clears a file's set-ID bits (``killingSetIDBits(_:droppingGroup:)``) for a request that
+    /// carries no attributes back, and has the kernel fetch them again if they changed.
+    func killSetIDBits(_ context: RequestContext, _ file: ViewNode) {
+        let dropsGroup = dropsSetGroupID(context, file)
+        if state.withLock({ state in killSetIDBits(&state, file, droppingGroup: dropsGroup) }) {
+            attributesChanged(file)
+        }
     }
 
-    /// Clears a file's set-user-ID bit, and its set-group-ID bit if it is group-executable or
-    /// `group` says so, as Linux does when a caller without `CAP_FSETID` writes or truncates a
-    /// file, or anyone chowns one (``RequestContext/killsSetIDBits``). Returns whether the mode
-    /// changed: the kernel, which keeps the attributes it was given, then has to be told
-    /// (``attributesChanged(_:)``).
-    @discardableResult
-    func killSetIDBits(_ state: inout State, _ file: ViewNode, _ group: KeepsSetGroupID) -> Bool {
-        var permissions = Self.killingSetIDBits(file.record.permissions)
-        if group == .dropped { permissions &= ~Int(S_ISGID) }
+    /// Clears a file's set-ID bits under the lock. Returns whether the mode changed: the kernel,
+    /// which keeps the attributes it was given, then has to be told (``attributesChanged(_:)``).
+    func killSetIDBits(_ state: inout State, _ file: ViewNode, droppingGroup: Bool) -> Bool {
+        let permissions = Self.killingSetIDBits(file.record.permissions, droppingGroup: droppingGroup)
         guard file.kind != .directory, permissions != file.record.permissions else { return false }
         file.record.permissions = permissions
         file.record.changed = .now
@@ -369,9 +366,13 @@ extension DocumentFileSystem {
         for node in table.nodes(for: file.ino) { notifier.invalidateInode(node, offset: -1) }
     }
 
-    static func killingSetIDBits(_ permissions: Int) -> Int {
+    /// The mode without set-user-ID, and without set-group-ID if the file is group-executable
+    /// or `droppingGroup` (``dropsSetGroupID(_:_:)``), as Linux leaves it when a caller without
+    /// `CAP_FSETID` writes or truncates a file, or anyone chowns one
+    /// (``RequestContext/killsSetIDBits``).
+    static func killingSetIDBits(_ permissions: Int, droppingGroup: Bool) -> Int {
         var result = permissions & ~Int(S_ISUID)
-        if result & Int(S_IXGRP) != 0 { result &= ~Int(S_ISGID) }
+        if droppingGroup || result & Int(S_IXGRP) != 0 { result &= ~Int(S_ISGID) }
         return result
     }
 
@@ -490,10 +491,7 @@ extension DocumentFileSystem {
                 throw .notSupported
             }
             // As for copies: the kernel sends no flag, and root stands for CAP_FSETID.
-            if context.uid != 0 {
-                let group = keepsSetGroupID(context, file)
-                if state.withLock({ state in killSetIDBits(&state, file, group) }) { attributesChanged(file) }
-            }
+            if context.uid != 0 { killSetIDBits(context, file) }
             reply.ok()
         }
     }
@@ -554,7 +552,7 @@ extension DocumentFileSystem {
                     }
                 }
             }
-            let group = context.killsSetIDBits ? keepsSetGroupID(context, target) : .notAsked
+            let dropsGroup = context.killsSetIDBits && dropsSetGroupID(context, target)
             let attrs = state.withLock { state -> FileAttributes in
                 let now = Timestamp.now
                 var record = target.record
@@ -564,8 +562,7 @@ extension DocumentFileSystem {
                 if let uid = changes.uid { record.uid = uid }
                 if let gid = changes.gid { record.gid = gid }
                 if context.killsSetIDBits, target.kind != .directory {
-                    record.permissions = Self.killingSetIDBits(record.permissions)
-                    if group == .dropped { record.permissions &= ~Int(S_ISGID) }
+                    record.permissions = Self.killingSetIDBits(record.permissions, droppingGroup: dropsGroup)
                 }
                 switch changes.atime {
                 case .now: record.accessed = now

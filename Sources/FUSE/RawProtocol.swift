@@ -55,8 +55,8 @@ enum RawProtocol {
         io.read = { fd, buffer, length, userdata in
             let count = Glibc.read(fd, buffer, length)
             let saved = errno
-            if count > 0, let buffer, let userdata {
-                received(UnsafeRawBufferPointer(start: buffer, count: count), SessionCore.from(userdata))
+            if count > 0, let buffer {
+                received(UnsafeRawBufferPointer(start: buffer, count: count), userdata)
             }
             errno = saved
             return count
@@ -69,7 +69,7 @@ enum RawProtocol {
     }()
 
     /// Notes what a request just read from the device carries.
-    private static func received(_ bytes: UnsafeRawBufferPointer, _ core: SessionCore) {
+    private static func received(_ bytes: UnsafeRawBufferPointer, _ userdata: UnsafeMutableRawPointer?) {
         guard bytes.count >= inHeaderSize else { return }
         let opcode = bytes.loadUnaligned(fromByteOffset: 4, as: UInt32.self)
         func argument(_ offset: Int) -> UInt32 {
@@ -84,7 +84,8 @@ enum RawProtocol {
         case opcodeOpen: kills = argument(4) & openKillSUIDGID != 0
         case opcodeInit:
             kills = false
-            core.kernelInit.withLock {
+            guard let userdata else { break }
+            SessionCore.from(userdata).kernelInit.withLock {
                 $0.unique = bytes.loadUnaligned(fromByteOffset: 8, as: UInt64.self)
                 $0.offered = argument(initFlagsOffset) & handleKillPrivV2 != 0
             }
