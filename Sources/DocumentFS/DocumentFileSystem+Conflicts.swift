@@ -74,7 +74,7 @@ extension DocumentFileSystem {
         if record.kind == .regularFile {
             node.contents = FileContents(
                 base: ContentBase(node: record.id, version: record.version, size: record.size),
-                chunkSize: chunkSize, spill: spillFiles)
+                spill: spillFiles)
         }
         state.nodes[ino] = node
         return node

@@ -336,7 +336,7 @@ extension DocumentFileSystem {
         if record.kind == .regularFile {
             node.contents = FileContents(
                 base: ContentBase(node: record.id, version: record.version, size: record.size),
-                chunkSize: chunkSize, spill: spillFiles)
+                spill: spillFiles)
         }
         if record.id == tree.top { tree.root = node }
         state.nodes[ino] = node
@@ -456,7 +456,7 @@ extension DocumentFileSystem {
         node.tree = tree
         node.contents = FileContents(
             base: ContentBase(node: record.id, version: nil, size: Int64(text.count), bytes: text),
-            chunkSize: chunkSize, spill: spillFiles)
+            spill: spillFiles)
         state.nodes[ino] = node
         return node
     }

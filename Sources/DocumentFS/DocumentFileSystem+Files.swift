@@ -122,10 +122,28 @@ extension DocumentFileSystem {
             let plan: FileContents.ChangePlan
             switch planned.1 {
             case .fetch(let missing):
-                for (chunk, base) in missing {
-                    let start = Int64(chunk) * Int64(chunkSize)
-                    let count = Int(min(Int64(chunkSize), base.size - start))
-                    fetched[chunk] = (base, try baseBytes(base, offset: start, count: count))
+                // Runs of consecutive pages are one store read each.
+                let page = planned.0.pageSize
+                var index = 0
+                while index < missing.count {
+                    var end = index + 1
+                    while end < missing.count, missing[end].page == missing[end - 1].page + 1,
+                        missing[end].base == missing[index].base
+                    {
+                        end += 1
+                    }
+                    let base = missing[index].base
+                    let start = Int64(missing[index].page) * Int64(page)
+                    let bytes = try baseBytes(
+                        base, offset: start, count: Int(min(Int64((end - index) * page), base.size - start)))
+                    for (number, item) in missing[index..<end].enumerated() {
+                        let from = min(bytes.count, number * page)
+                        let to = min(bytes.count, from + page)
+                        fetched[item.page] = (
+                            base, bytes.subdata(in: bytes.startIndex + from..<bytes.startIndex + to)
+                        )
+                    }
+                    index = end
                 }
                 continue
             case .ready(let ready):
@@ -133,7 +151,7 @@ extension DocumentFileSystem {
             }
             let contents = planned.0
             do {
-                try plan.copyChunks()
+                try plan.copyPages()
                 try io(plan.layer)
             } catch {
                 let undone = plan.undo()
@@ -191,7 +209,7 @@ extension DocumentFileSystem {
         file.changes.lock()
         defer { file.changes.unlock() }
         try changeContents(
-            file, keeping: { $0.partiallyCoveredChunks(offset: start, count: data.count) },
+            file, keeping: { $0.partiallyCoveredPages(offset: start, count: data.count) },
             writing: start..<end,
             io: { layer throws(Errno) in try layer.write(data, at: start) },
             commit: { state, contents throws(Errno) in
@@ -294,18 +312,20 @@ extension DocumentFileSystem {
         file.changes.lock()
         defer { file.changes.unlock() }
         var cut: Int?
+        var pageSize = 0
         let (layer, zero) = try changeContents(
             file,
             keeping: { contents in
-                cut = contents.chunkCutBy(size)
+                pageSize = contents.pageSize
+                cut = contents.pageCutBy(size)
                 return cut.map { [$0] } ?? []
             },
             writing: nil,
             io: { layer throws(Errno) in
                 // The chunk the new end cuts reads as zeros past it before the size changes: a
                 // save waits for this change, and a read racing it may see those zeros early.
-                if cut != nil {
-                    let end = (size / Int64(chunkSize) + 1) * Int64(chunkSize)
+                if let cut {
+                    let end = Int64(cut + 1) * Int64(pageSize)
                     try layer.zero(at: size, length: end - size)
                 }
             },
@@ -505,7 +525,7 @@ extension DocumentFileSystem {
             let n = Int(min(Int64(chunkSize) - at % Int64(chunkSize), stop - at))
             let position = at
             try changeContents(
-                file, keeping: { $0.partiallyCoveredChunks(offset: position, count: n) },
+                file, keeping: { $0.partiallyCoveredPages(offset: position, count: n) },
                 writing: position..<position + Int64(n),
                 io: { layer throws(Errno) in try layer.zero(at: position, length: Int64(n)) },
                 commit: { state, contents throws(Errno) in

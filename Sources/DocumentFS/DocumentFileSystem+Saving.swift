@@ -295,20 +295,24 @@ extension DocumentFileSystem {
                     if sameNode || snapshot.base.size == 0 {
                         let storedSize = stored?.kind == .regularFile ? stored?.size ?? 0 : 0
                         let source = SnapshotSource(
-                            snapshot: snapshot, changedRanges: snapshot.changedRanges(storedSize: storedSize))
+                            snapshot: snapshot, changedRanges: snapshot.changedRanges(storedSize: storedSize),
+                            heldRanges: snapshot.heldRanges)
                         changes.contents[record.id] = .sparse(
-                            size: snapshot.size, chunks: snapshot.changedChunks(storedSize: storedSize),
+                            size: snapshot.size,
+                            chunks: snapshot.changedChunks(storedSize: storedSize, chunkSize: chunkSize),
                             source: source)
                     } else {
                         // The file was another one before (renamed over this name): the store
                         // starts from that file's chunks and takes only the written ones.
                         let source = SnapshotSource(
                             snapshot: snapshot,
-                            changedRanges: snapshot.changedRanges(storedSize: snapshot.base.size))
+                            changedRanges: snapshot.changedRanges(storedSize: snapshot.base.size),
+                            heldRanges: snapshot.heldRanges)
                         changes.contents[record.id] = .derived(
                             from: NodeLookup(snapshot.base.node, at: snapshot.base.version),
                             size: snapshot.size,
-                            chunks: snapshot.changedChunks(storedSize: snapshot.base.size), source: source)
+                            chunks: snapshot.changedChunks(
+                                storedSize: snapshot.base.size, chunkSize: chunkSize), source: source)
                     }
                 }
             }

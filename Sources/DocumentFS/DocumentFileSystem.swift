@@ -396,7 +396,7 @@ public final class DocumentFileSystem: FileSystem {
         if record.kind == .regularFile && record.linkOf == nil {
             node.contents = FileContents(
                 base: ContentBase(node: record.id, version: record.version, size: record.size),
-                chunkSize: chunkSize, spill: spillFiles)
+                spill: spillFiles)
         }
         return node
     }

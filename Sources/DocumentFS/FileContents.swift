@@ -48,7 +48,7 @@ final class SpillFiles: Sendable {
     /// Bytes all layers may keep in memory together.
     let memoryBudget: Int
     private let memoryUsed = Atomic(0)
-    /// Chunks copied from a lower layer into the one taking a change, since the mount began.
+    /// Pages copied from a lower layer into the one taking a change, since the mount began.
     private let copies = Atomic(0)
 
     init(directory: String, memoryBudget: Int = 16 << 20) {
@@ -74,7 +74,7 @@ final class SpillFiles: Sendable {
     /// Gives back `count` bytes of the memory budget.
     func release(_ count: Int) { memoryUsed.subtract(count, ordering: .relaxed) }
 
-    /// Chunks copied from a lower layer into the one taking a change, since the mount began.
+    /// Pages copied from a lower layer into the one taking a change, since the mount began.
     var chunksCopied: Int { copies.load(ordering: .relaxed) }
 
     func countCopy() { copies.add(1, ordering: .relaxed) }
@@ -119,30 +119,107 @@ final class SpillFiles: Sendable {
     }
 }
 
-/// Written chunks of one file, kept in an unnamed local file (the spill) rather than in memory,
+/// A set of page numbers (≥ 0) as bits of 64-page words: the pages of a 1 GiB file take 32 KiB
+/// whether they were written in order or not, and come out as runs in order.
+struct PageSet: Sendable {
+    private var words: [Int: UInt64] = [:]
+    private(set) var count = 0
+
+    var isEmpty: Bool { count == 0 }
+
+    func contains(_ page: Int) -> Bool {
+        page >= 0 && (words[page >> 6] ?? 0) & (1 << UInt64(page & 63)) != 0
+    }
+
+    mutating func insert(_ page: Int) {
+        let bit: UInt64 = 1 << UInt64(page & 63)
+        let word = words[page >> 6] ?? 0
+        if word & bit == 0 {
+            words[page >> 6] = word | bit
+            count += 1
+        }
+    }
+
+    /// Inserts every page of `pages`, a word at a time.
+    mutating func insert(_ pages: Range<Int>) {
+        var page = pages.lowerBound
+        while page < pages.upperBound {
+            let index = page >> 6
+            let first = page & 63
+            let last = min(63, pages.upperBound - 1 - (index << 6))
+            let mask = (UInt64.max >> UInt64(63 - last)) & (UInt64.max << UInt64(first))
+            let word = words[index] ?? 0
+            count += (mask & ~word).nonzeroBitCount
+            words[index] = word | mask
+            page = (index + 1) << 6
+        }
+    }
+
+    mutating func remove(_ page: Int) {
+        let bit: UInt64 = 1 << UInt64(page & 63)
+        guard let word = words[page >> 6], word & bit != 0 else { return }
+        words[page >> 6] = word & ~bit == 0 ? nil : word & ~bit
+        count -= 1
+    }
+
+    /// Removes the pages at or past `first`; returns them as runs, in order.
+    mutating func removeAll(from first: Int) -> [Range<Int>] {
+        let gone = runs().compactMap { run -> Range<Int>? in
+            run.upperBound > first ? max(run.lowerBound, first)..<run.upperBound : nil
+        }
+        for run in gone {
+            for page in run { remove(page) }
+        }
+        return gone
+    }
+
+    /// The pages as runs of consecutive pages, in order.
+    func runs() -> [Range<Int>] {
+        var result: [Range<Int>] = []
+        for index in words.keys.sorted() {
+            guard var word = words[index] else { continue }
+            while word != 0 {
+                let start = word.trailingZeroBitCount
+                let length = (~(word >> UInt64(start))).trailingZeroBitCount
+                let run = (index << 6 + start)..<(index << 6 + start + length)
+                if let last = result.last, last.upperBound == run.lowerBound {
+                    result[result.count - 1] = last.lowerBound..<run.upperBound
+                } else {
+                    result.append(run)
+                }
+                word = start + length == 64 ? 0 : word & (UInt64.max << UInt64(start + length))
+            }
+        }
+        return result
+    }
+}
+
+/// Written pages of one file, kept in an unnamed local file (the spill) rather than in memory,
 /// so a large write costs disk, not RAM; a small file's are kept in memory, within the mount's
 /// budget (``SpillFiles/memoryBudget``), and move to a spill file when a write goes past
 /// ``SpillFiles/memoryLayerLimit`` or the budget is spent.
 ///
-/// Invariant: every byte of the spill outside ``chunks`` reads as zero (dropped chunks are
-/// punched out), so a chunk can be taken into the layer by writing only what it must keep.
+/// Invariant: every byte of the spill outside ``pages`` reads as zero (dropped pages are
+/// punched out), so a page can be taken into the layer by writing only what it must keep.
 ///
 /// The spill's bytes are read and written without the file system's lock (see
-/// ``FileContents/ChangePlan``); ``chunks`` and ``cut`` say which of them count, and change only
+/// ``FileContents/ChangePlan``); ``pages`` and ``cut`` say which of them count, and change only
 /// under that lock while the layer is on top and not frozen.
 final class SpillLayer: @unchecked Sendable {
-    private(set) var chunks: Set<Int> = []
+    private(set) var pages = PageSet()
     /// The byte ranges changes wrote or zeroed in the layer, ascending, disjoint and apart (not
-    /// the old bytes it took in with a chunk): where a save cuts the file into chunks again.
-    /// Past ``writtenLimit`` ranges they widen to whole chunks.
-    private(set) var written: [Range<Int64>] = []
+    /// the old bytes it took in with a page): where a save cuts the file into chunks again.
+    /// Past ``writtenLimit`` ranges, whole pages are counted instead (``writtenPages``).
+    private var written: [Range<Int64>] = []
+    /// The pages changes wrote, once ``written`` had too many ranges to keep in order.
+    private var writtenPages: PageSet?
     static let writtenLimit = 1024
     /// Bytes at or past `cut` in the layers below (and the base) read as zeros: the smallest size
     /// the file was truncated to while this layer was on top.
     var cut: Int64 = .max
-    /// Takes no more writes: an undone change may have left bytes outside ``chunks``.
+    /// Takes no more writes: an undone change may have left bytes outside ``pages``.
     var sealed = false
-    /// Holds the base's own bytes for its chunks (the layer a save stored, kept as a cache of
+    /// Holds the base's own bytes for its pages (the layer a save stored, kept as a cache of
     /// them): not a change, until the next change reopens it (``reopen()``).
     var clean = false
     /// Where the bytes are. Guarded by its own lock, which only this file's requests take, and
@@ -162,7 +239,7 @@ final class SpillLayer: @unchecked Sendable {
 
     init(files: SpillFiles) { self.files = files }
 
-    /// Counts a chunk copied into this layer from a lower one.
+    /// Counts a page copied into this layer from a lower one.
     func countCopy() { files.countCopy() }
 
     deinit {
@@ -173,9 +250,9 @@ final class SpillLayer: @unchecked Sendable {
         }
     }
 
-    var isEmpty: Bool { chunks.isEmpty && cut == .max }
+    var isEmpty: Bool { pages.isEmpty && cut == .max }
 
-    func contains(_ chunk: Int) -> Bool { chunks.contains(chunk) }
+    func contains(_ page: Int) -> Bool { pages.contains(page) }
 
     /// Makes a clean layer take changes again (under the file system's lock, on top and not
     /// frozen). Its bytes are the base's, so nothing in it is written yet; and the base reads
@@ -183,7 +260,14 @@ final class SpillLayer: @unchecked Sendable {
     func reopen() {
         clean = false
         written = []
+        writtenPages = nil
         cut = .max
+    }
+
+    /// What ``markWritten(_:pageSize:)`` recorded: byte ranges, or whole pages after many.
+    func writtenRanges(pageSize: Int) -> [Range<Int64>] {
+        guard let writtenPages else { return written }
+        return FileContents.byteRanges(writtenPages.runs(), pageSize: pageSize)
     }
 
     /// Writes `bytes` at file offset `offset`.
@@ -249,12 +333,17 @@ final class SpillLayer: @unchecked Sendable {
         }
     }
 
-    /// Marks chunks as part of the layer (under the file system's lock).
-    func add(_ chunk: Int) { chunks.insert(chunk) }
+    /// Marks pages as part of the layer (under the file system's lock).
+    func add(_ page: Int) { pages.insert(page) }
 
     /// Records that a change wrote `range` (under the file system's lock).
-    func markWritten(_ range: Range<Int64>, chunkSize: Int) {
+    func markWritten(_ range: Range<Int64>, pageSize: Int) {
         guard !range.isEmpty else { return }
+        let size = Int64(pageSize)
+        if writtenPages != nil {
+            writtenPages?.insert(Int(range.lowerBound / size)..<Int((range.upperBound + size - 1) / size))
+            return
+        }
         // The first range that ends at or past the new one's start, and the first that starts
         // past its end: those between merge with it.
         var low = 0
@@ -271,23 +360,21 @@ final class SpillLayer: @unchecked Sendable {
             end += 1
         }
         written.replaceSubrange(low..<end, with: [merged])
+        // Random writes all over a large file: each insertion would move thousands of ranges.
+        // Whole pages keep it cheap and still name only pages the layer holds.
         if written.count > Self.writtenLimit {
-            let cs = Int64(chunkSize)
-            var widened: [Range<Int64>] = []
+            var pages = PageSet()
             for range in written {
-                let wide = range.lowerBound / cs * cs..<(range.upperBound + cs - 1) / cs * cs
-                if let last = widened.last, wide.lowerBound <= last.upperBound {
-                    widened[widened.count - 1] = last.lowerBound..<max(last.upperBound, wide.upperBound)
-                } else {
-                    widened.append(wide)
-                }
+                pages.insert(Int(range.lowerBound / size)..<Int((range.upperBound + size - 1) / size))
             }
-            written = widened
+            writtenPages = pages
+            written = []
         }
     }
 
-    /// Unmarks a chunk (under the file system's lock); its bytes must be zeroed after.
-    func remove(_ chunk: Int) { chunks.remove(chunk) }
+    /// Unmarks the pages at or past `first` (under the file system's lock), returned as runs;
+    /// their bytes must be zeroed after.
+    func removeAll(from first: Int) -> [Range<Int>] { pages.removeAll(from: first) }
 
     /// Reads `count` bytes at `offset` into `buffer` (zeros where nothing was written).
     func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(Errno) {
@@ -365,7 +452,7 @@ final class SpillLayer: @unchecked Sendable {
 }
 
 /// The contents of one regular file as the mount sees it: clean bytes from the store (the
-/// base) under layers of written chunks.
+/// base) under layers of written pages.
 ///
 /// Saving freezes the layers (``freeze()``) and starts a new top layer for writes that arrive
 /// during the save; a successful save makes the frozen state the new base, a failed one keeps
@@ -394,13 +481,18 @@ final class FileContents: @unchecked Sendable {
     private(set) var changing = false
     /// The last compile of the written text (``edits`` at the time, and its outcome).
     var compiled: (edits: UInt64, outcome: Result<PropertyListText, PropertyListTextError>)?
-    let chunkSize: Int
+    let pageSize: Int
     let spill: SpillFiles
 
-    init(base: ContentBase, chunkSize: Int, spill: SpillFiles) {
+    /// The spill's unit: the kernel's page, so that the writes of its page cache (whole pages)
+    /// never take in old bytes. With a store chunk (256 KiB) as the unit, a 4 KiB random write
+    /// read and copied its whole chunk first.
+    static let defaultPageSize = 4096
+
+    init(base: ContentBase, pageSize: Int = FileContents.defaultPageSize, spill: SpillFiles) {
         self.base = base
         self.size = base.size
-        self.chunkSize = chunkSize
+        self.pageSize = pageSize
         self.spill = spill
     }
 
@@ -417,8 +509,8 @@ final class FileContents: @unchecked Sendable {
     private var top: SpillLayer {
         if let last = existingTop {
             // The last save's clean layer takes the next change itself: a new layer over it
-            // had to copy in every chunk a write touched, 256 KiB for each write after each
-            // save (a program that writes and syncs a little at a time: fsx, databases).
+            // would copy in every page a change touches in part, after each save (a program
+            // that writes and syncs a little at a time: fsx, databases).
             if last.clean { last.reopen() }
             return last
         }
@@ -427,7 +519,7 @@ final class FileContents: @unchecked Sendable {
         return layer
     }
 
-    /// Where a chunk's bytes come from, looking through `layers[0..<limit]` then the base.
+    /// Where a page's bytes come from, looking through `layers[0..<limit]` then the base.
     enum Source {
         case layer(SpillLayer)
         /// The base, whose bytes past `size` are zeros.
@@ -435,50 +527,55 @@ final class FileContents: @unchecked Sendable {
         case zero
     }
 
-    func source(of chunk: Int) -> Source {
-        Self.source(of: chunk, layers: layers[...], base: base, chunkSize: chunkSize)
+    func source(of page: Int) -> Source {
+        Self.source(of: page, layers: layers[...], base: base, pageSize: pageSize)
     }
 
-    /// The source of a chunk seen through `layers` (oldest first) over `base`.
-    static func source(of chunk: Int, layers: ArraySlice<SpillLayer>, base: ContentBase, chunkSize: Int)
+    /// The source of a page seen through `layers` (oldest first) over `base`.
+    static func source(of page: Int, layers: ArraySlice<SpillLayer>, base: ContentBase, pageSize: Int)
         -> Source
     {
-        let start = Int64(chunk) * Int64(chunkSize)
+        let start = Int64(page) * Int64(pageSize)
         for layer in layers.reversed() {
-            if layer.contains(chunk) { return .layer(layer) }
+            if layer.contains(page) { return .layer(layer) }
             if start >= layer.cut { return .zero }
         }
         return start < base.size ? .base(base) : .zero
     }
 
-    /// Chunks a write of `count` bytes at `offset` must take in with their old bytes (those it
+    /// Pages a write of `count` bytes at `offset` must take in with their old bytes (those it
     /// covers only partly, below the current size).
-    func partiallyCoveredChunks(offset: Int64, count: Int) -> [Int] {
+    func partiallyCoveredPages(offset: Int64, count: Int) -> [Int] {
         guard count > 0 else { return [] }
         let end = offset + Int64(count)
-        let cs = Int64(chunkSize)
+        let cs = Int64(pageSize)
+        // Bytes the mount shows but the store does not hold (a property list's text): all of
+        // them are taken in, since a save reads what it does not hold from the store.
+        if base.text != nil || base.bytes != nil {
+            return Array(0..<Int((min(size, base.size) + cs - 1) / cs))
+        }
         var result: [Int] = []
-        for chunk in Int(offset / cs)...Int((end - 1) / cs) {
-            let chunkStart = Int64(chunk) * cs
+        for page in Int(offset / cs)...Int((end - 1) / cs) {
+            let pageStart = Int64(page) * cs
             // Old bytes that matter: below the current size and outside the written range.
-            let keepEnd = min(chunkStart + cs, size)
-            let coversAll = offset <= chunkStart && end >= keepEnd
-            if !coversAll && chunkStart < size { result.append(chunk) }
+            let keepEnd = min(pageStart + cs, size)
+            let coversAll = offset <= pageStart && end >= keepEnd
+            if !coversAll && pageStart < size { result.append(page) }
         }
         return result
     }
 
-    /// The chunk a truncation to `newSize` cuts in the middle and that must be taken in first.
-    func chunkCutBy(_ newSize: Int64) -> Int? {
-        guard newSize < size, newSize % Int64(chunkSize) != 0 else { return nil }
-        return Int(newSize / Int64(chunkSize))
+    /// The page a truncation to `newSize` cuts in the middle and that must be taken in first.
+    func pageCutBy(_ newSize: Int64) -> Int? {
+        guard newSize < size, newSize % Int64(pageSize) != 0 else { return nil }
+        return Int(newSize / Int64(pageSize))
     }
 
     // MARK: Changing
 
     /// A change of the file's bytes (a write, a truncation), planned under the file system's
     /// lock (``planChange(keeping:writing:fetched:)``), its spill I/O run without it
-    /// (``copyChunks()``, then the change's own writes into ``layer``), and applied under the
+    /// (``copyPages()``, then the change's own writes into ``layer``), and applied under the
     /// lock (``commit(_:)``) only if the file still writes into the same layer.
     ///
     /// Changes of one file run one at a time (``ViewNode/changes``), so only reads and saves run
@@ -489,33 +586,33 @@ final class FileContents: @unchecked Sendable {
     struct ChangePlan: Sendable {
         let layer: SpillLayer
         let generation: UInt64
-        /// Chunks new to the layer whose old bytes the change keeps, and where those come from.
-        let copies: [(chunk: Int, from: CopySource)]
-        /// Chunks new to the layer with no old bytes to keep (covered whole, or past the end).
+        /// Pages new to the layer whose old bytes the change keeps, and where those come from.
+        let copies: [(page: Int, from: CopySource)]
+        /// Pages new to the layer with no old bytes to keep (covered whole, or past the end).
         let added: [Int]
         /// The bytes the change writes (nil: none; a truncation).
         let range: Range<Int64>?
-        let chunkSize: Int
+        let pageSize: Int
 
         enum CopySource: Sendable {
-            /// Nothing: the chunk reads as zeros.
+            /// Nothing: the page reads as zeros.
             case zero
-            /// The chunk as a lower layer holds it. Lower layers take no more writes.
+            /// The page as a lower layer holds it. Lower layers take no more writes.
             case layer(SpillLayer)
-            /// The chunk's first bytes, read from the store; the rest are zeros.
+            /// The page's first bytes, read from the store; the rest are zeros.
             case stored(Data)
         }
 
         /// Copies the kept bytes of ``copies`` into the layer.
-        func copyChunks() throws(Errno) {
+        func copyPages() throws(Errno) {
             var bytes: [UInt8] = []
-            for (chunk, source) in copies {
-                let start = Int64(chunk) * Int64(chunkSize)
+            for (page, source) in copies {
+                let start = Int64(page) * Int64(pageSize)
                 switch source {
                 case .zero:
                     break
                 case .layer(let lower):
-                    if bytes.isEmpty { bytes = [UInt8](repeating: 0, count: chunkSize) }
+                    if bytes.isEmpty { bytes = [UInt8](repeating: 0, count: pageSize) }
                     try withMutableRawBytes(&bytes) { raw throws(Errno) in
                         try lower.read(into: raw, at: start)
                     }
@@ -530,13 +627,13 @@ final class FileContents: @unchecked Sendable {
             }
         }
 
-        /// Zeroes what the change may have written outside the layer's chunks, when it failed or
+        /// Zeroes what the change may have written outside the layer's pages, when it failed or
         /// its commit was refused; false when that failed too (the layer must take no more writes).
         func undo() -> Bool {
-            let chunks = copies.map(\.chunk) + added
-            for chunk in chunks {
+            let pages = copies.map(\.page) + added
+            for page in pages {
                 do {
-                    try layer.zero(at: Int64(chunk) * Int64(chunkSize), length: Int64(chunkSize))
+                    try layer.zero(at: Int64(page) * Int64(pageSize), length: Int64(pageSize))
                 } catch {
                     return false
                 }
@@ -548,35 +645,35 @@ final class FileContents: @unchecked Sendable {
     /// The outcome of planning a change.
     enum PlannedChange {
         case ready(ChangePlan)
-        /// These chunks must first be read from the store, as of these bases.
-        case fetch([(chunk: Int, base: ContentBase)])
+        /// These pages must first be read from the store, as of these bases.
+        case fetch([(page: Int, base: ContentBase)])
     }
 
-    /// Plans a change that keeps the old bytes of the chunks `keeping` and writes `range` (nil:
-    /// none), given the chunks `fetched` from the store so far.
+    /// Plans a change that keeps the old bytes of the pages `keeping` and writes `range` (nil:
+    /// none), given the pages `fetched` from the store so far.
     func planChange(
         keeping: [Int], writing range: Range<Int64>?, fetched: [Int: (base: ContentBase, data: Data)]
     ) -> PlannedChange {
         // The layer is made or reopened only once nothing is missing: a plan that must fetch
         // first changes nothing.
         let existing = existingTop
-        let cs = Int64(chunkSize)
-        var copies: [(chunk: Int, from: ChangePlan.CopySource)] = []
-        var missing: [(chunk: Int, base: ContentBase)] = []
+        let cs = Int64(pageSize)
+        var copies: [(page: Int, from: ChangePlan.CopySource)] = []
+        var missing: [(page: Int, base: ContentBase)] = []
         let kept = Set(keeping)
-        for chunk in kept.sorted() where existing?.contains(chunk) != true {
-            switch source(of: chunk) {
+        for page in kept.sorted() where existing?.contains(page) != true {
+            switch source(of: page) {
             case .zero:
-                copies.append((chunk, .zero))
+                copies.append((page, .zero))
             case .layer(let lower):
-                copies.append((chunk, .layer(lower)))
+                copies.append((page, .layer(lower)))
             case .base(let base):
-                guard let got = fetched[chunk], got.base == base else {
-                    missing.append((chunk, base))
+                guard let got = fetched[page], got.base == base else {
+                    missing.append((page, base))
                     continue
                 }
-                let keep = Int(max(0, min(Int64(got.data.count), base.size - Int64(chunk) * cs)))
-                copies.append((chunk, .stored(got.data.prefix(keep))))
+                let keep = Int(max(0, min(Int64(got.data.count), base.size - Int64(page) * cs)))
+                copies.append((page, .stored(got.data.prefix(keep))))
             }
         }
         if !missing.isEmpty { return .fetch(missing) }
@@ -584,18 +681,18 @@ final class FileContents: @unchecked Sendable {
         changing = true
         var added: [Int] = []
         if let range, !range.isEmpty {
-            for chunk in Int(range.lowerBound / cs)...Int((range.upperBound - 1) / cs)
-            where !layer.contains(chunk) && !kept.contains(chunk) {
-                added.append(chunk)
+            for page in Int(range.lowerBound / cs)...Int((range.upperBound - 1) / cs)
+            where !layer.contains(page) && !kept.contains(page) {
+                added.append(page)
             }
         }
         return .ready(
             ChangePlan(
                 layer: layer, generation: generation, copies: copies, added: added, range: range,
-                chunkSize: chunkSize))
+                pageSize: pageSize))
     }
 
-    /// Marks a planned change's chunks as the layer's, if the file still writes into that layer;
+    /// Marks a planned change's pages as the layer's, if the file still writes into that layer;
     /// false when a save froze it, another process's save replaced the file, or an undo failed
     /// on it since the plan.
     func commit(_ plan: ChangePlan) -> Bool {
@@ -603,9 +700,9 @@ final class FileContents: @unchecked Sendable {
             !plan.layer.sealed
         else { return false }
         changing = false
-        for (chunk, _) in plan.copies { plan.layer.add(chunk) }
-        for chunk in plan.added { plan.layer.add(chunk) }
-        if let range = plan.range { plan.layer.markWritten(range, chunkSize: chunkSize) }
+        for (page, _) in plan.copies { plan.layer.add(page) }
+        for page in plan.added { plan.layer.add(page) }
+        if let range = plan.range { plan.layer.markWritten(range, pageSize: pageSize) }
         return true
     }
 
@@ -615,18 +712,17 @@ final class FileContents: @unchecked Sendable {
         edits &+= 1
     }
 
-    /// After a committed change that took in ``chunkCutBy(_:)`` and zeroed it past `newSize`:
-    /// sets the size. Returns the top layer's chunks past the end, no longer in it, whose bytes
+    /// After a committed change that took in ``pageCutBy(_:)`` and zeroed it past `newSize`:
+    /// sets the size. Returns the top layer's pages past the end, no longer in it, whose bytes
     /// must be zeroed before the next change.
     func truncated(to newSize: Int64) -> (layer: SpillLayer, zero: [Range<Int64>]) {
         let layer = top
         var zero: [Range<Int64>] = []
         if newSize < size {
-            let cs = Int64(chunkSize)
+            let cs = Int64(pageSize)
             let firstGone = Int((newSize + cs - 1) / cs)
-            for chunk in layer.chunks where chunk >= firstGone {
-                layer.remove(chunk)
-                zero.append(Int64(chunk) * cs..<Int64(chunk + 1) * cs)
+            for run in layer.removeAll(from: firstGone) {
+                zero.append(Int64(run.lowerBound) * cs..<Int64(run.upperBound) * cs)
             }
             layer.cut = min(layer.cut, newSize)
         }
@@ -636,18 +732,32 @@ final class FileContents: @unchecked Sendable {
     }
 
     /// A planned change that was not committed has been undone (`undone`), or its undo failed:
-    /// then the layer is sealed, since its spill may hold bytes outside its chunks.
+    /// then the layer is sealed, since its spill may hold bytes outside its pages.
     func changeAbandoned(_ plan: ChangePlan, undone: Bool) {
         changing = false
         if !undone { plan.layer.sealed = true }
-        // Part of the range may be written into chunks the layer held before (undo zeroes only
-        // the ones the change brought in): a save compares those bytes again.
-        if let range = plan.range, plan.generation == generation {
-            plan.layer.markWritten(range, chunkSize: chunkSize)
+        // Part of the range may be written into pages the layer held before (undo zeroes only
+        // the ones the change brought in): a save compares those bytes again. Only those: a
+        // save reads what it compares from the layers.
+        guard let range = plan.range, !range.isEmpty, plan.generation == generation else { return }
+        let size = Int64(pageSize)
+        var page = Int(range.lowerBound / size)
+        let last = Int((range.upperBound - 1) / size)
+        while page <= last {
+            guard plan.layer.contains(page) else {
+                page += 1
+                continue
+            }
+            var end = page
+            while end < last, plan.layer.contains(end + 1) { end += 1 }
+            plan.layer.markWritten(
+                max(range.lowerBound, Int64(page) * size)..<min(range.upperBound, Int64(end + 1) * size),
+                pageSize: pageSize)
+            page = end + 1
         }
     }
 
-    /// Seals a layer whose spill may hold bytes outside its chunks.
+    /// Seals a layer whose spill may hold bytes outside its pages.
     func seal(_ layer: SpillLayer) { layer.sealed = true }
 
     // MARK: Reading
@@ -672,24 +782,24 @@ final class FileContents: @unchecked Sendable {
 
     /// Plans a read of `[offset, offset+count)`, clipped to the size.
     func planRead(offset: Int64, count: Int) -> ReadPlan {
-        Self.plan(offset: offset, count: count, size: size, chunkSize: chunkSize) { source(of: $0) }
+        Self.plan(offset: offset, count: count, size: size, pageSize: pageSize) { source(of: $0) }
     }
 
     /// Where the bytes of `[offset, offset+count)`, clipped to `size`, come from.
-    static func plan(offset: Int64, count: Int, size: Int64, chunkSize: Int, source: (Int) -> Source)
+    static func plan(offset: Int64, count: Int, size: Int64, pageSize: Int, source: (Int) -> Source)
         -> ReadPlan
     {
         var plan = ReadPlan()
         let end = min(offset + Int64(count), size)
         guard end > offset else { return plan }
         plan.count = Int(end - offset)
-        let cs = Int64(chunkSize)
+        let cs = Int64(pageSize)
         var at = offset
         while at < end {
-            let chunk = Int(at / cs)
-            let pieceEnd = min(end, Int64(chunk + 1) * cs)
+            let page = Int(at / cs)
+            let pieceEnd = min(end, Int64(page + 1) * cs)
             let destination = Int(at - offset)
-            switch source(chunk) {
+            switch source(page) {
             case .zero:
                 break
             case .layer(let layer):
@@ -697,7 +807,7 @@ final class FileContents: @unchecked Sendable {
                 if let last = plan.spill.last, last.source === layer,
                     last.offset + Int64(last.count) == at
                 {
-                    // One pread for consecutive chunks of one layer.
+                    // One pread for consecutive pages of one layer.
                     plan.spill[plan.spill.count - 1] = SpillRead(
                         source: layer, offset: last.offset, count: last.count + length,
                         destination: last.destination)
@@ -708,8 +818,14 @@ final class FileContents: @unchecked Sendable {
             case .base(let base):
                 let stored = min(pieceEnd, base.size) - at
                 if stored > 0 {
-                    plan.store.append(
-                        StoreRead(source: base, offset: at, count: Int(stored), destination: destination))
+                    if let last = plan.store.last, last.source == base, last.offset + Int64(last.count) == at
+                    {
+                        // One store read for consecutive pages of the base.
+                        plan.store[plan.store.count - 1].count += Int(stored)
+                    } else {
+                        plan.store.append(
+                            StoreRead(source: base, offset: at, count: Int(stored), destination: destination))
+                    }
                 }
             }
             at = pieceEnd
@@ -719,45 +835,52 @@ final class FileContents: @unchecked Sendable {
 
     // MARK: Saving
 
-    /// What a save of this file sends: the chunks to write and how to read them.
+    /// Runs of pages as byte ranges.
+    static func byteRanges(_ runs: [Range<Int>], pageSize: Int) -> [Range<Int64>] {
+        let page = Int64(pageSize)
+        return runs.map { Int64($0.lowerBound) * page..<Int64($0.upperBound) * page }
+    }
+
+    /// What a save of this file sends: the pages to write and how to read them.
     struct Snapshot: @unchecked Sendable {
         let contents: FileContents
         let layers: [SpillLayer]
         let base: ContentBase
         let size: Int64
-        let chunkSize: Int
+        let pageSize: Int
         /// The contents' generation when frozen: a reset since (another file's bytes shared
         /// into it, another process's save) makes this save's outcome no longer the file's.
         let generation: UInt64
 
-        /// Chunks written since the base, plus those a truncation zeroed below `storedSize` (the
-        /// size the store has for the node).
-        func changedChunks(storedSize: Int64) -> [Int] {
-            var changed = Set<Int>()
+        /// The store's chunks (of `chunkSize` bytes) that hold pages written since the base, or
+        /// bytes a truncation zeroed below `storedSize` (the size the store has for the node).
+        func changedChunks(storedSize: Int64, chunkSize: Int) -> [Int] {
+            var ranges: [Range<Int64>] = []
             var lowest = base.size
-            // A clean layer's chunks are the base's: not changes, and its cut is in the base.
+            // A clean layer's pages are the base's: not changes, and its cut is in the base.
             for layer in layers where !layer.clean {
-                changed.formUnion(layer.chunks)
+                ranges += FileContents.byteRanges(layer.pages.runs(), pageSize: pageSize)
                 lowest = min(lowest, layer.cut)
             }
-            let cs = Int64(chunkSize)
             let zeroedEnd = min(size, storedSize)
-            if zeroedEnd > lowest {
-                for chunk in Int((lowest + cs - 1) / cs)..<Int((zeroedEnd + cs - 1) / cs) {
-                    changed.insert(chunk)
-                }
+            if zeroedEnd > lowest { ranges.append(lowest..<zeroedEnd) }
+            let cs = Int64(chunkSize)
+            var chunks = Set<Int>()
+            for range in ranges where range.lowerBound < size {
+                let upper = min(range.upperBound, size)
+                guard upper > range.lowerBound else { continue }
+                for chunk in Int(range.lowerBound / cs)...Int((upper - 1) / cs) { chunks.insert(chunk) }
             }
-            return changed.filter { Int64($0) * cs < size }.sorted()
+            return chunks.sorted()
         }
 
         /// Where the bytes may differ from the base's (``ContentsSource/changedRanges``): what
-        /// changes wrote, and what a truncation zeroed below `storedSize`, as
-        /// ``changedChunks(storedSize:)`` counts it.
+        /// changes wrote, and what a truncation zeroed below `storedSize`.
         func changedRanges(storedSize: Int64) -> [Range<Int64>] {
             var ranges: [Range<Int64>] = []
             var lowest = base.size
             for layer in layers where !layer.clean {
-                ranges += layer.written
+                ranges += layer.writtenRanges(pageSize: pageSize)
                 lowest = min(lowest, layer.cut)
             }
             let zeroedEnd = min(size, storedSize)
@@ -765,13 +888,38 @@ final class FileContents: @unchecked Sendable {
             return ranges.sorted { $0.lowerBound < $1.lowerBound }
         }
 
+        /// What ``read(offset:count:)`` can read (``ContentsSource/heldRanges``): the layers'
+        /// pages, and every page past a truncation or the base's end, which reads as zeros.
+        /// The rest is the base's, which the store reads itself.
+        var heldRanges: [Range<Int64>] {
+            var ranges: [Range<Int64>] = []
+            var zeroFrom = base.size
+            for layer in layers {
+                ranges += FileContents.byteRanges(layer.pages.runs(), pageSize: pageSize)
+                zeroFrom = min(zeroFrom, layer.cut)
+            }
+            let page = Int64(pageSize)
+            let from = (zeroFrom + page - 1) / page * page
+            if from < size { ranges.append(from..<size) }
+            ranges.sort { $0.lowerBound < $1.lowerBound }
+            var joined: [Range<Int64>] = []
+            for range in ranges {
+                if let last = joined.last, range.lowerBound <= last.upperBound {
+                    joined[joined.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+                } else {
+                    joined.append(range)
+                }
+            }
+            return joined
+        }
+
         /// Reads the frozen state's written and zeroed bytes. Bytes of the base are the store's
         /// own, named by the save (``ContentUpdate/derived(from:size:chunks:source:)``), so a read
         /// that would need them is a bug: it fails rather than call the store during its save.
         func read(offset: Int64, count: Int) throws -> Data {
-            let plan = FileContents.plan(offset: offset, count: count, size: size, chunkSize: chunkSize) {
-                chunk in
-                FileContents.source(of: chunk, layers: layers[...], base: base, chunkSize: chunkSize)
+            let plan = FileContents.plan(offset: offset, count: count, size: size, pageSize: pageSize) {
+                page in
+                FileContents.source(of: page, layers: layers[...], base: base, pageSize: pageSize)
             }
             if let piece = plan.store.first {
                 throw DocumentStoreError.io(
@@ -791,12 +939,12 @@ final class FileContents: @unchecked Sendable {
     func freeze() -> Snapshot {
         frozen = layers.count
         return Snapshot(
-            contents: self, layers: layers, base: base, size: size, chunkSize: chunkSize,
+            contents: self, layers: layers, base: base, size: size, pageSize: pageSize,
             generation: generation)
     }
 
     /// The save of `snapshot` is in the store as `version` of `node`: the frozen layers go but
-    /// the newest, which now holds the base's own bytes for its chunks and stays as a clean cache
+    /// the newest, which now holds the base's own bytes for its pages and stays as a clean cache
     /// of them, so that taking them in again or reading them costs a spill read, not a store
     /// read (a file a program keeps open and saves often, as fsx and databases do). `text`: the
     /// file was stored as this compiled property list, and keeps reading as its text.
@@ -806,7 +954,7 @@ final class FileContents: @unchecked Sendable {
         // state, and the file's node is marked changed, so the next save stores the new one.
         guard snapshot.generation == generation else { return }
         let done = min(frozen, layers.count)
-        // Its cut stays: chunks at or past it that it lacks are zeros in the base too.
+        // Its cut stays: pages at or past it that it lacks are zeros in the base too.
         let kept = done > 0 && text == nil && !layers[done - 1].sealed ? layers[done - 1] : nil
         layers.removeFirst(done)
         if let kept {
@@ -854,10 +1002,11 @@ struct ReadPart<Source: Sendable>: Sendable {
 typealias SpillRead = ReadPart<SpillLayer>
 typealias StoreRead = ReadPart<ContentBase>
 
-/// Reads a frozen file's written chunks for the store's streaming save.
+/// Reads a frozen file's written pages for the store's streaming save.
 struct SnapshotSource: ContentsSource {
     let snapshot: FileContents.Snapshot
     let changedRanges: [Range<Int64>]?
+    let heldRanges: [Range<Int64>]?
     var count: Int64 { snapshot.size }
     /// Frozen layers never change: a save waits for a change in progress before it freezes.
     var isStable: Bool { true }

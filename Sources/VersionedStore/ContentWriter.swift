@@ -73,8 +73,8 @@ struct ContentWriter {
         case .sparse(let size, let listed, let source):
             guard size >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
             return try apply(
-                base: .own, size: size, changed: try pages(listed, below: size), edited: source.changedRanges,
-                source: source)
+                base: .own, size: size, changed: try Self.held(pages(listed, below: size), source),
+                edited: source.changedRanges, source: source)
         case .replace(let source):
             guard source.count >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
             // This store's own bytes are shared, not read back inside its transaction.
@@ -94,9 +94,23 @@ struct ContentWriter {
         case .derived(let lookup, let size, let listed, let source):
             guard size >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
             return try apply(
-                base: .other(lookup), size: size, changed: try pages(listed, below: size),
+                base: .other(lookup), size: size, changed: try Self.held(pages(listed, below: size), source),
                 edited: source.changedRanges, source: source)
         }
+    }
+
+    /// The part of the listed chunks' ranges to read from `source`: what it holds
+    /// (``ContentsSource/heldRanges``); the rest are the starting file's bytes. Throws when
+    /// bytes that may differ are not held.
+    static func held(_ listed: [Range<Int64>], _ source: any ContentsSource) throws -> [Range<Int64>] {
+        guard let held = source.heldRanges.map(merged) else { return listed }
+        let differing = source.changedRanges.map { intersection(merged($0), listed) } ?? listed
+        let readable = intersection(listed, held)
+        func bytes(_ ranges: [Range<Int64>]) -> Int64 { ranges.reduce(0) { $0 + Int64($1.count) } }
+        guard bytes(intersection(differing, readable)) == bytes(differing) else {
+            throw DocumentStoreError.invalidChange("the contents source does not hold every byte it changed")
+        }
+        return readable
     }
 
     /// Makes the file `size` bytes long: `base` with the `changed` ranges (ascending, disjoint)
@@ -317,6 +331,9 @@ final class Layout {
     }
 
     private var longest: Int64 { store.longestExtent }
+    /// The chunk read last: a window reads the base between a source's held pages, often
+    /// several stretches of one chunk in turn.
+    private var lastChunk: (id: Int64, data: Data)?
 
     /// Reads the extents beginning in `range` unless they are known.
     private func need(_ range: Range<Int64>) throws {
@@ -384,7 +401,13 @@ final class Layout {
         try need(max(0, range.lowerBound - longest + 1)..<range.upperBound)
         for item in extents
         where item.start < range.upperBound && item.start + item.extent.length > range.lowerBound {
-            let chunk = try store.chunk(tx, item.extent.chunk)
+            let chunk: Data
+            if let last = lastChunk, last.id == item.extent.chunk {
+                chunk = last.data
+            } else {
+                chunk = try store.chunk(tx, item.extent.chunk)
+                lastChunk = (item.extent.chunk, chunk)
+            }
             let from = max(range.lowerBound, item.start)
             let to = min(range.upperBound, item.start + min(item.extent.length, Int64(chunk.count)), size)
             guard from < to else { continue }
@@ -403,7 +426,8 @@ final class PagedSource {
     let source: any ContentsSource
     let size: Int64
     let page: Int64
-    private var held: (index: Int64, data: Data)?
+    /// The last span read, and its bytes.
+    private var held: (span: Range<Int64>, data: Data)?
 
     init(source: any ContentsSource, size: Int64, page: Int64) {
         self.source = source
@@ -411,24 +435,29 @@ final class PagedSource {
         self.page = page
     }
 
-    /// The bytes `range` (inside one page).
+    /// The bytes `range` (inside one page), reading its whole page.
     func bytes(_ range: Range<Int64>) throws -> Data {
-        let index = range.lowerBound / page
-        if held?.index != index {
-            held = nil  // let the last page go before the next is read
-            let start = index * page
-            let wanted = Int(min(page, size - start))
-            let data = try source.read(offset: start, count: wanted)
+        let start = range.lowerBound / page * page
+        return try bytes(range, within: start..<min(size, start + page))
+    }
+
+    /// The bytes `range`, reading all of `span` (inside one page, around `range`): the part of
+    /// a page a source holds (``ContentsSource/heldRanges``) is read at once, not all of it.
+    func bytes(_ range: Range<Int64>, within span: Range<Int64>) throws -> Data {
+        if held?.span != span {
+            held = nil  // let the last span go before the next is read
+            let wanted = span.count
+            let data = try source.read(offset: span.lowerBound, count: wanted)
             if data.count > wanted {
                 throw DocumentStoreError.invalidChange(
-                    "the contents source gave \(data.count) bytes at \(start), more than \(wanted)")
+                    "the contents source gave \(data.count) bytes at \(span.lowerBound), more than \(wanted)")
             }
-            held = (index, data)
+            held = (span, data)
         }
         guard let data = held?.data else { return Data(count: range.count) }
-        let from = Int(range.lowerBound - index * page)
-        let to = Int(range.upperBound - index * page)
-        // A slice shares the page's storage: no copy when the source holds every byte.
+        let from = Int(range.lowerBound - span.lowerBound)
+        let to = Int(range.upperBound - span.lowerBound)
+        // A slice shares the span's storage: no copy when the source holds every byte.
         if to <= data.count { return data[data.startIndex + from..<data.startIndex + to] }
         var result = Data(count: range.count)
         if from < data.count {
@@ -469,8 +498,12 @@ final class NewContent {
                 if changed[middle].upperBound <= at { low = middle + 1 } else { high = middle }
             }
             if low < changed.count, changed[low].lowerBound <= at {
-                let to = min(end, changed[low].upperBound, (at / pages.page + 1) * pages.page)
-                return try pages.bytes(at..<to)
+                let pageStart = at / pages.page * pages.page
+                let span =
+                    max(
+                        pageStart, changed[low].lowerBound)..<min(
+                        size, changed[low].upperBound, pageStart + pages.page)
+                return try pages.bytes(at..<min(end, span.upperBound), within: span)
             } else {
                 let to = min(end, low < changed.count ? changed[low].lowerBound : end)
                 return try base.bytes(at..<to)
@@ -586,6 +619,12 @@ extension VersionedStore {
             case .sparse(let size, let listed, let source) where source.isStable && size > 0:
                 let pages = (size + page - 1) / page
                 guard Set(listed.filter { $0 >= 0 && Int64($0) < pages }).count == pages else { continue }
+                // A source holding part of the file leaves the rest to the store's own bytes.
+                if let held = source.heldRanges,
+                    ContentWriter.intersection(ContentWriter.merged(held), [0..<size]) != [0..<size]
+                {
+                    continue
+                }
                 // Every chunk listed, but few bytes changed (an edit of a file under a chunk
                 // long): cutting again around the edits, in the save, is less work.
                 if let edited = source.changedRanges, edited.reduce(0, { $0 + $1.count }) < size / 2 {

@@ -709,13 +709,34 @@ struct LiveBufferSource: ContentsSource {
 struct RangedSource: ContentsSource {
     let bytes: Data
     let changedRanges: [Range<Int64>]?
+    /// When set, the only bytes it serves (as the mount's spill holds written pages): a read
+    /// past them throws.
+    var heldRanges: [Range<Int64>]? = nil
     let log = Locked<[SourceRead]>([])
     var count: Int64 { Int64(bytes.count) }
     var isStable: Bool { true }
     var reads: [SourceRead] { log.withLock { $0 } }
     func read(offset: Int64, count: Int) throws -> Data {
         log.withLock { $0.append(SourceRead(offset: offset, count: count)) }
+        if let heldRanges {
+            var at = offset
+            let end = min(offset + Int64(count), Int64(bytes.count))
+            for range in heldRanges.sorted(by: { $0.lowerBound < $1.lowerBound }) where range.lowerBound <= at
+            {
+                at = max(at, range.upperBound)
+            }
+            if at < end { throw SourceFailure() }
+        }
         return try DataContentsSource(bytes).read(offset: offset, count: count)
+    }
+
+    /// `ranges` widened to whole 4 KiB pages below `size`, as the mount holds them.
+    static func pages(_ ranges: [Range<Int64>], below size: Int) -> [Range<Int64>] {
+        ranges.compactMap { range in
+            let low = range.lowerBound / 4096 * 4096
+            let high = min(Int64(size), (range.upperBound + 4095) / 4096 * 4096)
+            return low < high ? low..<high : nil
+        }
     }
 }
 
@@ -738,9 +759,13 @@ struct RangedSource: ContentsSource {
     /// changes class keeps the extents it had, which a whole new cut would not give.
     @Test(
         "Random edits saved with their ranges: the bytes, and the extents a cut of the whole file gives",
-        arguments: [(20_000, 250_000), (300_000, 1_600_000)])
-    func editsMatchAFullCut(_ bounds: (Int, Int)) throws {
-        let (low, high) = bounds
+        arguments: [
+            (20_000, 250_000, false), (300_000, 1_600_000, false), (20_000, 250_000, true),
+            (300_000, 1_600_000, true),
+        ])
+    func editsMatchAFullCut(_ bounds: (Int, Int, Bool)) throws {
+        // `held`: the source holds only the edited pages, and the store reads the rest itself.
+        let (low, high, held) = bounds
         let file = try FlatFile(.sqlite, chunkSize: Self.chunk)
         let twin = try file.store.createDocument(
             named: "twin.bin", kind: .flat, type: nil, permissions: nil, origin: "test")
@@ -771,7 +796,9 @@ struct RangedSource: ContentsSource {
             let saved = try file.save(
                 .sparse(
                     size: Int64(new.count), chunks: Array(0..<pages),
-                    source: RangedSource(bytes: new, changedRanges: edited.reversed())))
+                    source: RangedSource(
+                        bytes: new, changedRanges: edited.reversed(),
+                        heldRanges: held ? RangedSource.pages(edited, below: new.count) : nil)))
             #expect(try file.contents() == new, "round \(round)")
             let atVersion = try file.store.readContents(
                 of: file.document.root, at: saved.version.id, offset: 0, count: new.count)
@@ -805,6 +832,40 @@ struct RangedSource: ContentsSource {
         // after it: pages 2 to 4, not all six.
         let pages = Set(source.reads.map { $0.offset / Int64(Self.chunk) })
         #expect(pages.contains(3) && pages.isSubset(of: [2, 3, 4]), "\(source.reads)")
+    }
+
+    @Test(
+        "A source that holds only its edited pages is read there alone; one missing a changed byte is refused",
+        arguments: StoreKind.all)
+    func heldPagesOnly(_ kind: StoreKind) throws {
+        let file = try FlatFile(kind, chunkSize: Self.chunk)
+        let old = sampleBytes(6 * Self.chunk, seed: 11)
+        try file.save(.replace(DataContentsSource(old)))
+        var new = old
+        let edits: [Range<Int>] = [
+            8192..<8292, 3 * Self.chunk + 5000..<3 * Self.chunk + 9000, 1_500_000..<1_500_010,
+        ]
+        for (index, edit) in edits.enumerated() {
+            new.replaceSubrange(edit, with: sampleBytes(edit.count, seed: UInt64(20 + index)))
+        }
+        let edited = edits.map { Int64($0.lowerBound)..<Int64($0.upperBound) }
+        let held = RangedSource.pages(edited, below: new.count)
+        let source = RangedSource(bytes: new, changedRanges: edited, heldRanges: held)
+        try file.save(.sparse(size: Int64(new.count), chunks: Array(0..<6), source: source))
+        try file.expectHolds(new)
+        #expect(source.reads.reduce(0) { $0 + $1.count } <= 4 * 4096, "\(source.reads)")
+        #expect(try file.store.checkIntegrity().isClean)
+
+        // A changed byte outside what the source holds: the save fails and the file stays.
+        var bad = new
+        bad.replaceSubrange(100_000..<100_010, with: sampleBytes(10, seed: 30))
+        let refused = RangedSource(
+            bytes: bad, changedRanges: [100_000..<100_010], heldRanges: [98_304..<100_004])
+        #expect(throws: DocumentStoreError.self) {
+            try file.save(.sparse(size: Int64(bad.count), chunks: [0], source: refused))
+        }
+        #expect(refused.reads.isEmpty)
+        try file.expectHolds(new)
     }
 }
 

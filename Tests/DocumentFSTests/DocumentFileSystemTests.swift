@@ -1,3 +1,4 @@
+import CLinuxSupport
 import DocumentEngine
 import DocumentFS
 import FUSE
@@ -149,6 +150,49 @@ struct DocumentFileSystemTests {
         #expect(first.contains("\n1 .\n") || first.hasPrefix("1 .\n"))
         let inodes = first.split(separator: "\n").map { $0.split(separator: " ")[0] }
         #expect(Set(inodes).count == inodes.count, "inode numbers are unique")
+    }
+
+    @Test(
+        "Whole-page writes into a stored file take in none of its chunks; the save keeps every byte",
+        arguments: StoreKind.all)
+    func pageWrites(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
+        defer { fixture.remove() }
+        let store = fixture.store
+        let big = try fixture.record("Project.pkg", "big.bin")
+        var expected = Fixture.bigContents()
+        try await withMount(store) { mount in
+            let fd = open(mount.path + "/Project.pkg/big.bin", O_RDWR)
+            try #require(fd >= 0)
+            defer { close(fd) }
+            store.purgeCache()
+            let before = store.statistics
+            // More writes than a layer keeps byte ranges for, at random whole pages.
+            var random = SplitMix64(seed: 16)
+            for round in 0..<1500 {
+                let page = Int.random(in: 0..<Fixture.bigSize / 4096, using: &random)
+                let bytes = sampleBytes(4096, seed: UInt64(round))
+                let written = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, 4096, off_t(page * 4096)) }
+                try #require(written == 4096)
+                expected.replaceSubrange(page * 4096..<(page + 1) * 4096, with: bytes)
+            }
+            // The kernel's writeback sends the pages now, without a save.
+            try #require(sync_file_range(fd, 0, 0, 7) == 0)
+            // Each page is whole: nothing old is read to go with it (a chunk a page was 256 KiB).
+            #expect(store.statistics.bytesRead == before.bytesRead)
+            // A write inside a page takes in that page alone, once the kernel has read it.
+            let tail = sampleBytes(10, seed: 99)
+            let inside = tail.withUnsafeBytes { pwrite(fd, $0.baseAddress, 10, 600_005) }
+            try #require(inside == 10)
+            expected.replaceSubrange(600_005..<600_015, with: tail)
+            try #require(fsync(fd) == 0)
+
+            let other = try fixture.reopen()
+            #expect(
+                try other.readContents(of: big.id, at: nil, offset: 0, count: Fixture.bigSize) == expected)
+            #expect(try other.checkIntegrity().isClean)
+            #expect(try await shBytes("cat Project.pkg/big.bin", in: mount.path) == expected)
+        }
     }
 
     @Test(

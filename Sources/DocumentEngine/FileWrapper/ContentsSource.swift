@@ -37,11 +37,18 @@ public protocol ContentsSource: Sendable {
     /// when any byte of a listed chunk may differ. A store then cuts and hashes again only
     /// around these ranges, not every listed chunk.
     var changedRanges: [Range<Int64>]? { get }
+
+    /// For the same updates: the byte ranges (ascending, disjoint) the source can read, or nil
+    /// when it can read every byte of every listed chunk. They cover ``changedRanges`` (all of
+    /// each listed chunk, when that is nil); a store reads the rest of a listed chunk from the
+    /// file the update starts from, whose bytes those are.
+    var heldRanges: [Range<Int64>]? { get }
 }
 
 extension ContentsSource {
     public var isStable: Bool { false }
     public var changedRanges: [Range<Int64>]? { nil }
+    public var heldRanges: [Range<Int64>]? { nil }
 
     public func data() throws -> Data {
         guard count <= Int64(Int.max) else { throw FileWrapperError.contentsTooLarge(count) }
