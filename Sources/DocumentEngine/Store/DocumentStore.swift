@@ -220,10 +220,10 @@ public enum ContentUpdate: Sendable {
     case replace(any ContentsSource)
     /// The file is `size` bytes long; each listed chunk index `i` below `size` is read from
     /// `source` at `i * chunkSize` (what of it the source holds: ``ContentsSource/heldRanges``),
-    /// one chunk at a time (never more than a few chunks in memory), and written if its bytes differ; other chunks below `size` keep their bytes; chunks at or
-    /// past `size` become holes. Indices at or past `size` are ignored, a negative one is an
-    /// invalid change. A read shorter than asked leaves the rest of that chunk zeros; a read that
-    /// throws aborts the save.
+    /// one chunk at a time (never more than a few chunks in memory), and written if its bytes
+    /// differ; other chunks below `size` keep their bytes; chunks at or past `size` become holes.
+    /// Indices at or past `size` are ignored, a negative one is an invalid change. A read shorter
+    /// than asked leaves the rest of that chunk zeros; a read that throws aborts the save.
     case sparse(size: Int64, chunks: [Int], source: any ContentsSource)
     /// The file becomes the contents of another file of this store (`lookup`'s node at its
     /// version; as this save leaves it when the version is nil), sharing its chunks: no bytes are
