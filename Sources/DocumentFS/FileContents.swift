@@ -155,20 +155,20 @@ struct PageSet: Sendable {
         }
     }
 
-    mutating func remove(_ page: Int) {
-        let bit: UInt64 = 1 << UInt64(page & 63)
-        guard let word = words[page >> 6], word & bit != 0 else { return }
-        words[page >> 6] = word & ~bit == 0 ? nil : word & ~bit
-        count -= 1
-    }
-
-    /// Removes the pages at or past `first`; returns them as runs, in order.
+    /// Removes the pages at or past `first` (≥ 0), a word at a time (it runs under the mount's
+    /// lock); returns them as runs, in order.
     mutating func removeAll(from first: Int) -> [Range<Int>] {
         let gone = runs().compactMap { run -> Range<Int>? in
             run.upperBound > first ? max(run.lowerBound, first)..<run.upperBound : nil
         }
-        for run in gone {
-            for page in run { remove(page) }
+        let firstWord = first >> 6
+        for index in words.keys where index >= firstWord {
+            guard let word = words[index] else { continue }
+            // In the first word, the bits below `first` stay.
+            let keep: UInt64 =
+                index == firstWord && first & 63 != 0 ? UInt64.max >> UInt64(64 - (first & 63)) : 0
+            count -= (word & ~keep).nonzeroBitCount
+            words[index] = word & keep == 0 ? nil : word & keep
         }
         return gone
     }

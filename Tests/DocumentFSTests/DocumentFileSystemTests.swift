@@ -196,6 +196,36 @@ struct DocumentFileSystemTests {
     }
 
     @Test(
+        "A truncation inside a written file keeps the pages below it and zeroes the rest",
+        arguments: StoreKind.all)
+    func truncateWrittenPages(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let fd = open(mount.path + "/Project.pkg/cut.bin", O_RDWR | O_CREAT, 0o644)
+            try #require(fd >= 0)
+            defer { close(fd) }
+            let written = sampleBytes(200 * 4096, seed: 21)
+            try #require(
+                written.withUnsafeBytes { pwrite(fd, $0.baseAddress, written.count, 0) } == written.count)
+            // The pages reach the mount before the truncation, not after it.
+            try #require(sync_file_range(fd, 0, 0, 7) == 0)
+            // Page 100 is cut in its middle; pages 101 on go, most of a 64-page word among them.
+            let cut = 100 * 4096 + 123
+            try #require(ftruncate(fd, off_t(cut)) == 0)
+            try #require(ftruncate(fd, off_t(written.count)) == 0)
+            let expected = written.prefix(cut) + Data(count: written.count - cut)
+            try #require(fsync(fd) == 0)
+            #expect(try await shBytes("cat Project.pkg/cut.bin", in: mount.path) == expected)
+            let other = try fixture.reopen()
+            let document = try #require(try other.document(named: "Project.pkg"))
+            let record = try #require(try other.nodes(of: document.id).first { $0.name == "cut.bin" })
+            #expect(
+                try other.readContents(of: record.id, at: nil, offset: 0, count: written.count) == expected)
+        }
+    }
+
+    @Test(
         "cat returns the engine's bytes; a ranged dd reads only the chunk that covers it",
         arguments: StoreKind.all)
     func reads(_ kind: StoreKind) async throws {
