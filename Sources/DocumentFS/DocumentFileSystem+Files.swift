@@ -726,46 +726,54 @@ private let threadGroups = Mutex<[Int32: (group: Int32, seen: ContinuousClock.In
 
 /// The supplementary groups of a thread, from its status file (empty if it is gone).
 func groups(of thread: Int32) -> [UInt32] {
-    guard thread > 0 else { return [] }
-    let fd = open("/proc/\(thread)/status", O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return [] }
-    defer { close(fd) }
-    var buffer = [UInt8](repeating: 0, count: 16384)
-    let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-    guard count > 0 else { return [] }
-    let text = String(decoding: buffer[0..<count], as: UTF8.self)
-    guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Groups:") }) else { return [] }
-    return line.dropFirst("Groups:".count).split(whereSeparator: { $0 == " " || $0 == "\t" }).compactMap {
-        UInt32($0)
-    }
+    guard thread > 0, let value = statusField("Groups", of: thread, within: 16384) else { return [] }
+    return value.split(whereSeparator: { $0 == 0x20 || $0 == 0x09 }).compactMap { UInt32(decimal: $0) }
 }
 
-/// Reads bytes, not text: splitting the status file into lines of `String` was the daemon's
-/// busiest code while creating small files (issue 16, B5).
 private func readThreadGroup(of thread: Int32) -> Int32 {
-    let fd = open("/proc/\(thread)/status", O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return thread }
-    defer { close(fd) }
     // "Tgid:" is the status file's fourth line, after the name (at most 64 bytes escaped 4 times).
-    var buffer = [UInt8](repeating: 0, count: 1024)
+    statusField("Tgid", of: thread, within: 1024).flatMap { Int32(decimal: $0) } ?? thread
+}
+
+/// The value of `field` in `/proc/<thread>/status` (what follows "Field:" on its line, blanks
+/// trimmed), looked for in the file's first `limit` bytes; nil if the thread is gone or the
+/// field is not there. Bytes, not text: splitting the file into lines of `String` was the
+/// daemon's busiest code while creating small files (issue 16, B5).
+private func statusField(_ field: String, of thread: Int32, within limit: Int) -> ArraySlice<UInt8>? {
+    let fd = open("/proc/\(thread)/status", O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var buffer = [UInt8](repeating: 0, count: limit)
     let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-    guard count > 0 else { return thread }
-    let key = Array("\nTgid:".utf8)
+    guard count > 0 else { return nil }
+    let key = Array("\n\(field):".utf8)
     var index = 0
     while index + key.count <= count {
-        if buffer[index] == key[0], Array(buffer[index..<(index + key.count)]) == key {
-            var position = index + key.count
-            while position < count, buffer[position] == 0x20 || buffer[position] == 0x09 { position += 1 }
-            var value: Int32 = 0
-            var digits = 0
-            while position < count, buffer[position] >= 0x30, buffer[position] <= 0x39, digits < 10 {
-                value = value &* 10 &+ Int32(buffer[position] - 0x30)
-                position += 1
-                digits += 1
-            }
-            return digits > 0 ? value : thread
+        if buffer[index] == key[0], buffer[index..<(index + key.count)].elementsEqual(key) {
+            var start = index + key.count
+            while start < count, buffer[start] == 0x20 || buffer[start] == 0x09 { start += 1 }
+            var end = start
+            while end < count, buffer[end] != 0x0A { end += 1 }
+            return buffer[start..<end]
         }
         index += 1
     }
-    return thread
+    return nil
+}
+
+extension FixedWidthInteger {
+    /// The value of ASCII decimal digits; nil if there are none, another byte is among them, or
+    /// the value does not fit.
+    fileprivate init?(decimal digits: ArraySlice<UInt8>) {
+        guard !digits.isEmpty else { return nil }
+        var value: Self = 0
+        for digit in digits {
+            guard digit >= 0x30, digit <= 0x39 else { return nil }
+            let (times, overflowed) = value.multipliedReportingOverflow(by: 10)
+            let (sum, carried) = times.addingReportingOverflow(Self(digit - 0x30))
+            guard !overflowed, !carried else { return nil }
+            value = sum
+        }
+        self = value
+    }
 }
