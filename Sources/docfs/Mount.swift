@@ -312,6 +312,12 @@ struct MountPlan {
         let store = try location.open(logger: logger)
         // A store copied without its packs' folder would mount, and its large files fail to read.
         if let problem = (store as? SQLiteStore)?.missingPackFolderProblem { throw Failure(problem) }
+        // A mount would show those files without their acknowledged changes.
+        if let unsaved = (store as? SQLiteStore)?.unreplayedIntentLogs.first {
+            throw Failure(
+                "cannot save the changes a killed process logged in \(unsaved); free space or fix the error, then mount again"
+            )
+        }
         if !options.readOnly, location.postgres == nil, access(location.path, W_OK) != 0 {
             throw Failure(
                 "cannot write the store \(location.path): \(errnoText()); mount it read-only with -o ro")

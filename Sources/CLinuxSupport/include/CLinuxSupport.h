@@ -3,6 +3,7 @@
 
 // Linux calls that Swift's Glibc module does not export.
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -65,5 +66,8 @@ static inline int docfs_drop_written(int fd, off_t offset, off_t length) {
     if (sync_file_range(fd, offset, length, 1 | 2 | 4) != 0) return errno;
     return posix_fadvise(fd, offset, length, POSIX_FADV_DONTNEED);
 }
+
+/// CRC-32C (Castagnoli) of `count` bytes, continuing from `crc` (0 to start).
+uint32_t docfs_crc32c(uint32_t crc, const void *bytes, size_t count);
 
 #endif

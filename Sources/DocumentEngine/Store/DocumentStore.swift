@@ -276,6 +276,13 @@ public struct DocumentChanges: Sendable {
     public var isEmpty: Bool { nodes.isEmpty && removedNodes.isEmpty && contents.isEmpty }
 }
 
+/// Changes a store logged durably before saving them (``DocumentStore/logIntent(_:)``).
+public struct IntentID: RawRepresentable, Hashable, Comparable, Sendable {
+    public let rawValue: UInt64
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+}
+
 /// A saved version of a document.
 public struct VersionInfo: Sendable, Equatable {
     public var id: VersionID
@@ -494,6 +501,18 @@ public protocol DocumentStore: AnyObject, Sendable {
     /// Makes every save committed before the call durable, including deferred ones
     /// (``DocumentChanges/durable`` false).
     func synchronize() throws
+    /// Makes `changes` durable without saving them yet, as a file system's journal does: once
+    /// this returns they survive a crash, and the next process that opens the store after one
+    /// saves them (against their base, by their conflict policy). Normally a later durable save
+    /// of the document that includes them commits them, and ``retireIntents(_:)`` then lets the
+    /// log forget them. Returns nil where the store keeps no log, or where saving at once costs
+    /// the disk no more than logging would (bulk writes): the caller then saves durably.
+    func logIntent(_ changes: DocumentChanges) throws -> IntentID?
+    /// Whether ``logIntent(_:)`` can log at all.
+    var logsIntents: Bool { get }
+    /// Intents whose changes a durable save has committed (or that later committed changes made
+    /// obsolete): a crash no longer replays them.
+    func retireIntents(_ intents: [IntentID])
 
     /// Every version of a document, oldest first.
     func versions(of document: DocumentID) throws -> [VersionInfo]
@@ -569,6 +588,11 @@ extension DocumentStore {
 
     /// A store without a cache has nothing to drop.
     public func purgeCache() {}
+
+    /// A store without an intent log: every durable save is a durable commit.
+    public func logIntent(_ changes: DocumentChanges) throws -> IntentID? { nil }
+    public var logsIntents: Bool { false }
+    public func retireIntents(_ intents: [IntentID]) {}
 
     /// ``collectGarbage(_:protecting:)`` with nothing protected beyond what the policy keeps, and
     /// the versions the Trash shows wrappers from while the policy keeps deleted documents.
