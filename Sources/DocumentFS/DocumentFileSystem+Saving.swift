@@ -13,6 +13,8 @@ extension DocumentFileSystem {
             [(node: ViewNode, id: StoreNodeID, snapshot: FileContents.Snapshot, text: PropertyListText?)]
         /// The nodes it looked at, to look at again if it fails.
         var touched: [ObjectIdentifier: ViewNode]
+        /// The logged intents it commits.
+        var intents: [IntentID]
     }
 
     /// Saves the document's changes as one store version. Returns when the save is committed
@@ -30,6 +32,8 @@ extension DocumentFileSystem {
                 result = .failure(error)
             }
             try finish(document, prepared, result)
+        } else {
+            try settleIntents(of: [document])
         }
         if state.withLock({ _ in document.needsReload && !document.dirty }) {
             try reloadLocked(document, force: false)
@@ -46,6 +50,7 @@ extension DocumentFileSystem {
         var ready: [(document: DocumentState, prepared: PreparedSave)] = []
         var locked: [DocumentState] = []
         var failed: [DocumentID] = []
+        var unsaved: [DocumentState] = []
         for document in documents {
             do { try ensureLoaded(document) } catch {
                 failed.append(document.id)
@@ -58,11 +63,16 @@ extension DocumentFileSystem {
             do {
                 if let prepared = try prepareShown(document, durable: durable) {
                     ready.append((document, prepared))
+                } else {
+                    unsaved.append(document)
                 }
             } catch {
                 failed.append(document.id)
             }
         }
+        do { try settleIntents(of: unsaved) } catch { failed += unsaved.map(\.id) }
+        // Logged intents are retired by a durable commit only.
+        let durable = durable || ready.contains { !$0.prepared.intents.isEmpty }
         var results: [Result<SaveResult, Errno>]
         do {
             let saved = try storeCall {
@@ -133,18 +143,17 @@ extension DocumentFileSystem {
         switch outcome {
         case .failure(let error):
             state.withLock { _ in
-                for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
-                    item.snapshot.contents.saveFailed()
-                }
-                document.dirty = true
+                unprepare(document, prepared)
                 document.lastError = error
-                document.touched.merge(prepared.touched) { current, _ in current }
             }
             logger.error("saving \(document.info.name) failed: \(error)")
             throw error
         case .success(let saved):
             result = saved
         }
+        // Committed durably (a save with intents is), as a conflict version or not: a crash no
+        // longer needs the log's copy.
+        store.retireIntents(prepared.intents)
         // Cache layers of files no handle has open any more, let go after the lock.
         var dropped: [SpillLayer] = []
         defer { withExtendedLifetime(dropped) {} }
@@ -186,6 +195,72 @@ extension DocumentFileSystem {
             state.withLock { _ in document.dirty = false }
             try reloadLocked(document, force: true)
         }
+    }
+
+    /// Puts back what `prepared` took from the document, which it did not commit: the frozen
+    /// layers stay under whatever was written since, and the next save looks at its nodes and
+    /// commits its intents.
+    private func unprepare(_ document: DocumentState, _ prepared: PreparedSave) {
+        for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
+            item.snapshot.contents.saveFailed()
+        }
+        document.dirty = true
+        document.touched.merge(prepared.touched) { current, _ in current }
+        document.intents = prepared.intents + document.intents
+    }
+
+    /// Retires the intents of documents that had nothing left to save (their logged changes
+    /// were committed since, or written over and committed) or that the mount no longer shows,
+    /// once what the store holds for them is durable. The caller holds their `saving` locks.
+    private func settleIntents(of documents: [DocumentState]) throws(Errno) {
+        let settled = state.withLock { state -> [IntentID] in
+            var settled: [IntentID] = []
+            for document in documents
+            where !document.intents.isEmpty && (!document.dirty || state.documents[document.id] !== document)
+            {
+                settled += document.intents
+                document.intents = []
+            }
+            return settled
+        }
+        guard !settled.isEmpty else { return }
+        do { try storeCall { try store.synchronize() } } catch {
+            state.withLock { _ in
+                // Kept on the first document: the next save of any of them tries again.
+                if let first = documents.first { first.intents = settled + first.intents }
+            }
+            throw error
+        }
+        store.retireIntents(settled)
+    }
+
+    /// Makes an `fsync`'s changes durable through the store's intent log, and leaves their save
+    /// to the committer: one small sync, where a durable save cuts, hashes and stores every
+    /// chunk the changes touch, and syncs the store's log and packs. False when there is
+    /// nothing to save, or the store would rather save at once (``DocumentStore/logIntent(_:)``).
+    func logged(_ document: DocumentState) throws(Errno) -> Bool {
+        guard store.logsIntents else { return false }
+        try ensureLoaded(document)
+        compileTexts(of: document)
+        document.saving.lock()
+        defer { document.saving.unlock() }
+        guard let prepared = try prepareShown(document, durable: true) else { return false }
+        let logged: IntentID?
+        do {
+            logged = try storeCall { try store.logIntent(prepared.changes) }
+        } catch {
+            state.withLock { _ in unprepare(document, prepared) }
+            throw error
+        }
+        state.withLock { state in
+            unprepare(document, prepared)
+            guard let logged else { return }
+            document.intents.append(logged)
+            state.closeSaves[document.id] = document
+        }
+        guard logged != nil else { return false }
+        committerWake.signal()
+        return true
     }
 
     /// Computes the document's changes against its saved state and freezes the files it sends.
@@ -337,7 +412,11 @@ extension DocumentFileSystem {
             for item in snapshots { item.snapshot.contents.saveFailed() }
             return nil
         }
-        return PreparedSave(changes: changes, records: records, snapshots: snapshots, touched: touched)
+        let intents = document.intents
+        document.intents = []
+        if !intents.isEmpty { changes.durable = true }
+        return PreparedSave(
+            changes: changes, records: records, snapshots: snapshots, touched: touched, intents: intents)
     }
 
     // MARK: - The quiet-interval saver
@@ -361,8 +440,9 @@ extension DocumentFileSystem {
 
     private func saveQuietDocuments() {
         let now = ContinuousClock.now
-        let due = state.withLock { state in
-            state.documents.values.filter { document in
+        let due = state.withLock { state -> [DocumentState] in
+            guard !state.backgroundSavesHeld else { return [] }
+            return state.documents.values.filter { document in
                 (document.dirty || document.lastError != nil)
                     && now - document.lastChange >= configuration.quietInterval
             }
@@ -386,7 +466,9 @@ extension DocumentFileSystem {
                 guard let wake = self?.committerWake else { return }
                 _ = wake.wait(timeout: .now() + 0.25)
                 guard let self, !self.state.withLock({ $0.stopping }) else { return }
-                guard self.state.withLock({ !$0.closeSaves.isEmpty }) else { continue }
+                guard self.state.withLock({ !$0.closeSaves.isEmpty && !$0.backgroundSavesHeld }) else {
+                    continue
+                }
                 usleep(2_000)
                 let group = self.state.withLock { state -> [DocumentState] in
                     defer { state.closeSaves = [:] }

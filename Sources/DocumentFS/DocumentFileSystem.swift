@@ -166,6 +166,8 @@ public final class DocumentFileSystem: FileSystem {
         var stopping = false
         /// Documents a close asked to save, for the committer (``startCommitter()``).
         var closeSaves: [DocumentID: DocumentState] = [:]
+        /// The committer and the quiet-interval saver wait (``holdBackgroundSaves(_:)``).
+        var backgroundSavesHeld = false
         /// Names shown property lists left, and their kinds (`archives=xml`).
         /// The history's and the Trash's folders, made on first use (issue 18).
         var virtualFolders: [VirtualRole: ViewNode] = [:]
@@ -287,6 +289,13 @@ public final class DocumentFileSystem: FileSystem {
         committerWake.signal()
         // Every pending change is saved before the session ends (and the process exits).
         saveAll(durable: true)
+    }
+
+    /// Holds the committer and the quiet-interval saver back, or lets them go again, for tests
+    /// that look at what an `fsync` left on disk before its save.
+    package func holdBackgroundSaves(_ held: Bool) {
+        state.withLock { $0.backgroundSavesHeld = held }
+        committerWake.signal()
     }
 
     /// Saves every document with unsaved changes; returns the documents whose save failed.

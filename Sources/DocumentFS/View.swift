@@ -141,6 +141,9 @@ final class DocumentState: @unchecked Sendable {
     var needsReload = false
     /// The last save failed with this error; the next save point retries.
     var lastError: Errno?
+    /// Changes the store logged for an `fsync` (``DocumentStore/logIntent(_:)``) that no save
+    /// has committed yet: the next save is durable, and retires them.
+    var intents: [IntentID] = []
 
     init(info: DocumentInfo, root: ViewNode) {
         id = info.id

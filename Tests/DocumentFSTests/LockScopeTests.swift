@@ -296,17 +296,22 @@ func withGatedSpill(
             #expect(waited, "the save froze a file while a write was in its spill I/O")
             #expect(try await saver.value == 0)
             #expect(try await writer.value == 4096)
-            let record = try fixture.record("Project.pkg", "caught.txt")
-            // The save that waited stored the write (no fsync of the file itself yet).
-            #expect(
-                try fixture.reopen().readContents(of: record.id, at: nil, offset: 0, count: 4096)
-                    == Data(new))
+            // The save that waited logged the write (no fsync of the file itself yet), and the
+            // committer stores it.
+            _ = try await expectEventually("the save that waited stored the write") {
+                let record = try fixture.record("Project.pkg", "caught.txt")
+                return try fixture.reopen().readContents(of: record.id, at: nil, offset: 0, count: 4096)
+                    == Data(new)
+            }
             #expect(fsync(fd) == 0)
 
             let expected = Data(new + old[4096...])
             #expect(try Data(contentsOf: URL(fileURLWithPath: target)) == expected)
-            #expect(
-                try fixture.reopen().readContents(of: record.id, at: nil, offset: 0, count: 8192) == expected)
+            _ = try await expectEventually("the fsync's save stored the file") {
+                let record = try fixture.record("Project.pkg", "caught.txt")
+                return try fixture.reopen().readContents(of: record.id, at: nil, offset: 0, count: 8192)
+                    == expected
+            }
         }
     }
 
@@ -354,16 +359,17 @@ func withGatedSpill(
             expectedSecond.replaceSubrange((300 << 10)..<(300 << 10) + 4096, with: bytes)
             #expect(try Data(contentsOf: URL(fileURLWithPath: target)) == Data(bytes + bytes))
             #expect(try Data(contentsOf: URL(fileURLWithPath: second)) == expectedSecond)
-            let record = try fixture.record("Project.pkg", "second.txt")
-            #expect(
-                try fixture.reopen().readContents(
-                    of: record.id, at: nil, offset: 0, count: expectedSecond.count)
-                    == expectedSecond)
-            #expect(
-                try fixture.reopen().readContents(
-                    of: try fixture.record("Project.pkg", "third.txt").id, at: nil, offset: 0,
-                    count: big.count)
-                    == Data(big))
+            // The fsyncs logged them; the committer stores them.
+            let stored = expectedSecond
+            _ = try await expectEventually("the fsyncs' saves committed") {
+                let record = try fixture.record("Project.pkg", "second.txt")
+                let third = try fixture.record("Project.pkg", "third.txt")
+                return try fixture.reopen().readContents(
+                    of: record.id, at: nil, offset: 0, count: stored.count)
+                    == stored
+                    && fixture.reopen().readContents(of: third.id, at: nil, offset: 0, count: big.count)
+                        == Data(big)
+            }
         }
     }
 }

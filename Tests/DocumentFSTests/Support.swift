@@ -384,3 +384,15 @@ struct Fixture: Sendable {
         return found
     }
 }
+
+/// Copies a SQLite store's files (database, log, packs, intent logs) to a fresh folder, as a
+/// killed process leaves them on disk; returns the copy's store path.
+func crashImage(of path: String) throws -> String {
+    let folder = try temporaryDirectory("docfs-image")
+    let copy = folder + "/" + (path as NSString).lastPathComponent
+    let manager = FileManager.default
+    for suffix in ["", "-wal", "-packs", "-intents"] where manager.fileExists(atPath: path + suffix) {
+        try manager.copyItem(atPath: path + suffix, toPath: copy + suffix)
+    }
+    return copy
+}
