@@ -213,25 +213,25 @@ extension DocumentFileSystem {
     /// were committed since, or written over and committed) or that the mount no longer shows,
     /// once what the store holds for them is durable. The caller holds their `saving` locks.
     private func settleIntents(of documents: [DocumentState]) throws(Errno) {
-        let settled = state.withLock { state -> [IntentID] in
-            var settled: [IntentID] = []
+        let settled = state.withLock { state -> [(DocumentState, [IntentID])] in
+            var settled: [(DocumentState, [IntentID])] = []
             for document in documents
             where !document.intents.isEmpty && (!document.dirty || state.documents[document.id] !== document)
             {
-                settled += document.intents
+                settled.append((document, document.intents))
                 document.intents = []
             }
             return settled
         }
         guard !settled.isEmpty else { return }
         do { try storeCall { try store.synchronize() } } catch {
+            // The next save of each document tries again.
             state.withLock { _ in
-                // Kept on the first document: the next save of any of them tries again.
-                if let first = documents.first { first.intents = settled + first.intents }
+                for (document, intents) in settled { document.intents = intents + document.intents }
             }
             throw error
         }
-        store.retireIntents(settled)
+        store.retireIntents(settled.flatMap(\.1))
     }
 
     /// Makes an `fsync`'s changes durable through the store's intent log, and leaves their save

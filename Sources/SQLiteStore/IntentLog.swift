@@ -118,17 +118,11 @@ final class IntentLog: Sendable {
         let mark = state.withLock { state -> (fd: Int32, offset: Int64, epoch: UInt64, sequence: UInt64)? in
             guard state.fd >= 0 else { return nil }
             for id in intents { state.live.remove(id.rawValue) }
-            if state.live.isEmpty && state.inFlight == 0 && !state.failed {
-                // Every record of this epoch was committed durably: the next one starts over at 0,
-                // and its higher epoch makes the replay ignore what is left of these.
-                state.epoch += 1
-                state.end = 0
-                return nil
-            }
             let sequence = state.nextSequence
             state.nextSequence += 1
             let offset = state.end
             state.end += Self.aligned(Int64(Self.headerSize + 8 * intents.count))
+            state.inFlight += 1
             return (state.fd, offset, state.epoch, sequence)
         }
         guard let mark else { return }
@@ -143,6 +137,16 @@ final class IntentLog: Sendable {
             Self.header(
                 epoch: mark.epoch, sequence: mark.sequence, kind: .retired, length: payload.count, crc: crc),
             at: mark.offset)
+        state.withLock { state in
+            state.inFlight -= 1
+            if state.live.isEmpty && state.inFlight == 0 && !state.failed {
+                // Every record of this epoch was committed durably, and nothing is being written:
+                // the next record starts over at 0, and its higher epoch makes a replay ignore
+                // what is left of these.
+                state.epoch += 1
+                state.end = 0
+            }
+        }
     }
 
     private func open(_ state: inout State) throws {
