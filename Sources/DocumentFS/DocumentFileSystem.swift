@@ -166,6 +166,8 @@ public final class DocumentFileSystem: FileSystem {
         var stopping = false
         /// Documents a close asked to save, for the committer (``startCommitter()``).
         var closeSaves: [DocumentID: DocumentState] = [:]
+        /// Documents whose changes an `fsync` logged, and since when, for the committer.
+        var loggedSaves: [DocumentID: (document: DocumentState, since: ContinuousClock.Instant)] = [:]
         /// The committer and the quiet-interval saver wait (``holdBackgroundSaves(_:)``).
         var backgroundSavesHeld = false
         /// Names shown property lists left, and their kinds (`archives=xml`).
@@ -303,6 +305,7 @@ public final class DocumentFileSystem: FileSystem {
     public func saveAll(durable: Bool) -> [DocumentID] {
         let pending = state.withLock { state in
             state.closeSaves = [:]
+            state.loggedSaves = [:]
             return state.documents.values.filter { $0.dirty || $0.lastError != nil }
         }
         let failed = save(group: pending, durable: durable)
@@ -811,6 +814,11 @@ public final class DocumentFileSystem: FileSystem {
             if let directory = try resolve(node),
                 let document = state.withLock({ self.document(&$0, of: directory) })
             {
+                // As for a file's fsync: durable in the store's intent log, saved right after.
+                if try logged(document) {
+                    reply.ok()
+                    return
+                }
                 try save(document, durable: true)
             }
             try storeCall { try store.synchronize() }

@@ -187,9 +187,12 @@ struct DocumentFileSystemTests {
             expected.replaceSubrange(600_005..<600_015, with: tail)
             try #require(fsync(fd) == 0)
 
+            // The fsync logged the changes; the committer saves them.
+            let final = expected
+            _ = try await expectEventually("the fsync's save committed") {
+                try fixture.reopen().readContents(of: big.id, at: nil, offset: 0, count: Fixture.bigSize) == final
+            }
             let other = try fixture.reopen()
-            #expect(
-                try other.readContents(of: big.id, at: nil, offset: 0, count: Fixture.bigSize) == expected)
             #expect(try other.checkIntegrity().isClean)
             #expect(try await shBytes("cat Project.pkg/big.bin", in: mount.path) == expected)
         }
@@ -217,11 +220,14 @@ struct DocumentFileSystemTests {
             let expected = written.prefix(cut) + Data(count: written.count - cut)
             try #require(fsync(fd) == 0)
             #expect(try await shBytes("cat Project.pkg/cut.bin", in: mount.path) == expected)
-            let other = try fixture.reopen()
-            let document = try #require(try other.document(named: "Project.pkg"))
-            let record = try #require(try other.nodes(of: document.id).first { $0.name == "cut.bin" })
-            #expect(
-                try other.readContents(of: record.id, at: nil, offset: 0, count: written.count) == expected)
+            _ = try await expectEventually("the fsync's save committed") {
+                let other = try fixture.reopen()
+                let document = try #require(try other.document(named: "Project.pkg"))
+                guard let record = try other.nodes(of: document.id).first(where: { $0.name == "cut.bin" }) else {
+                    return false
+                }
+                return try other.readContents(of: record.id, at: nil, offset: 0, count: written.count) == expected
+            }
         }
     }
 
