@@ -198,6 +198,12 @@ final class IntentLog: Sendable {
         (value + Int64(alignment) - 1) / Int64(alignment) * Int64(alignment)
     }
 
+    /// A whole record: its header, then `payload` (for tests that make logs by hand).
+    static func record(epoch: UInt64, sequence: UInt64, kind: Kind, payload: Data) -> Data {
+        let crc = payload.withUnsafeBytes { docfs_crc32c(0, $0.baseAddress, $0.count) }
+        return header(epoch: epoch, sequence: sequence, kind: kind, length: payload.count, crc: crc) + payload
+    }
+
     static func header(epoch: UInt64, sequence: UInt64, kind: Kind, length: Int, crc: UInt32) -> Data {
         var header = Data(capacity: headerSize)
         header.append(littleEndian: magic)

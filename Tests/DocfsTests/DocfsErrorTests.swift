@@ -1,7 +1,8 @@
 import DocumentEngine
-import SQLiteStore
 import Foundation
 import Testing
+
+@testable import SQLiteStore
 
 #if canImport(Glibc)
     import Glibc
@@ -98,6 +99,22 @@ struct DocfsErrorTests {
         try expectFailure(
             ["import", store, sandbox.path("nowhere")], "cannot read \(sandbox.path("nowhere"))")
         #expect(try SQLiteStore(path: store).documents().count == 4, "no half-imported documents")
+    }
+
+    @Test("an intent log a killed process left that cannot be saved: fsck names it, mount refuses")
+    func unsavableIntentLog() throws {
+        try FileManager.default.createDirectory(atPath: store + "-intents", withIntermediateDirectories: true)
+        // Whole by its checksums, but not a record this DocFS can read (as a newer one's).
+        let log = store + "-intents/00000000000000ab.log"
+        try IntentLog.record(epoch: 1, sequence: 1, kind: .changes, payload: Data([0xFF, 0xFF, 0xFF, 0xFF, 9]))
+            .write(to: URL(fileURLWithPath: log))
+        let fsck = try sandbox.run(["fsck", store])
+        #expect(fsck.status == 1, "\(fsck)")
+        #expect(fsck.stdout.contains("intent log not saved yet") && fsck.stdout.contains("ab.log"), "\(fsck)")
+        let mountpoint = sandbox.path("mnt")
+        try FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
+        try expectFailure(["mount", store, mountpoint], "cannot save the changes a killed process logged")
+        #expect(FileManager.default.fileExists(atPath: log), "the log stays for the next opening")
     }
 
     @Test("permission denied")

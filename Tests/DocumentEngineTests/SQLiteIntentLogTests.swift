@@ -1,4 +1,3 @@
-import CLinuxSupport
 import DocumentEngine
 import Foundation
 import StoreTestSupport
@@ -226,13 +225,11 @@ struct SQLiteIntentLogTests {
         let image = try crashImage()
         try FileManager.default.createDirectory(atPath: image + "-intents", withIntermediateDirectories: true)
         // Whole by its checksums, but nothing this DocFS can read: as a newer DocFS's record.
-        let payload = Data([0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 3])
-        let crc = payload.withUnsafeBytes { docfs_crc32c(0, $0.baseAddress, $0.count) }
         let log = image + "-intents/00000000000000aa.log"
-        try
-            (IntentLog.header(epoch: 1, sequence: 1, kind: .changes, length: payload.count, crc: crc)
-            + payload)
-            .write(to: URL(fileURLWithPath: log))
+        try IntentLog.record(
+            epoch: 1, sequence: 1, kind: .changes, payload: Data([0xFF, 0xFF, 0xFF, 0xFF, 1, 2, 3])
+        )
+        .write(to: URL(fileURLWithPath: log))
         let store = try SQLiteStore(path: image)
         #expect(store.unreplayedIntentLogs.count == 1)
         #expect(try contents(store) == old)
