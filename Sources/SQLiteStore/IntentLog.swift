@@ -330,6 +330,16 @@ struct IntentPayload {
                 return clamped.isEmpty ? nil : clamped
             }
         }
+        // A sparse or derived update: its size, chunks and ranges, then the held bytes.
+        func partial(size: Int64, chunks: [Int], source: any ContentsSource) {
+            writer.i64(size)
+            writer.indices(chunks)
+            writer.ranges(source.changedRanges)
+            let ranges = held(size: size, chunks: chunks, source: source)
+            writer.ranges(ranges)
+            pieces.append((source, ranges))
+            byteCount += ranges.reduce(0) { $0 + Int64($1.count) }
+        }
         for (id, update) in contents {
             writer.i64(id.rawValue)
             switch update {
@@ -345,23 +355,11 @@ struct IntentPayload {
                 }
             case .sparse(let size, let chunks, let source):
                 writer.u8(1)
-                writer.i64(size)
-                writer.indices(chunks)
-                writer.ranges(source.changedRanges)
-                let ranges = held(size: size, chunks: chunks, source: source)
-                writer.ranges(ranges)
-                pieces.append((source, ranges))
-                byteCount += ranges.reduce(0) { $0 + Int64($1.count) }
+                partial(size: size, chunks: chunks, source: source)
             case .derived(let from, let size, let chunks, let source):
                 writer.u8(2)
                 writer.lookup(from)
-                writer.i64(size)
-                writer.indices(chunks)
-                writer.ranges(source.changedRanges)
-                let ranges = held(size: size, chunks: chunks, source: source)
-                writer.ranges(ranges)
-                pieces.append((source, ranges))
-                byteCount += ranges.reduce(0) { $0 + Int64($1.count) }
+                partial(size: size, chunks: chunks, source: source)
             case .copy(let from):
                 writer.u8(3)
                 writer.lookup(from)
