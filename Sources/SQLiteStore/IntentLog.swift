@@ -322,13 +322,22 @@ struct IntentPayload {
                 return start..<min(size, start + Int64(chunkSize))
             }
             saveCost += listed.reduce(0) { $0 + Int64($1.count) }
-            // What the source holds, or every listed byte: the store reads the rest of a listed
-            // chunk from the file's stored bytes, which a replay reads from its base the same way.
-            guard let held = source.heldRanges else { return listed }
-            return held.compactMap { range in
+            // Only the bytes that differ from the file the update starts from (outside its
+            // changed ranges the source reads as that file does; what it holds there is the
+            // mount's cache of it), else what the source holds, else every listed byte. A
+            // replay reads the rest from the stored file at the record's base, as the save would.
+            guard let ranges = source.changedRanges ?? source.heldRanges else { return listed }
+            var joined: [Range<Int64>] = []
+            for range in ranges.sorted(by: { $0.lowerBound < $1.lowerBound }) {
                 let clamped = range.clamped(to: 0..<size)
-                return clamped.isEmpty ? nil : clamped
+                guard !clamped.isEmpty else { continue }
+                if let last = joined.last, clamped.lowerBound <= last.upperBound {
+                    joined[joined.count - 1] = last.lowerBound..<max(last.upperBound, clamped.upperBound)
+                } else {
+                    joined.append(clamped)
+                }
             }
+            return joined
         }
         // A sparse or derived update: its size, chunks and ranges, then the held bytes.
         func partial(size: Int64, chunks: [Int], source: any ContentsSource) {

@@ -130,6 +130,44 @@ struct DocfsMountTests {
         }
     }
 
+    @Test("an fsync acknowledged just before kill -9 of the daemon is in the store for the next process that opens it")
+    func fsyncSurvivesKill() async throws {
+        try await onOwnThread { [self] in
+            let mountpoint = try folder("mnt")
+            defer { cleanUp(mountpoint) }
+            let mounted = try docfs(["mount", store, mountpoint])
+            try #require(mounted.status == 0, "\(mounted)")
+            let pid = try #require(daemonPID(mountpoint))
+            // Pages all over a 2 MiB file: the fsync logs them, and its save waits for the
+            // committer (up to 20 ms), which the kill does not let run.
+            var bytes = [UInt8](repeating: 0, count: 2 << 20)
+            for index in bytes.indices { bytes[index] = UInt8(truncatingIfNeeded: index &* 2_654_435_761 >> 13) }
+            let fd = open(mountpoint + "/README.txt", O_RDWR | O_TRUNC)
+            try #require(fd >= 0)
+            #expect(bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == bytes.count)
+            #expect(fsync(fd) == 0)
+            var page = [UInt8](repeating: 0xA5, count: 4096)
+            for index in stride(from: 4096, to: bytes.count, by: 65_536) {
+                page[0] = UInt8(truncatingIfNeeded: index >> 12)
+                #expect(pwrite(fd, page, page.count, off_t(index)) == page.count)
+                bytes.replaceSubrange(index..<index + 4096, with: page)
+            }
+            #expect(fsync(fd) == 0)
+            #expect(kill(pid, SIGKILL) == 0)
+            close(fd)
+            _ = try program(["/usr/bin/fusermount3", "-u", "-z", mountpoint])
+            #expect(waitUntil(seconds: 10, { !isAlive(pid) }))
+
+            // The store alone, as `docfs export` or an app opens it: the log is saved and removed.
+            let reopened = try SQLiteStore(path: store)
+            let info = try #require(try reopened.document(named: "README.txt"))
+            #expect(try reopened.wholeContents(of: info.root) == Data(bytes))
+            #expect(try reopened.checkIntegrity().isClean)
+            let logs = (try? FileManager.default.contentsOfDirectory(atPath: store + "-intents")) ?? []
+            #expect(logs.filter { $0.hasSuffix(".log") }.isEmpty, "\(logs)")
+        }
+    }
+
     @Test("the default store, -o ro and fsname=, a relative mount point, -o nonempty")
     func defaultStoreAndOptions() async throws {
         try await onOwnThread { [self] in
