@@ -623,19 +623,18 @@ final class SQLiteBackend: StoreBackend {
         // - SQLite fsyncs the directory only when it first fsyncs a new log, which deferred
         //   commits may not have done yet; so the directory is fsynced too, or a new log could
         //   vanish with its frames.
-        // Every version committed before the sync is durable after it.
+        // Every version committed before the sync is durable once it succeeded.
         let newest = try? pool.read { db in try Int64.fetchOne(db, sql: "SELECT max(id) FROM versions") }
-        defer {
-            if let newest = newest ?? nil { durableThrough.max(newest, ordering: .acquiringAndReleasing) }
-        }
         let log = open(path + "-wal", O_RDONLY | O_CLOEXEC)
-        guard log >= 0 else {
-            if errno == ENOENT { return }
+        if log >= 0 {
+            defer { close(log) }
+            try Self.fsyncRetrying(log, path: path, doing: "synchronize")
+            try Self.syncFolder(
+                (path as NSString).deletingLastPathComponent, path: path, doing: "synchronize")
+        } else if errno != ENOENT {
             throw Self.systemError(errno, path: path, doing: "synchronize")
         }
-        defer { close(log) }
-        try Self.fsyncRetrying(log, path: path, doing: "synchronize")
-        try Self.syncFolder((path as NSString).deletingLastPathComponent, path: path, doing: "synchronize")
+        if let newest = newest ?? nil { durableThrough.max(newest, ordering: .acquiringAndReleasing) }
     }
 
     /// `fsync`, retried when interrupted; a failure is reported for the store at `path`.
