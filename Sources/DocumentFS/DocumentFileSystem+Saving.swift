@@ -249,8 +249,11 @@ extension DocumentFileSystem {
         do {
             logged = try storeCall { try store.logIntent(prepared.changes) }
         } catch {
-            state.withLock { _ in unprepare(document, prepared) }
-            throw error
+            // A durable save does without the log (a log folder that cannot be written); on a
+            // full disk it fails too, and its error is what the fsync returns.
+            logger.warning(
+                "logging the changes of \(document.info.name) failed (\(error)); saving them at once")
+            logged = nil
         }
         state.withLock { state in
             unprepare(document, prepared)

@@ -248,6 +248,35 @@ struct WritePathTests {
         }
     }
 
+    @Test("an fsync whose intent log cannot be written saves durably instead, and returns 0")
+    func fsyncWithoutItsLog() async throws {
+        let fixture = try await Fixture.make(.sqlite)
+        defer { fixture.remove() }
+        let sqlite = try #require(fixture.store as? SQLiteStore)
+        // A file where the log's folder goes: the log cannot be made.
+        try Data("not a folder".utf8).write(to: URL(fileURLWithPath: sqlite.path + "-intents"))
+        try await withMount(fixture.store) { mount in
+            mount.mount.fileSystem.holdBackgroundSaves(true)
+            let bytes = sampleBytes(10_000, seed: 77)
+            let status = try await offThread { () -> Int32 in
+                let fd = open(mount.path + "/Project.pkg/unlogged.bin", O_CREAT | O_RDWR | O_CLOEXEC, 0o644)
+                guard fd >= 0 else { return errno }
+                defer { close(fd) }
+                guard bytes.withUnsafeBytes({ pwrite(fd, $0.baseAddress, $0.count, 0) }) == bytes.count else {
+                    return errno
+                }
+                return fsync(fd) == 0 ? 0 : errno
+            }
+            #expect(status == 0)
+            // Saved by the fsync itself: the committer is held.
+            let record = try fixture.record("Project.pkg", "unlogged.bin")
+            #expect(
+                try fixture.reopen().readContents(of: record.id, at: nil, offset: 0, count: bytes.count)
+                    == bytes)
+            mount.mount.fileSystem.holdBackgroundSaves(false)
+        }
+    }
+
     @Test(
         "fsync makes a write durable before it returns (in SQLite's intent log, replayed from a crash image); its save follows",
         arguments: StoreKind.all)
