@@ -66,12 +66,16 @@ final class IntentLog: Sendable {
         folder = storePath + "-intents"
     }
 
-    deinit {
+    deinit { close() }
+
+    /// Lets the log go: removes it when everything it holds was saved (nothing to replay), and
+    /// keeps it for the next opening otherwise. A later append starts a new log.
+    func close() {
         state.withLock { state in
-            guard state.fd >= 0 else { return }
-            // Everything logged was saved: nothing to replay.
+            guard state.fd >= 0, state.inFlight == 0 else { return }
             if state.live.isEmpty && !state.failed { unlink(folder + "/" + state.name) }
-            close(state.fd)
+            Glibc.close(state.fd)
+            state = State()
         }
     }
 
@@ -162,14 +166,14 @@ final class IntentLog: Sendable {
         // between its creation and its lock would take it for a dead process's, and remove it.
         guard flock(fd, LOCK_EX | LOCK_NB) == 0, rename(stem + ".new", stem + ".log") == 0 else {
             let code = errno
-            close(fd)
+            Glibc.close(fd)
             unlink(stem + ".new")
             throw SQLiteBackend.systemError(code, path: storePath, doing: "create the intent log of")
         }
         // The name must survive a power cut with the first record it holds.
         do { try SQLiteBackend.syncFolder(folder, path: storePath, doing: "create the intent log of") } catch
         {
-            close(fd)
+            Glibc.close(fd)
             unlink(stem + ".log")
             throw error
         }

@@ -69,6 +69,10 @@ public final class SQLiteStore: VersionedDocumentStore, Sendable {
 
     public func retireIntents(_ intents: [IntentID]) { intentLog.retire(intents) }
 
+    /// Closes this process's intent log, removing it when everything it holds was saved: for a
+    /// process that ends without releasing the store (the mount's daemon, once it unmounted).
+    public func closeIntentLog() { intentLog.close() }
+
     /// Replays the logs in `<store>-intents` that no live process holds, then removes them.
     private func replayIntentLogs() throws {
         let folder = intentLog.folder

@@ -176,6 +176,8 @@ struct Mount: DocfsCommand {
             Thread.detachNewThread { continuation.resume(returning: mount.waitUntilFinished()) }
         }
         record?.remove()
+        // The unmount saved everything: the daemon's intent log holds nothing to replay.
+        (plan.store as? SQLiteStore)?.closeIntentLog()
         logger.notice("unmounted", metadata: ["mountpoint": "\(plan.mountpoint)"])
         if case .failure(let error) = result { throw Failure(Self.describe(error, plan: plan)) }
     }

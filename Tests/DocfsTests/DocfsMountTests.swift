@@ -120,10 +120,20 @@ struct DocfsMountTests {
                 "\(String(describing: statistics))")
             #expect(isAlive(pid))
 
+            // An fsync goes through the store's intent log; the unmount saves it and removes the log.
+            let fd = open(mountpoint + "/README.txt", O_WRONLY | O_APPEND)
+            try #require(fd >= 0)
+            #expect(write(fd, "more\n", 5) == 5 && fsync(fd) == 0)
+            close(fd)
+            let logs = { (try? FileManager.default.contentsOfDirectory(atPath: store + "-intents")) ?? [] }
+            #expect(logs().contains { $0.hasSuffix(".log") }, "the fsync was logged")
+
             let unmounted = try docfs(["unmount", mountpoint])
             #expect(unmounted.status == 0 && unmounted.stderr.isEmpty, "\(unmounted)")
             #expect(Mounts.entry(at: mountpoint) == nil, "the mount is gone")
             #expect(!isAlive(pid), "unmount returned after the daemon exited")
+            #expect(!logs().contains { $0.hasSuffix(".log") }, "a clean unmount leaves no log: \(logs())")
+            #expect(try SQLiteStore(path: store).wholeContents(of: info.root).suffix(5) == Data("more\n".utf8))
             #expect(
                 !FileManager.default.fileExists(atPath: pidFile(mountpoint)),
                 "the daemon removed its pid file")
