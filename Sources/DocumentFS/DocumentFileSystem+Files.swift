@@ -453,16 +453,7 @@ extension DocumentFileSystem {
             if document != nil, let file = state.withLock({ state in state.files[handle.rawValue]?.node }) {
                 try checkText(file)
             }
-            if let document {
-                // Durable in the store's intent log; the committer saves them soon after.
-                if try logged(document) {
-                    reply.ok()
-                    return
-                }
-                try save(document, durable: true)
-            }
-            // Earlier saves of this document may have been committed without waiting for the disk.
-            try storeCall { try store.synchronize() }
+            try synchronize(document)
             reply.ok()
         }
     }

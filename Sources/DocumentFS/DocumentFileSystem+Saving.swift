@@ -17,14 +17,28 @@ extension DocumentFileSystem {
         var intents: [IntentID]
     }
 
+    /// `fsync` and `fsyncdir`: the document's changes are durable when this returns, and so is
+    /// every save the store committed before. Through the store's intent log when it keeps one:
+    /// one small sync, where a durable save cuts, hashes and stores every chunk the changes
+    /// touch and syncs the store's log and packs; the committer saves them soon after.
+    func synchronize(_ document: DocumentState?) throws(Errno) {
+        if let document, try save(document, durable: true, logging: true) { return }
+        // Earlier saves may have been committed without waiting for the disk.
+        try storeCall { try store.synchronize() }
+    }
+
     /// Saves the document's changes as one store version. Returns when the save is committed
     /// (and, when `durable`, on disk); throws the errno a `close` or `fsync` should return.
-    func save(_ document: DocumentState, durable: Bool) throws(Errno) {
+    /// With `logging`, the store may log the changes instead (``DocumentStore/logIntent(_:)``),
+    /// and the committer saves them: returns whether it did.
+    @discardableResult
+    func save(_ document: DocumentState, durable: Bool, logging: Bool = false) throws(Errno) -> Bool {
         try ensureLoaded(document)
         compileTexts(of: document)
         document.saving.lock()
         defer { document.saving.unlock() }
         if let prepared = try prepareShown(document, durable: durable) {
+            if logging, store.logsIntents, log(document, prepared) { return true }
             let result: Result<SaveResult, Errno>
             do {
                 result = .success(try storeCall { try store.save(prepared.changes) })
@@ -38,6 +52,7 @@ extension DocumentFileSystem {
         if state.withLock({ _ in document.needsReload && !document.dirty }) {
             try reloadLocked(document, force: false)
         }
+        return false
     }
 
     /// Saves several documents as one store transaction (group commit): one commit, and one disk
@@ -234,17 +249,9 @@ extension DocumentFileSystem {
         store.retireIntents(settled.flatMap(\.1))
     }
 
-    /// Makes an `fsync`'s changes durable through the store's intent log, and leaves their save
-    /// to the committer: one small sync, where a durable save cuts, hashes and stores every
-    /// chunk the changes touch, and syncs the store's log and packs. False when there is
-    /// nothing to save, or the store would rather save at once (``DocumentStore/logIntent(_:)``).
-    func logged(_ document: DocumentState) throws(Errno) -> Bool {
-        guard store.logsIntents else { return false }
-        try ensureLoaded(document)
-        compileTexts(of: document)
-        document.saving.lock()
-        defer { document.saving.unlock() }
-        guard let prepared = try prepareShown(document, durable: true) else { return false }
+    /// Has the store log `prepared` instead of saving it, and leaves the save to the committer.
+    /// False when the store would rather save at once, or cannot log: `prepared` stands.
+    private func log(_ document: DocumentState, _ prepared: PreparedSave) -> Bool {
         let logged: IntentID?
         do {
             logged = try storeCall { try store.logIntent(prepared.changes) }
@@ -253,15 +260,14 @@ extension DocumentFileSystem {
             // full disk it fails too, and its error is what the fsync returns.
             logger.warning(
                 "logging the changes of \(document.info.name) failed (\(error)); saving them at once")
-            logged = nil
+            return false
         }
+        guard let logged else { return false }
         state.withLock { state in
             unprepare(document, prepared)
-            guard let logged else { return }
             document.intents.append(logged)
             if state.loggedSaves[document.id] == nil { state.loggedSaves[document.id] = (document, .now) }
         }
-        guard logged != nil else { return false }
         committerWake.signal()
         return true
     }
@@ -473,14 +479,7 @@ extension DocumentFileSystem {
         let thread = Thread { [weak self] in
             while true {
                 guard let wake = self?.committerWake else { return }
-                let wait = self?.state.withLock { state -> Duration? in
-                    state.loggedSaves.values.map(\.since).min().map {
-                        $0 + Self.loggedSaveDelay - ContinuousClock.now
-                    }
-                }
-                let seconds = min(
-                    0.25, max(0, wait.flatMap { $0 }.map { Double($0 / .microseconds(1)) / 1e6 } ?? 0.25))
-                _ = wake.wait(timeout: .now() + seconds)
+                _ = wake.wait(timeout: .now() + (self?.committerSleep() ?? 0.25))
                 guard let self, !self.state.withLock({ $0.stopping }) else { return }
                 let now = ContinuousClock.now
                 let (closes, loggedDue) = self.state.withLock { state -> (Bool, Bool) in
@@ -504,6 +503,13 @@ extension DocumentFileSystem {
         }
         thread.name = "docfs.committer"
         thread.start()
+    }
+
+    /// Seconds the committer may sleep: until the oldest logged save is due, at most 0.25.
+    private func committerSleep() -> Double {
+        guard let oldest = state.withLock({ $0.loggedSaves.values.map(\.since).min() }) else { return 0.25 }
+        let left = oldest + Self.loggedSaveDelay - ContinuousClock.now
+        return min(0.25, max(0, Double(left / .microseconds(1)) / 1e6))
     }
 
     // MARK: - History that thins itself

@@ -811,17 +811,9 @@ public final class DocumentFileSystem: FileSystem {
         reply: ReplyEmpty
     ) {
         answer(reply) { () throws(Errno) in
-            if let directory = try resolve(node),
-                let document = state.withLock({ self.document(&$0, of: directory) })
-            {
-                // As for a file's fsync: durable in the store's intent log, saved right after.
-                if try logged(document) {
-                    reply.ok()
-                    return
-                }
-                try save(document, durable: true)
-            }
-            try storeCall { try store.synchronize() }
+            let directory = try resolve(node)
+            try synchronize(
+                directory.flatMap { directory in state.withLock { self.document(&$0, of: directory) } })
             reply.ok()
         }
     }

@@ -187,15 +187,8 @@ final class IntentLog: Sendable {
     }
 
     static func writeAll(_ fd: Int32, _ raw: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
-        var done = 0
-        while done < raw.count {
-            let count = pwrite(fd, raw.baseAddress! + done, raw.count - done, off_t(offset) + off_t(done))
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw SQLiteBackend.systemError(errno, path: path, doing: "write the intent log of")
-            }
-            done += count
-        }
+        let code = FileIO.write(fd, raw, at: offset)
+        if code != 0 { throw SQLiteBackend.systemError(code, path: path, doing: "write the intent log of") }
     }
 
     static func aligned(_ value: Int64) -> Int64 {
@@ -268,17 +261,8 @@ final class IntentLog: Sendable {
 
     private static func read(_ fd: Int32, count: Int, at offset: Int64) -> Data? {
         var data = Data(count: count)
-        let ok = data.withUnsafeMutableBytes { raw -> Bool in
-            var done = 0
-            while done < count {
-                let n = pread(fd, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
-                if n < 0 && errno == EINTR { continue }
-                if n <= 0 { return false }
-                done += n
-            }
-            return true
-        }
-        return ok ? data : nil
+        let read = data.withUnsafeMutableBytes { FileIO.read(fd, $0, at: offset) }
+        return (try? read.get()) == count ? data : nil
     }
 }
 

@@ -167,19 +167,8 @@ final class PackFiles: Sendable {
             writer.locked = true
             state.writer = writer
             let position = writer.end
-            try data.withUnsafeBytes { buffer in
-                var done = 0
-                while done < buffer.count {
-                    let count = pwrite(
-                        writer.fd, buffer.baseAddress! + done, buffer.count - done,
-                        off_t(position) + off_t(done))
-                    if count < 0 {
-                        if errno == EINTR { continue }
-                        throw failure(errno, path: path(writer.id), doing: "write the pack of")
-                    }
-                    done += count
-                }
-            }
+            let code = data.withUnsafeBytes { FileIO.write(writer.fd, $0, at: position) }
+            if code != 0 { throw failure(code, path: path(writer.id), doing: "write the pack of") }
             // Starts the disk write now, without waiting for it: the commit's sync then finds it
             // done or under way, so the disk works while the save cuts and hashes what follows
             // (a 1 GiB save waited 1.5 s in those syncs).
@@ -338,19 +327,12 @@ final class PackFiles: Sendable {
         }
         let handle = try self.handle(place.pack, parts: wanted.count < place.size)
         var data = Data(count: wanted.count)
-        let start = off_t(place.position) + off_t(wanted.lowerBound)
-        var done = 0
-        try data.withUnsafeMutableBytes { buffer in
-            while done < buffer.count {
-                let count = pread(
-                    handle.fd, buffer.baseAddress! + done, buffer.count - done, start + off_t(done))
-                if count < 0 {
-                    if errno == EINTR { continue }
-                    throw SQLiteBackend.systemError(errno, path: path(place.pack), doing: "read the pack of")
-                }
-                if count == 0 { break }
-                done += count
-            }
+        let start = place.position + Int64(wanted.lowerBound)
+        let done: Int
+        switch data.withUnsafeMutableBytes({ FileIO.read(handle.fd, $0, at: start) }) {
+        case .success(let count): done = count
+        case .failure(let error):
+            throw SQLiteBackend.systemError(error.code, path: path(place.pack), doing: "read the pack of")
         }
         guard done == wanted.count else {
             throw DocumentStoreError.corrupt(
