@@ -426,16 +426,9 @@ extension DocumentFileSystem {
                 if let file = state.withLock({ state in state.files[handle.rawValue]?.node }) {
                     try checkText(file)
                 }
-                // The save is the committer's (group commit): close returns without waiting for
-                // the store. A save of the document that failed since the last report is what
-                // close reports, once; the changes stay pending and are saved again.
-                let failure = state.withLock { state -> Errno? in
-                    state.closeSaves[document.id] = document
-                    defer { document.lastError = nil }
-                    return document.lastError
-                }
-                committerWake.signal()
-                if let failure { throw failure }
+                // A save of the document that failed since the last report is what close
+                // reports, once; the changes stay pending and are saved again.
+                if let failure = commitSoon(document, reporting: true) { throw failure }
             }
             reply.ok()
         }

@@ -738,11 +738,12 @@ extension DocumentFileSystem {
                 changed(&state, from)
                 changed(&state, to)
             }
-            // A rename onto a wrapper's name (or publishing a scratch file) is a save point.
+            // A rename onto a wrapper's name (or publishing a scratch file) is a save point,
+            // committed as a close's is: a safe-save's `fsyncdir` follows at once, and logs it.
             guard isPersisted(node), target != nil || wasScratch else { return nil }
             return self.document(&state, of: node)
         }
-        if let saveDocument { try save(saveDocument, durable: false) }
+        if let saveDocument { commitSoon(saveDocument) }
     }
 
     func renameAtRoot(_ name: FUSE.FileName, _ newName: FUSE.FileName, _ newText: String, flags: RenameFlags)

@@ -267,6 +267,9 @@ extension DocumentFileSystem {
             unprepare(document, prepared)
             document.intents.append(logged)
             if state.loggedSaves[document.id] == nil { state.loggedSaves[document.id] = (document, .now) }
+            // The record holds what an earlier close or rename asked to save: its save may wait
+            // as a logged one does, and take in the next safe-saves' records too.
+            state.closeSaves[document.id] = nil
         }
         committerWake.signal()
         return true
@@ -465,6 +468,23 @@ extension DocumentFileSystem {
     }
 
     // MARK: - Group commit of closes
+
+    /// Hands the document's save to the committer (group commit), which commits it within a few
+    /// milliseconds: a save point (a close, a rename onto a wrapper's name) returns without
+    /// waiting for the store. With `reporting`, returns the error of a save of the document that
+    /// failed since the last report, once (what close(2) returns); its changes stay pending and
+    /// are saved again.
+    @discardableResult
+    func commitSoon(_ document: DocumentState, reporting: Bool = false) -> Errno? {
+        let failure = state.withLock { state -> Errno? in
+            state.closeSaves[document.id] = document
+            guard reporting else { return nil }
+            defer { document.lastError = nil }
+            return document.lastError
+        }
+        committerWake.signal()
+        return failure
+    }
 
     /// How long the save of an `fsync` that the store logged may wait for more: fsx's fsyncs
     /// come every few milliseconds, and a save per fsync (each a durable commit) took the second

@@ -17,7 +17,11 @@ import Testing
 struct WritePathTests {
     /// Contents of a wrapper by path, read through another connection to the store file.
     func stored(_ fixture: Fixture, _ document: String, _ path: String...) throws -> String? {
-        let other = try fixture.reopen()
+        try stored(in: fixture.reopen(), document, path)
+    }
+
+    /// Contents of a wrapper by path in `other`.
+    func stored(in other: any DocumentStore, _ document: String, _ path: [String]) throws -> String? {
         guard let info = try other.document(named: document) else { return nil }
         let records = try other.nodes(of: info.id)
         var current = info.root
@@ -163,14 +167,18 @@ struct WritePathTests {
         try await withMount(fixture.store) { mount in
             let r1 = try await sh("sed -i 's/hello/bonjour/' Project.pkg/src/main.swift", in: mount.path)
             #expect(r1.status == 0, "\(r1.error)")
-            #expect(try stored(fixture, "Project.pkg", "src", "main.swift") == "print(\"bonjour\")\n")
+            // The rename that ends sed's save is a save point; the committer commits it.
+            _ = try await expectEventually("main.swift saved") {
+                try self.stored(fixture, "Project.pkg", "src", "main.swift") == "print(\"bonjour\")\n"
+            }
             let r2 = try await sh(
                 "sed -i '1s/.*/FIRST/' README.txt && head -1 README.txt && ls -a", in: mount.path)
             #expect(r2.status == 0, "\(r2.error)")
             #expect(r2.output.hasPrefix("FIRST\n"))
             #expect(!r2.output.contains("sed"))
-            let text = try #require(try stored(fixture, "README.txt"))
-            #expect(text.hasPrefix("FIRST\n"))
+            _ = try await expectEventually("README.txt saved") {
+                try self.stored(fixture, "README.txt")?.hasPrefix("FIRST\n") == true
+            }
             #expect(try fixture.reopen().document(named: "README.txt")?.id == readmeID)
             #expect(try names(fixture, "Project.pkg").allSatisfy { !$0.hasPrefix("sed") })
         }
@@ -341,6 +349,64 @@ struct WritePathTests {
             }
             let versions = try fixture.reopen().versions(of: record.document)
             #expect(versions.last?.bytesWritten ?? 0 <= Int64(2 * Fixture.chunkSize))
+        }
+    }
+
+    @Test(
+        "a safe-save's rename returns without waiting for the store, and its fsyncdir makes it durable",
+        arguments: StoreKind.all)
+    func safeSaveDurableAtFsyncdir(_ kind: StoreKind) async throws {
+        let fixture = try await Fixture.make(kind)
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let fs = mount.mount.fileSystem
+            fs.holdBackgroundSaves(true)
+            let sqlite = fixture.store as? SQLiteStore
+            sqlite?.suspendBackgroundCheckpoints()
+            let folder = mount.path + "/Project.pkg/src"
+            let text = "print(\"saved safely\")\n"
+            // As GIO saves: a temporary file, fsync, rename over the file, fsync of the folder.
+            let steps = try await offThread { () -> [Int32] in
+                let temporary = folder + "/.goutputstream-Q1W2E3"
+                let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+                guard fd >= 0 else { return [errno] }
+                let bytes = Array(text.utf8)
+                let wrote = write(fd, bytes, bytes.count) == bytes.count ? 0 : errno
+                let synced = fsync(fd) == 0 ? 0 : errno
+                close(fd)
+                let renamed = rename(temporary, folder + "/main.swift") == 0 ? 0 : errno
+                return [wrote, synced, renamed]
+            }
+            #expect(steps == [0, 0, 0])
+            // Renamed, not saved: the save is the committer's, which is held.
+            #expect(try stored(fixture, "Project.pkg", "src", "main.swift") == "print(\"hello\")\n")
+            let synced = try await offThread { () -> Int32 in
+                let fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                guard fd >= 0 else { return errno }
+                defer { close(fd) }
+                return fsync(fd) == 0 ? 0 : errno
+            }
+            #expect(synced == 0)
+            if let sqlite {
+                // The store's files as a kill -9 of the daemon would leave them: the rename and
+                // the new bytes are in the intent log, which the image's opening saves.
+                let image = try crashImage(of: sqlite.path)
+                defer {
+                    try? FileManager.default.removeItem(atPath: (image as NSString).deletingLastPathComponent)
+                }
+                let recovered = try SQLiteStore(path: image)
+                #expect(try stored(in: recovered, "Project.pkg", ["src", "main.swift"]) == text)
+                #expect(try recovered.checkIntegrity().isClean)
+                sqlite.resumeBackgroundCheckpoints()
+            } else {
+                // A store without a log: the fsyncdir was a durable save.
+                #expect(try stored(fixture, "Project.pkg", "src", "main.swift") == text)
+            }
+            fs.holdBackgroundSaves(false)
+            _ = try await expectEventually("the safe-save committed") {
+                try self.stored(fixture, "Project.pkg", "src", "main.swift") == text
+            }
+            #expect(try names(fixture, "Project.pkg").allSatisfy { !$0.hasPrefix(".goutputstream") })
         }
     }
 }
