@@ -614,9 +614,9 @@ extension DocumentFileSystem {
         guard let document = state.withLock({ self.document(&$0, of: node) }) else { return }
         let (base, loaded) = state.withLock { _ in (document.base, document.isLoaded) }
         guard loaded else { return }
-        let info: DocumentInfo
+        let current: VersionID
         do {
-            info = try store.document(document.id)
+            current = try store.currentVersion(of: document.id)
         } catch DocumentStoreError.io(let message) {
             // The store cannot be reached (a database server restarting, a network cut): serve
             // what this mount has, as a mount of a network store does; saves still fail with EIO.
@@ -626,7 +626,7 @@ extension DocumentFileSystem {
             try storeCall { throw error }  // as the errno the caller should see
             return
         }
-        guard info.currentVersion != base else { return }
+        guard current != base else { return }
         state.withLock { _ in document.needsReload = true }
         document.saving.lock()
         defer { document.saving.unlock() }

@@ -394,13 +394,13 @@ final class PackFiles: Sendable {
     }
 
     /// A connection of its own for ``locate(_:)``, outside any snapshot; rarely used.
-    private let locator = Mutex<PlacesConnection?>(nil)
+    private let locator = Mutex<PlainReadConnection?>(nil)
 
     /// Where chunk `id`'s bytes are now, from the store's latest commit.
     func locate(_ id: Int64) throws -> Place? {
         try locator.withLock { locator in
             if locator == nil {
-                locator = PlacesConnection(path: storePath)
+                locator = PlainReadConnection(path: storePath)
             }
             guard let locator else { throw DocumentStoreError.io("cannot open the store \(storePath) again") }
             return try locator.place(id)

@@ -38,21 +38,33 @@ func packedPlace(_ statement: OpaquePointer, _ id: Int64) throws -> PackFiles.Pl
     }
 }
 
-/// A plain connection of its own with ``packedPlaceSQL`` prepared: each step reads the store's
-/// latest commit, in no snapshot a caller holds.
-final class PlacesConnection: @unchecked Sendable {
+/// A plain connection of its own with the statements of ``PlainReads`` prepared
+/// (``packedPlaceSQL``, a document's current version): each step reads the store's latest
+/// commit, in no snapshot a caller holds.
+final class PlainReadConnection: @unchecked Sendable {
     let db: OpaquePointer
-    private let statement: OpaquePointer
+    private let place: OpaquePointer
+    private let version: OpaquePointer
 
     /// Takes `db` over (closing it if preparing fails).
     init?(_ db: OpaquePointer) {
-        var statement: OpaquePointer?
-        guard sqlite3_prepare_v2(db, packedPlaceSQL, -1, &statement, nil) == SQLITE_OK, let statement else {
+        var place: OpaquePointer?
+        var version: OpaquePointer?
+        guard sqlite3_prepare_v2(db, packedPlaceSQL, -1, &place, nil) == SQLITE_OK, let place else {
+            sqlite3_close_v2(db)
+            return nil
+        }
+        guard
+            sqlite3_prepare_v2(db, "SELECT current_version FROM documents WHERE id = ?", -1, &version, nil)
+                == SQLITE_OK, let version
+        else {
+            sqlite3_finalize(place)
             sqlite3_close_v2(db)
             return nil
         }
         self.db = db
-        self.statement = statement
+        self.place = place
+        self.version = version
     }
 
     convenience init?(path: String) {
@@ -62,10 +74,24 @@ final class PlacesConnection: @unchecked Sendable {
     }
 
     deinit {
-        sqlite3_finalize(statement)
+        sqlite3_finalize(place)
+        sqlite3_finalize(version)
         sqlite3_close_v2(db)
     }
 
     /// Where chunk `id`'s bytes are, if in a pack. Used by one thread at a time.
-    func place(_ id: Int64) throws -> PackFiles.Place? { try packedPlace(statement, id) }
+    func place(_ id: Int64) throws -> PackFiles.Place? { try packedPlace(place, id) }
+
+    /// The current version of `document`, nil if there is no such document. Used by one thread
+    /// at a time.
+    func currentVersion(of document: Int64) throws -> Int64? {
+        sqlite3_reset(version)
+        sqlite3_bind_int64(version, 1, document)
+        defer { sqlite3_reset(version) }
+        switch sqlite3_step(version) {
+        case SQLITE_ROW: return sqlite3_column_int64(version, 0)
+        case SQLITE_DONE: return nil
+        case let status: throw DatabaseError(resultCode: ResultCode(rawValue: status))
+        }
+    }
 }

@@ -251,7 +251,7 @@ final class SQLiteBackend: StoreBackend {
     /// Checkpoints the log beside the commits instead of inside them.
     let checkpointer: Checkpointer
     /// Reads parts of chunks outside the pool.
-    let slices: ChunkSlices
+    let slices: PlainReads
     /// Large chunks' bytes, beside the store.
     let packs: PackFiles
     /// Whether the writer connection may still be at `synchronous = NORMAL` after a deferred save.
@@ -274,7 +274,7 @@ final class SQLiteBackend: StoreBackend {
         self.checkpointer = checkpointer
         let packs = PackFiles(storePath: path)
         self.packs = packs
-        slices = ChunkSlices(path: path, packs: packs)
+        slices = PlainReads(path: path, packs: packs)
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
             // FULL: a committed save survives power loss, which fsync's contract needs. Set here,
@@ -546,6 +546,12 @@ final class SQLiteBackend: StoreBackend {
             }
             return result
         } catch {
+            throw Self.storeError(error, path: path)
+        }
+    }
+
+    func currentVersion(of document: DocumentID) throws -> VersionID? {
+        do { return try slices.currentVersion(of: document.rawValue).map(VersionID.init(rawValue:)) } catch {
             throw Self.storeError(error, path: path)
         }
     }

@@ -42,6 +42,10 @@ public protocol StoreBackend: Sendable {
     /// than a query (chunks never change); nil otherwise, or when one of them is gone (a query
     /// then tells what became of it).
     func wholeChunks(_ ids: [Int64]) throws -> [Int64: Data]?
+    /// The document's current version, read outside any transaction where the backend has a
+    /// cheaper way than a query; nil otherwise, or when there is no such document (a query then
+    /// says so).
+    func currentVersion(of document: DocumentID) throws -> VersionID?
 }
 
 extension StoreBackend {
@@ -50,6 +54,7 @@ extension StoreBackend {
     }
     public func chunkSlice(_ id: Int64, _ range: Range<Int>) throws -> Data? { nil }
     public func wholeChunks(_ ids: [Int64]) throws -> [Int64: Data]? { nil }
+    public func currentVersion(of document: DocumentID) throws -> VersionID? { nil }
     public func storageProblems() throws -> [String] { [] }
     public func reclaimSpace() throws {}
 }

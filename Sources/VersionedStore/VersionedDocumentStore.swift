@@ -50,6 +50,10 @@ extension VersionedDocumentStore {
         try versionedStore.readContents(of: node, at: version, offset: offset, count: count)
     }
 
+    public func currentVersion(of document: DocumentID) throws -> VersionID {
+        try versionedStore.currentVersion(of: document)
+    }
+
     public func makeNodeIDs(count: Int) throws -> [StoreNodeID] {
         try versionedStore.makeNodeIDs(count: count)
     }

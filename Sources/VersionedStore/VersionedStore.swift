@@ -62,6 +62,10 @@ public final class VersionedStore: Sendable {
         try backend.access { try $0.liveDocument(named: name) }
     }
 
+    public func currentVersion(of id: DocumentID) throws -> VersionID {
+        try backend.currentVersion(of: id) ?? document(id).currentVersion
+    }
+
     static func fetchDocument(_ tx: any StoreTransaction, _ id: DocumentID) throws -> DocumentInfo {
         guard let document = try tx.document(id) else {
             throw DocumentStoreError.noSuchDocument(id.description)

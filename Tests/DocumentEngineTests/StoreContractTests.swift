@@ -1,10 +1,10 @@
 import DocumentEngine
-import SQLiteStore
 import Foundation
 import PostgresStore
+import SQLiteStore
 import StoreTestSupport
-import Testing
 import TestSupport
+import Testing
 
 /// The stores (SQLite, PostgreSQL): documents, lazy reads, incremental and atomic saves, versions,
 /// conflicts. Each test taking a `StoreKind` runs once per store.
@@ -42,7 +42,8 @@ import TestSupport
     func twoFilePackage(_ name: String) throws -> (
         document: DocumentInfo, a: StoreNodeID, v1: SaveResult, b: StoreNodeID, v2: SaveResult
     ) {
-        let doc = try store.createDocument(named: name, kind: .package, type: nil, permissions: nil, origin: "")
+        let doc = try store.createDocument(
+            named: name, kind: .package, type: nil, permissions: nil, origin: "")
         let (a, v1) = try addFile("a.txt", Data("base".utf8), to: doc)
         let (b, v2) = try addFile("b.txt", Data("b".utf8), to: doc)
         return (doc, a, v1, b, v2)
@@ -92,7 +93,28 @@ import TestSupport
         #expect(try store.documents().count == 2)
     }
 
-    @Test("Lazy: listing documents and wrappers reads no contents; a ranged read reads only its chunks", arguments: StoreKind.everyBackend)
+    @Test(
+        "A document's current version is what document(_:) says, after another connection's save too; an unknown id throws",
+        arguments: StoreKind.everyBackend)
+    static func currentVersion(_ kind: StoreKind) throws { try Self(kind).currentVersion() }
+    func currentVersion() throws {
+        let (doc, a, _, _, v2) = try twoFilePackage("Current.pkg")
+        #expect(try store.currentVersion(of: doc.id) == v2.version.id)
+        // Saved through another connection: the next ask sees it (no snapshot is kept).
+        let other = try fixture.reopen()
+        let v3 = try other.save(replacing(a, with: "again", in: doc, at: v2))
+        #expect(try store.currentVersion(of: doc.id) == v3.version.id)
+        #expect(try store.currentVersion(of: doc.id) == store.document(doc.id).currentVersion)
+        try other.deleteDocument(doc.id, origin: "test")
+        #expect(try store.currentVersion(of: doc.id) == store.document(doc.id).currentVersion)
+        #expect(throws: DocumentStoreError.noSuchDocument(DocumentID(rawValue: 999_999).description)) {
+            try store.currentVersion(of: DocumentID(rawValue: 999_999))
+        }
+    }
+
+    @Test(
+        "Lazy: listing documents and wrappers reads no contents; a ranged read reads only its chunks",
+        arguments: StoreKind.everyBackend)
     static func lazyReads(_ kind: StoreKind) throws { try Self(kind).lazyReads() }
     func lazyReads() throws {
         let doc = try store.createDocument(
@@ -161,7 +183,9 @@ import TestSupport
         #expect(try store.readContents(of: id, at: nil, offset: size, count: 10) == Data([0x2A]))
     }
 
-    @Test("Incremental: replacing one 1 MB image of 100 writes that image's chunks and metadata only", arguments: StoreKind.everyBackend)
+    @Test(
+        "Incremental: replacing one 1 MB image of 100 writes that image's chunks and metadata only",
+        arguments: StoreKind.everyBackend)
     static func replaceOneImage(_ kind: StoreKind) throws { try Self(kind).replaceOneImage() }
     func replaceOneImage() throws {
         let doc = try store.createDocument(
@@ -227,7 +251,9 @@ import TestSupport
         #expect(try store.checkIntegrity().isClean)
     }
 
-    @Test("Versions: every save is one; old versions read as they were; restore is a new save", arguments: StoreKind.everyBackend)
+    @Test(
+        "Versions: every save is one; old versions read as they were; restore is a new save",
+        arguments: StoreKind.everyBackend)
     static func versions(_ kind: StoreKind) throws { try Self(kind).versions() }
     func versions() throws {
         let doc = try store.createDocument(
@@ -255,7 +281,9 @@ import TestSupport
         #expect(try store.events(after: 0).last?.kind == .restored)
     }
 
-    @Test("Conflicts: a save based on an old version keeps both; rebase and fail policies", arguments: StoreKind.everyBackend)
+    @Test(
+        "Conflicts: a save based on an old version keeps both; rebase and fail policies",
+        arguments: StoreKind.everyBackend)
     static func conflicts(_ kind: StoreKind) throws { try Self(kind).conflicts() }
     func conflicts() throws {
         let (doc, a, v1, b, v2) = try twoFilePackage("C.pkg")
@@ -307,7 +335,9 @@ import TestSupport
         #expect(try store.unresolvedConflicts().isEmpty)
     }
 
-    @Test("Many lookups at once answer as one lookup each: current, old, conflict, removed, missing", arguments: StoreKind.everyBackend)
+    @Test(
+        "Many lookups at once answer as one lookup each: current, old, conflict, removed, missing",
+        arguments: StoreKind.everyBackend)
     static func batchLookups(_ kind: StoreKind) throws { try Self(kind).batchLookups() }
     func batchLookups() throws {
         let (doc, a, v1, b, v2) = try twoFilePackage("Batch.pkg")
@@ -322,7 +352,8 @@ import TestSupport
         let lookups = [
             NodeLookup(a, at: nil), NodeLookup(b, at: nil), NodeLookup(b, at: v2.version.id),
             NodeLookup(a, at: conflict.version.id), NodeLookup(a, at: v1.version.id),
-            NodeLookup(StoreNodeID(rawValue: 999_999), at: nil), NodeLookup(a, at: VersionID(rawValue: 999_999)),
+            NodeLookup(StoreNodeID(rawValue: 999_999), at: nil),
+            NodeLookup(a, at: VersionID(rawValue: 999_999)),
             NodeLookup(doc.root, at: v1.version.id), NodeLookup(b, at: conflict.version.id),
         ]
         let answers = try store.nodes(lookups)
@@ -356,7 +387,9 @@ import TestSupport
         }
     }
 
-    @Test("A save is validated: unique names, existing directory parents, no root removal", arguments: StoreKind.everyBackend)
+    @Test(
+        "A save is validated: unique names, existing directory parents, no root removal",
+        arguments: StoreKind.everyBackend)
     static func invalidSaves(_ kind: StoreKind) throws { try Self(kind).invalidSaves() }
     func invalidSaves() throws {
         let doc = try store.createDocument(
@@ -390,7 +423,9 @@ import TestSupport
         #expect(try store.nodes(of: doc.id).count == 2)
     }
 
-    @Test("Removing a directory removes its subtree; renames and moves are record changes", arguments: StoreKind.everyBackend)
+    @Test(
+        "Removing a directory removes its subtree; renames and moves are record changes",
+        arguments: StoreKind.everyBackend)
     static func treeChanges(_ kind: StoreKind) throws { try Self(kind).treeChanges() }
     func treeChanges() throws {
         let doc = try store.createDocument(
@@ -427,7 +462,9 @@ import TestSupport
         #expect(try store.checkIntegrity().isClean)
     }
 
-    @Test("Metadata round-trips exactly: modes, owners, nanosecond times, preferred names, xattrs", arguments: StoreKind.everyBackend)
+    @Test(
+        "Metadata round-trips exactly: modes, owners, nanosecond times, preferred names, xattrs",
+        arguments: StoreKind.everyBackend)
     static func metadata(_ kind: StoreKind) throws { try Self(kind).metadata() }
     func metadata() throws {
         let doc = try store.createDocument(
@@ -454,7 +491,9 @@ import TestSupport
         #expect(abs(Timestamp(time.date).rawValue - time.rawValue) < 1000)  // a Date holds ~0.1 µs
     }
 
-    @Test("Several connections (as several processes) see each other's saves and events", arguments: StoreKind.everyBackend)
+    @Test(
+        "Several connections (as several processes) see each other's saves and events",
+        arguments: StoreKind.everyBackend)
     static func sharedStore(_ kind: StoreKind) throws { try Self(kind).sharedStore() }
     func sharedStore() throws {
         let other = try fixture.reopen()
@@ -555,7 +594,9 @@ struct DistinctChunks: ContentsSource {
 
 /// Fixes from review: retention granularity and incremental restore.
 @Suite struct StoreRetentionDetailTests {
-    @Test("keepFor honours fractions of a second; restore reads only files that differ", arguments: StoreKind.everyBackend)
+    @Test(
+        "keepFor honours fractions of a second; restore reads only files that differ",
+        arguments: StoreKind.everyBackend)
     func details(_ kind: StoreKind) throws {
         let fixture = try StoreFixture(kind)
         let store = fixture.store
@@ -589,7 +630,9 @@ struct DistinctChunks: ContentsSource {
 }
 
 @Suite struct StoreObserverLifetimeTests {
-    @Test("An observer nobody stops is freed with its last owner, and lets its store go", arguments: StoreKind.everyBackend)
+    @Test(
+        "An observer nobody stops is freed with its last owner, and lets its store go",
+        arguments: StoreKind.everyBackend)
     func freedWithoutStop(_ kind: StoreKind) async throws {
         let tmp = try TemporaryDirectory()
         let database = kind == .postgres ? try StoreFixture.newDatabase() : nil

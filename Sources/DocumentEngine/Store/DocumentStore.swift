@@ -466,6 +466,9 @@ public protocol DocumentStore: AnyObject, Sendable {
 
     func documents() throws -> [DocumentInfo]
     func document(_ id: DocumentID) throws -> DocumentInfo
+    /// The document's ``DocumentInfo/currentVersion``, as ``document(_:)`` gives it: for a
+    /// caller that needs only that, before every open (a mount's close-to-open check).
+    func currentVersion(of document: DocumentID) throws -> VersionID
     func document(named name: String) throws -> DocumentInfo?
     /// Creates a document whose root is `root`: an empty folder (a package), an empty file, a
     /// symbolic link or a special file (flat documents).
@@ -588,6 +591,10 @@ extension DocumentStore {
 
     /// A store without a cache has nothing to drop.
     public func purgeCache() {}
+
+    public func currentVersion(of document: DocumentID) throws -> VersionID {
+        try self.document(document).currentVersion
+    }
 
     /// A store without an intent log: every durable save is a durable commit.
     public func logIntent(_ changes: DocumentChanges) throws -> IntentID? { nil }

@@ -3,17 +3,19 @@ import GRDB
 import GRDBSQLite
 import Synchronization
 
-/// Reads byte ranges of chunks (a cold random read through the mount) on plain SQLite
-/// connections of their own.
+/// Reads that need no snapshot, on plain SQLite connections of their own: byte ranges of chunks
+/// (a cold random read through the mount), and a document's current version (the mount's check
+/// before every open).
 ///
 /// Through the pool, a 4 KiB slice cost more in GRDB's bookkeeping than in SQLite: a queue hop,
 /// a schema-version check, and a BEGIN and COMMIT, about half of a cold random read's CPU. A
 /// chunk's bytes never change, so a slice needs no snapshot: the blob handle's own statement is
 /// the read, and it ends when the handle closes, so no read holds the log back. A packed chunk's
-/// place is one statement on the same connection, and its bytes one `pread` from its pack.
-final class ChunkSlices: Sendable {
+/// place is one statement on the same connection, and its bytes one `pread` from its pack. A
+/// document's current version is one statement too, which sees the latest commit.
+final class PlainReads: Sendable {
     /// One connection, used by one read at a time.
-    private typealias Connection = PlacesConnection
+    private typealias Connection = PlainReadConnection
 
     private let path: String
     private let packs: PackFiles
@@ -65,6 +67,14 @@ final class ChunkSlices: Sendable {
         }
         guard status == SQLITE_OK else { throw DatabaseError(resultCode: ResultCode(rawValue: status)) }
         return data
+    }
+
+    /// The current version of `document`; nil if there is no such document or no connection
+    /// could be opened (the caller then reads it with a query).
+    func currentVersion(of document: Int64) throws -> Int64? {
+        guard let connection = take() else { return nil }
+        defer { give(connection) }
+        return try connection.currentVersion(of: document)
     }
 
     /// `wanted` (nil: all) of the packed chunk `id` at `place`; nil when it runs past the chunk.
