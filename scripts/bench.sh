@@ -15,7 +15,11 @@
 #   b3   sequential write and read of a big wrapper, with the daemon's peak RSS (B7)
 #   b4   4 KiB random reads and writes (fio), also on the peer (a copy of the file under it),
 #        with the daemon's peak RSS through both (B7)
-#   b5   create, stat and delete many small files
+#   b5   create, stat and delete many small files; with passthrough_ll as the peer, also on a
+#        second passthrough_ll mounted with the kernel options DocFS mounts with
+#        (default_permissions, writeback cache), as info: what those options cost any FUSE file
+#        system (with them the kernel asks for the folder's attributes before each unlink, and
+#        writes an unlinked file's change time back)
 #   b6   the engine: Document.open and a one-wrapper save, store vs folder
 #   b7   the daemon's peak RSS with many documents open
 #   b8   a save and a new document through one mount, seen through a second mount of the store
@@ -221,6 +225,9 @@ mkdir -p "$native" "$native_roots" "$work/store" "$mnt" "$mnt_roots" "$mnt_secon
 # peer_name, peer_options and peer_version say which ran, for the report ("none" when none did).
 peer_src=$work/peer-source
 mnt_peer=$work/mnt-peer
+# B5's second passthrough_ll, with DocFS's kernel options.
+peerlike_src=$work/peerlike-source
+mnt_peerlike=$work/mnt-peerlike
 peer=""
 peer_name=none peer_options="" peer_version=""
 
@@ -433,6 +440,9 @@ cleanup() {
     # daemon ends when its mount does.
     if [ -n "${peer:-}" ] || is_mounted "$mnt_peer"; then
         fusermount3 -u "$mnt_peer" 2>/dev/null || fusermount3 -u -z "$mnt_peer" 2>/dev/null
+    fi
+    if is_mounted "$mnt_peerlike"; then
+        fusermount3 -u "$mnt_peerlike" 2>/dev/null || fusermount3 -u -z "$mnt_peerlike" 2>/dev/null
     fi
     unmount_store "$mnt"
     unmount_store "$mnt_roots"
@@ -804,23 +814,47 @@ side_folder() {
 }
 
 b5() {
-    local r side dir rates
+    local r side dir rates peerlike=""
+    # passthrough_ll again, with the kernel options DocFS mounts with (mergerfs's have the
+    # writeback cache already, and no second one is mounted).
+    if [ "$peer_name" = passthrough_ll ]; then
+        mkdir -p "$peerlike_src" "$mnt_peerlike"
+        if "$work/passthrough_ll" -o source="$peerlike_src",default_permissions,writeback "$mnt_peerlike" >&2; then
+            peerlike=$mnt_peerlike
+        else
+            log "B5: passthrough_ll with default_permissions and writeback would not mount; no such rows"
+        fi
+    fi
     for r in $(seq "$rounds"); do
-        for side in $(sides_with_peer "$r"); do
+        for side in $(sides_with_peer "$r") ${peerlike:+peerlike}; do
             case $side in
             docfs) dir=$mnt/small-$r.pkg ;;
             native) dir=$native/small-$r.pkg ;;
             peer) dir=$peer/small-$r.pkg ;;
+            peerlike) dir=$peerlike/small-$r ;;
             esac
             sync
             mkdir "$dir"
             rates=$("$helper" smallfiles "$dir" "$files" 4096)
-            sample b5.create "$side" "$r" "$(echo "$rates" | awk '{print $1}')"
-            sample b5.stat "$side" "$r" "$(echo "$rates" | awk '{print $2}')"
-            sample b5.delete "$side" "$r" "$(echo "$rates" | awk '{print $3}')"
+            if [ "$side" = peerlike ]; then
+                # Rows of their own: the peer column holds this mount, beside DocFS's figures.
+                sample b5.create.peerlike peer "$r" "$(echo "$rates" | awk '{print $1}')"
+                sample b5.delete.peerlike peer "$r" "$(echo "$rates" | awk '{print $3}')"
+            else
+                sample b5.create "$side" "$r" "$(echo "$rates" | awk '{print $1}')"
+                sample b5.stat "$side" "$r" "$(echo "$rates" | awk '{print $2}')"
+                sample b5.delete "$side" "$r" "$(echo "$rates" | awk '{print $3}')"
+                if [ "$side" = docfs ] && [ -n "$peerlike" ]; then
+                    sample b5.create.peerlike docfs "$r" "$(echo "$rates" | awk '{print $1}')"
+                    sample b5.delete.peerlike docfs "$r" "$(echo "$rates" | awk '{print $3}')"
+                fi
+            fi
             rmdir "$dir"
         done
     done
+    if [ -n "$peerlike" ]; then
+        fusermount3 -u "$mnt_peerlike" 2>/dev/null || fusermount3 -u -z "$mnt_peerlike" 2>/dev/null
+    fi
 }
 
 # --- B6: the engine -------------------------------------------------------------------------

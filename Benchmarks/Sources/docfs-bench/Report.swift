@@ -187,6 +187,15 @@ func figureCatalog(chunkSize: Double, sizes: Sizes) -> [Figure] {
         Figure(id: "b5.stat", label: "B5 stat them", unit: "files/s", target: .peerRatioAtLeast(1)),
         Figure(id: "b5.delete", label: "B5 delete them", unit: "files/s", target: .peerRatioAtLeast(1)),
         Figure(
+            id: "b5.create.peerlike",
+            label:
+                "B5 (info) create+write+close, the peer column: passthrough_ll with DocFS's kernel options (default_permissions, writeback cache)",
+            unit: "files/s", target: .none),
+        Figure(
+            id: "b5.delete.peerlike",
+            label: "B5 (info) delete them, the peer column: that passthrough_ll with DocFS's kernel options",
+            unit: "files/s", target: .none),
+        Figure(
             id: "b12.safesave",
             label:
                 "B12 safe-save (temporary file, 4 KiB, fsync, rename over a file, fsync of the folder) in a package of \(files) files",
