@@ -250,8 +250,9 @@ final class SQLiteBackend: StoreBackend {
     let pool: DatabasePool
     /// Checkpoints the log beside the commits instead of inside them.
     let checkpointer: Checkpointer
-    /// Reads parts of chunks outside the pool.
-    let slices: PlainReads
+    /// Reads that need no snapshot (parts of chunks, a document's current version), outside the
+    /// pool.
+    let plainReads: PlainReads
     /// Large chunks' bytes, beside the store.
     let packs: PackFiles
     /// Whether the writer connection may still be at `synchronous = NORMAL` after a deferred save.
@@ -274,7 +275,7 @@ final class SQLiteBackend: StoreBackend {
         self.checkpointer = checkpointer
         let packs = PackFiles(storePath: path)
         self.packs = packs
-        slices = PlainReads(path: path, packs: packs)
+        plainReads = PlainReads(path: path, packs: packs)
         do {
             pool = try DatabasePool(path: path, configuration: configuration)
             // FULL: a committed save survives power loss, which fsync's contract needs. Set here,
@@ -531,7 +532,7 @@ final class SQLiteBackend: StoreBackend {
     /// map of an incremental-vacuum file lets it skip to them), not the whole chunk, so a cold
     /// 4 KiB read costs a few pages instead of up to 256 KiB.
     func chunkSlice(_ id: Int64, _ range: Range<Int>) throws -> Data? {
-        do { return try slices.read(id, range) } catch { throw Self.storeError(error, path: path) }
+        do { return try plainReads.read(id, range) } catch { throw Self.storeError(error, path: path) }
     }
 
     /// Incremental blob I/O for whole chunks too: a cold sequential read spent a third of its
@@ -541,7 +542,7 @@ final class SQLiteBackend: StoreBackend {
         do {
             var result: [Int64: Data] = [:]
             for id in ids {
-                guard let data = try slices.whole(id) else { return nil }
+                guard let data = try plainReads.whole(id) else { return nil }
                 result[id] = data
             }
             return result
@@ -551,7 +552,7 @@ final class SQLiteBackend: StoreBackend {
     }
 
     func currentVersion(of document: DocumentID) throws -> VersionID? {
-        do { return try slices.currentVersion(of: document.rawValue).map(VersionID.init(rawValue:)) } catch {
+        do { return try plainReads.currentVersion(of: document.rawValue).map(VersionID.init(rawValue:)) } catch {
             throw Self.storeError(error, path: path)
         }
     }
