@@ -3,6 +3,7 @@ import Foundation
 import PostgresStore
 import SQLiteStore
 import StoreTestSupport
+import Synchronization
 import TestSupport
 import Testing
 
@@ -110,6 +111,43 @@ import Testing
         #expect(throws: DocumentStoreError.noSuchDocument(DocumentID(rawValue: 999_999).description)) {
             try store.currentVersion(of: DocumentID(rawValue: 999_999))
         }
+    }
+
+    @Test(
+        "Whole-file saves of several documents at once each store their own bytes (their chunks hashed on other threads or their own)",
+        arguments: StoreKind.everyBackend)
+    static func concurrentWholeFileSaves(_ kind: StoreKind) throws {
+        try Self(kind).concurrentWholeFileSaves()
+    }
+    func concurrentWholeFileSaves() throws {
+        let store = self.store
+        let count = 4
+        let documents = try (0..<count).map { index in
+            try store.createDocument(
+                named: "file-\(index).bin", kind: .flat, type: nil, permissions: nil, origin: "test")
+        }
+        let contents = (0..<count).map { sampleBytes(6 << 20, seed: 40 + UInt64($0)) }
+        let failures = Mutex<[String]>([])
+        // More saves at once than this machine has cores: some chunks are hashed by the thread
+        // that cuts them, after the ones it handed to another thread.
+        DispatchQueue.concurrentPerform(iterations: count) { index in
+            do {
+                var changes = DocumentChanges(
+                    document: documents[index].id, base: documents[index].currentVersion)
+                changes.contents[documents[index].root] = .replace(DataContentsSource(contents[index]))
+                _ = try store.save(changes)
+            } catch {
+                failures.withLock { $0.append("\(index): \(error)") }
+            }
+        }
+        #expect(failures.withLock { $0 }.isEmpty)
+        for index in 0..<count {
+            #expect(
+                try store.readContents(
+                    of: documents[index].root, at: nil, offset: 0, count: contents[index].count)
+                    == contents[index])
+        }
+        #expect(try store.checkIntegrity().isClean)
     }
 
     @Test(
