@@ -302,7 +302,10 @@ struct PosixSemanticsTests {
                 #expect(writerFile.close() == 0)
                 readerFile.close()
             }
-            #expect(try engine.text("Work.pkg", "notes.txt") == "replacement\n")
+            // The rename onto notes.txt is a save point that the committer commits.
+            try await expectEventually("the replacement saved") {
+                try engine.text("Work.pkg", "notes.txt") == "replacement\n"
+            }
             try await expectEventually("the moved file with both writes") {
                 try engine.text("Work.pkg", "moved.txt") == Fixture.innerText + "first\nsecond\n"
                     && engine.record("Work.pkg", "sub/inner.txt") == nil
