@@ -386,13 +386,15 @@ struct Fixture: Sendable {
 }
 
 /// Copies a SQLite store's files (database, log, packs, intent logs) to a fresh folder, as a
-/// killed process leaves them on disk; returns the copy's store path.
-func crashImage(of path: String) throws -> String {
+/// killed process leaves them on disk, and runs `body` with the copy's store path; the copy is
+/// removed after.
+func withCrashImage<T>(of path: String, _ body: (String) throws -> T) throws -> T {
     let folder = try temporaryDirectory("docfs-image")
+    defer { try? FileManager.default.removeItem(atPath: folder) }
     let copy = folder + "/" + (path as NSString).lastPathComponent
     let manager = FileManager.default
     for suffix in ["", "-wal", "-packs", "-intents"] where manager.fileExists(atPath: path + suffix) {
         try manager.copyItem(atPath: path + suffix, toPath: copy + suffix)
     }
-    return copy
+    return try body(copy)
 }

@@ -36,6 +36,16 @@ struct WritePathTests {
         return String(decoding: data, as: UTF8.self)
     }
 
+    /// Holds the mount's background saves and the store's background checkpoints, so that the
+    /// store's files hold only what requests made durable themselves; returns the SQLite store,
+    /// if the fixture's is one (its checkpoints are the caller's to resume).
+    func holdBackgroundWork(_ fs: DocumentFileSystem, _ fixture: Fixture) -> SQLiteStore? {
+        fs.holdBackgroundSaves(true)
+        let sqlite = fixture.store as? SQLiteStore
+        sqlite?.suspendBackgroundCheckpoints()
+        return sqlite
+    }
+
     func names(_ fixture: Fixture, _ document: String) throws -> Set<String> {
         let other = try fixture.reopen()
         guard let info = try other.document(named: document) else { return [] }
@@ -295,9 +305,7 @@ struct WritePathTests {
             let fs = mount.mount.fileSystem
             // Nothing saves in the background until the image is taken: only what the fsync
             // itself made durable is in it.
-            fs.holdBackgroundSaves(true)
-            let sqlite = fixture.store as? SQLiteStore
-            sqlite?.suspendBackgroundCheckpoints()
+            let sqlite = holdBackgroundWork(fs, fixture)
             let p = mount.path + "/Project.pkg/big.bin"
             let ok = try await offThread { () -> Bool in
                 let fd = open(p, O_RDWR | O_CLOEXEC)
@@ -318,22 +326,20 @@ struct WritePathTests {
                 with: Data(repeating: 0x41, count: 5000))
             if let sqlite {
                 // The store's files as a kill -9 of the daemon would leave them.
-                let image = try crashImage(of: sqlite.path)
-                defer {
-                    try? FileManager.default.removeItem(atPath: (image as NSString).deletingLastPathComponent)
+                try withCrashImage(of: sqlite.path) { image in
+                    // Not saved yet: the write is in the log, whose record the image's opening saves.
+                    #expect(
+                        try fixture.reopen().readContents(
+                            of: record.id, at: nil, offset: 0, count: Fixture.bigSize) != expected)
+                    let logs = { try FileManager.default.contentsOfDirectory(atPath: image + "-intents") }
+                    #expect(try logs().filter { $0.hasSuffix(".log") }.count == 1)
+                    let recovered = try SQLiteStore(path: image)
+                    #expect(
+                        try recovered.readContents(of: record.id, at: nil, offset: 0, count: Fixture.bigSize)
+                            == expected)
+                    #expect(try logs().isEmpty, "a replayed log is removed")
+                    #expect(try recovered.checkIntegrity().isClean)
                 }
-                // Not saved yet: the write is in the log, whose record the image's opening saves.
-                #expect(
-                    try fixture.reopen().readContents(
-                        of: record.id, at: nil, offset: 0, count: Fixture.bigSize) != expected)
-                let logs = { try FileManager.default.contentsOfDirectory(atPath: image + "-intents") }
-                #expect(try logs().filter { $0.hasSuffix(".log") }.count == 1)
-                let recovered = try SQLiteStore(path: image)
-                #expect(
-                    try recovered.readContents(of: record.id, at: nil, offset: 0, count: Fixture.bigSize)
-                        == expected)
-                #expect(try logs().isEmpty, "a replayed log is removed")
-                #expect(try recovered.checkIntegrity().isClean)
                 sqlite.resumeBackgroundCheckpoints()
             } else {
                 // A store without a log: the fsync was a durable save.
@@ -360,9 +366,7 @@ struct WritePathTests {
         defer { fixture.remove() }
         try await withMount(fixture.store) { mount in
             let fs = mount.mount.fileSystem
-            fs.holdBackgroundSaves(true)
-            let sqlite = fixture.store as? SQLiteStore
-            sqlite?.suspendBackgroundCheckpoints()
+            let sqlite = holdBackgroundWork(fs, fixture)
             let folder = mount.path + "/Project.pkg/src"
             let text = "print(\"saved safely\")\n"
             // As GIO saves: a temporary file, fsync, rename over the file, fsync of the folder.
@@ -390,13 +394,11 @@ struct WritePathTests {
             if let sqlite {
                 // The store's files as a kill -9 of the daemon would leave them: the rename and
                 // the new bytes are in the intent log, which the image's opening saves.
-                let image = try crashImage(of: sqlite.path)
-                defer {
-                    try? FileManager.default.removeItem(atPath: (image as NSString).deletingLastPathComponent)
+                try withCrashImage(of: sqlite.path) { image in
+                    let recovered = try SQLiteStore(path: image)
+                    #expect(try stored(in: recovered, "Project.pkg", ["src", "main.swift"]) == text)
+                    #expect(try recovered.checkIntegrity().isClean)
                 }
-                let recovered = try SQLiteStore(path: image)
-                #expect(try stored(in: recovered, "Project.pkg", ["src", "main.swift"]) == text)
-                #expect(try recovered.checkIntegrity().isClean)
                 sqlite.resumeBackgroundCheckpoints()
             } else {
                 // A store without a log: the fsyncdir was a durable save.
