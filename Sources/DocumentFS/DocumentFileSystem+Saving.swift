@@ -46,6 +46,8 @@ extension DocumentFileSystem {
                 result = .failure(error)
             }
             try finish(document, prepared, result)
+            // Saved whole: a close or rename that asked the committer for it asked for this.
+            state.withLock { state in if !document.dirty { state.closeSaves[document.id] = nil } }
         } else {
             try settleIntents(of: [document])
         }
@@ -88,16 +90,20 @@ extension DocumentFileSystem {
         do { try settleIntents(of: unsaved) } catch { failed += unsaved.map(\.id) }
         // Logged intents are retired by a durable commit only.
         let durable = durable || ready.contains { !$0.prepared.intents.isEmpty }
-        var results: [Result<SaveResult, Errno>]
-        do {
-            let saved = try storeCall {
-                try store.transaction(durable: durable) { tx in
-                    try ready.map { try tx.save($0.prepared.changes) }
+        var results: [Result<SaveResult, Errno>] = []
+        // Nothing to commit (an fsync saved it first): no transaction, which on PostgreSQL is two
+        // round trips with these documents' save locks held.
+        if !ready.isEmpty {
+            do {
+                let saved = try storeCall {
+                    try store.transaction(durable: durable) { tx in
+                        try ready.map { try tx.save($0.prepared.changes) }
+                    }
                 }
+                results = saved.map { .success($0) }
+            } catch {
+                results = Array(repeating: .failure(error), count: ready.count)
             }
-            results = saved.map { .success($0) }
-        } catch {
-            results = Array(repeating: .failure(error), count: ready.count)
         }
         var retry: [DocumentState] = []
         for (item, result) in zip(ready, results) {
