@@ -7,10 +7,10 @@ enum FileIO {
     /// `pwrite(2)` of all of `buffer` at `offset`, again after an interruption or a short write:
     /// 0, or the errno of the write that failed.
     static func write(_ fd: Int32, _ buffer: UnsafeRawBufferPointer, at offset: Int64) -> Int32 {
+        guard let base = buffer.baseAddress else { return 0 }
         var done = 0
         while done < buffer.count {
-            let count = pwrite(
-                fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+            let count = pwrite(fd, base + done, buffer.count - done, off_t(offset) + off_t(done))
             if count < 0 {
                 if errno == EINTR { continue }
                 return errno
@@ -26,10 +26,10 @@ enum FileIO {
     static func read(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer, at offset: Int64) -> Result<
         Int, Failure
     > {
+        guard let base = buffer.baseAddress else { return .success(0) }
         var done = 0
         while done < buffer.count {
-            let count = pread(
-                fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+            let count = pread(fd, base + done, buffer.count - done, off_t(offset) + off_t(done))
             if count < 0 {
                 if errno == EINTR { continue }
                 return .failure(Failure(code: errno))
