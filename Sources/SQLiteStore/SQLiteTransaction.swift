@@ -444,7 +444,7 @@ struct SQLiteTransaction: StoreTransaction {
         try Int64.fetchOne(db.cachedStatement(sql: "SELECT id FROM chunks WHERE hash = ?"), arguments: [hash])
     }
 
-    func storesBulk() { packs?.spendInlineBudget() }
+    func storesBulk() { packs?.beginBulk() }
 
     func insertChunk(hash: Data, data: Data) throws -> Int64 {
         if let packs, let place = try packs.place(data) {

@@ -38,6 +38,109 @@ struct SQLitePackTests {
         StoreTestTools.fileSize(sqlite.path) + StoreTestTools.fileSize(sqlite.path + "-wal")
     }
 
+    /// The pack's bytes that are in the page cache (nil on tmpfs, which keeps every page there).
+    func residentBytes(ofPack pack: String) throws -> Int64? {
+        let fd = open(folder + "/" + pack, O_RDONLY)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        var fs = statfs()
+        try #require(fstatfs(fd, &fs) == 0)
+        guard fs.f_type != 0x0102_1994 else { return nil }
+        var st = stat()
+        try #require(fstat(fd, &st) == 0)
+        let size = Int(st.st_size)
+        guard size > 0 else { return 0 }
+        let map = try #require(mmap(nil, size, PROT_READ, MAP_SHARED, fd, 0))
+        try #require(map != MAP_FAILED)
+        defer { munmap(map, size) }
+        let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
+        var resident = [UInt8](repeating: 0, count: (size + pageSize - 1) / pageSize)
+        try #require(mincore(map, size, &resident) == 0)
+        return Int64(resident.filter { $0 & 1 != 0 }.count * pageSize)
+    }
+
+    /// Chunks stored in one write transaction of `store`, bulk or not; their ids.
+    func storeChunks(_ chunks: [Data], bulk: Bool, in store: SQLiteStore? = nil) throws -> [Int64] {
+        try (store ?? sqlite).backend.write(durable: true) { tx in
+            if bulk { tx.storesBulk() }
+            return try chunks.map { try tx.insertChunk(hash: VersionedStore.hash($0), data: $0) }
+        }
+    }
+
+    /// Where a packed chunk is: its position in its pack.
+    func position(ofChunk id: Int64, in fixture: FlatFile? = nil) throws -> Int64 {
+        try #require(
+            Int64(try (fixture ?? file).fixture.sql("SELECT position FROM packed_chunks WHERE id = \(id);")))
+    }
+
+    /// `count` chunks of about the store's chunk size, each of another length.
+    func chunks(_ count: Int, seed: UInt64) -> [Data] {
+        (0..<count).map { sampleBytes((256 << 10) - 997 * $0, seed: seed + UInt64($0)) }
+    }
+
+    @Test(
+        "A bulk transaction's chunks go to the pack at page-aligned places, past the page cache, between other writes, and read back"
+    )
+    func bulkWritesBypassThePageCache() throws {
+        // More than the staging holds: written in two O_DIRECT writes.
+        let bulk = chunks(40, seed: 30)
+        let ids = try storeChunks(bulk, bulk: true)
+        let pack = try #require(packs().first)
+        #expect(packs().count == 1)
+        if let resident = try residentBytes(ofPack: pack) {
+            #expect(resident == 0, "\(resident) bytes of bulk chunks are in the page cache")
+        }
+        #expect(try position(ofChunk: ids[0]) % Int64(PackFiles.directAlignment) == 0)
+        #expect(try position(ofChunk: ids[39]) == (try position(ofChunk: ids[38])) + Int64(bulk[38].count))
+        // A plain transaction's chunk follows, through the page cache (the first stays a row, in
+        // its inline budget); then bulk again, from the next page.
+        let plainBytes = [sampleBytes(200 << 10, seed: 80), sampleBytes(200 << 10, seed: 81)]
+        let plain = try storeChunks(plainBytes, bulk: false)
+        let more = chunks(3, seed: 90)
+        let moreIDs = try storeChunks(more, bulk: true)
+        #expect(try position(ofChunk: moreIDs[0]) % Int64(PackFiles.directAlignment) == 0)
+        #expect(try position(ofChunk: moreIDs[0]) > (try position(ofChunk: plain[1])))
+        let all = Dictionary(uniqueKeysWithValues: zip(ids + plain + moreIDs, bulk + plainBytes + more))
+        let reopened = try SQLiteStore(path: sqlite.path)
+        let read = try reopened.backend.read { tx in try tx.chunks(Array(all.keys)) }
+        for (id, bytes) in all {
+            #expect(read[id] == bytes, "chunk \(id)")
+        }
+        let report = try sqlite.checkIntegrity()
+        #expect(report.isClean, "\(report)")
+        // A bulk transaction that rolls back after gathering its chunks leaves the pack as it was.
+        let committed = packBytes()
+        struct Refused: Error {}
+        #expect(throws: Refused.self) {
+            try sqlite.backend.write(durable: true) { tx in
+                tx.storesBulk()
+                for chunk in chunks(3, seed: 100) {
+                    _ = try tx.insertChunk(hash: VersionedStore.hash(chunk), data: chunk)
+                }
+                throw Refused()
+            }
+        }
+        #expect(packBytes() == committed)
+        let last = chunks(2, seed: 110)
+        let lastIDs = try storeChunks(last, bulk: true)
+        #expect(
+            try reopened.backend.read { tx in try tx.chunks(lastIDs) } == [
+                lastIDs[0]: last[0], lastIDs[1]: last[1],
+            ])
+    }
+
+    @Test("A bulk chunk larger than the staging follows the staged ones, not under their padding")
+    func bulkChunkLargerThanStaging() throws {
+        let big = try FlatFile(.sqlite, chunkSize: 16 << 20)
+        let store = try #require(big.store as? SQLiteStore)
+        let bytes = [sampleBytes(100_003, seed: 120), sampleBytes(PackFiles.stagingLimit + 5, seed: 121)]
+        let ids = try storeChunks(bytes, bulk: true, in: store)
+        #expect(try position(ofChunk: ids[1], in: big) >= (try position(ofChunk: ids[0], in: big)) + 100_003)
+        let read = try SQLiteStore(path: store.path).backend.read { tx in try tx.chunks(ids) }
+        #expect(read == [ids[0]: bytes[0], ids[1]: bytes[1]])
+        #expect(try store.checkIntegrity().isClean)
+    }
+
     @Test(
         "A large save's chunks past its first 256 KiB go to a pack, and read back whole, in parts and reopened"
     )

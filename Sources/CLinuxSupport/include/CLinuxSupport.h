@@ -40,6 +40,12 @@ static inline int docfs_open_tmpfile(const char *directory) {
     return openat(AT_FDCWD, directory, __O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 }
 
+/// `path` opened for writes that bypass the page cache (O_DIRECT); -1 with errno set where the
+/// file system refuses them (EINVAL).
+static inline int docfs_open_direct_writes(const char *path) {
+    return open(path, O_WRONLY | __O_DIRECT | O_CLOEXEC);
+}
+
 /// Frees the range so it reads as zeros (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE).
 extern int fallocate(int fd, int mode, off_t offset, off_t len);
 static inline int docfs_punch_hole(int fd, off_t offset, off_t length) {
