@@ -124,4 +124,38 @@ import Testing
         let report = try reopened.checkIntegrity()
         #expect(report.isClean, "\(report.problems)")
     }
+    @Test(
+        "A format-9 SQLite store opens as format 10, without the index of extents by chunk, and collection removes exactly the chunks nothing names"
+    )
+    func extentsByChunkDropped() throws {
+        let file = try FlatFile(.sqlite, chunkSize: VersionedStore.defaultChunkSize)
+        let first = sampleBytes(3 << 20, seed: 70)
+        let second = sampleBytes(3 << 20, seed: 71)
+        let kept = try file.save(.replace(DataContentsSource(first))).version.id
+        _ = try file.save(.replace(DataContentsSource(second)))
+        _ = try file.fixture.sql(
+            "CREATE INDEX extents_by_chunk ON extents(chunk); DELETE FROM grdb_migrations WHERE identifier = 'v10'; UPDATE store_meta SET value = 9 WHERE key = 'format'"
+        )
+        let reopened = try #require(try file.fixture.reopen() as? SQLiteStore)
+        #expect(try file.fixture.sql("SELECT value FROM store_meta WHERE key = 'format'") == "10")
+        #expect(
+            try file.fixture.sql("SELECT COUNT(*) FROM sqlite_master WHERE name = 'extents_by_chunk'") == "0")
+        // A chunk nothing names, beside the two versions' chunks.
+        let stray = sampleBytes(100_000, seed: 72)
+        try reopened.backend.write(durable: true) { tx in
+            _ = try tx.insertChunk(hash: VersionedStore.hash(stray), data: stray)
+        }
+        let removed = try reopened.backend.write(durable: true) { tx in try tx.removeUnreferencedChunks() }
+        #expect(removed.count == 1 && removed.bytes == Int64(stray.count))
+        #expect(
+            try reopened.readContents(of: file.document.root, at: kept, offset: 0, count: first.count)
+                == first)
+        #expect(
+            try reopened.readContents(of: file.document.root, at: nil, offset: 0, count: second.count)
+                == second)
+        let again = try reopened.backend.write(durable: true) { tx in try tx.removeUnreferencedChunks() }
+        #expect(again.count == 0)
+        let report = try reopened.checkIntegrity()
+        #expect(report.isClean, "\(report.problems)")
+    }
 }
