@@ -224,9 +224,7 @@ final class PostgresBackend: StoreBackend {
             }
             let version = lookups[index].version
             answers[index] = Result {
-                if try row.int("version_missing") != 0 {
-                    throw DocumentStoreError.noSuchVersion(version ?? VersionID(rawValue: 0))
-                }
+                if try row.int("version_missing") != 0 { return .noSuchVersion }
                 if version != nil, try row.int("version_branch") != 0 { return .onConflictBranch }
                 guard try row.optionalInt("node") != nil, try row.int("removed") == 0 else {
                     return .record(nil)

@@ -259,7 +259,8 @@ struct ContentWriter {
     /// nil.
     /// A hard link's bytes are those of the file it names.
     private func resolve(_ lookup: NodeLookup) throws -> (node: StoreNodeID, size: Int64, lineage: Lineage) {
-        let baseLineage = lookup.version == nil ? view : try Lineage.of(tx, lookup.version)
+        let baseLineage =
+            lookup.version == nil ? view : try Lineage.of(tx, lookup.version, reading: lookup.node)
         guard var record = try VersionedStore.node(tx, lookup.node, lineage: baseLineage) else {
             throw DocumentStoreError.noSuchNode(lookup.node)
         }

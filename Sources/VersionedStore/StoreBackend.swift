@@ -60,10 +60,13 @@ extension StoreBackend {
 }
 
 /// What one round trip learned of a lookup: its record on the main line (nil if it does not
-/// exist at that version), or that its version is on a conflict branch.
+/// exist at that version), that its version is on a conflict branch, or that the store has no
+/// such version (retention may have dropped it while the wrapper stayed as it was). For the
+/// last two a transaction's read answers.
 public enum MainLineAnswer: Sendable {
     case record(NodeRecord?)
     case onConflictBranch
+    case noSuchVersion
 }
 
 /// A wrapper row: a record as one version (or conflict branch) left it, or its removal.

@@ -279,7 +279,7 @@ public final class VersionedStore: Sendable {
         {
             return record
         }
-        return try backend.read { tx in try Self.node(tx, id, lineage: Lineage.of(tx, version)) }
+        return try backend.read { tx in try Self.node(tx, id, lineage: Lineage.of(tx, version, reading: id)) }
     }
 
     public func nodes(_ lookups: [NodeLookup]) throws -> [Result<NodeRecord?, any Error>] {
@@ -296,7 +296,8 @@ public final class VersionedStore: Sendable {
                             switch try answer.get() {
                             case .record(let record):
                                 return try Self.resolvingLink(record) { try node($0, at: lookup.version) }
-                            case .onConflictBranch: return try node(lookup.node, at: lookup.version)
+                            case .onConflictBranch, .noSuchVersion:
+                                return try node(lookup.node, at: lookup.version)
                             }
                         })
                 }
@@ -337,7 +338,7 @@ public final class VersionedStore: Sendable {
             if let version, case .record(let record) = mainLine {
                 (lineage, found) = (Lineage(limit: version.rawValue, branch: 0), record)
             } else {
-                lineage = try Lineage.of(tx, version)
+                lineage = try Lineage.of(tx, version, reading: node)
                 found = try Self.node(tx, node, lineage: lineage)
             }
             guard let record = found else { throw DocumentStoreError.noSuchNode(node) }
@@ -886,8 +887,33 @@ struct Lineage: Sendable {
     static func of(_ tx: any StoreTransaction, _ version: VersionID?) throws -> Lineage {
         guard let version else { return .current }
         guard let info = try tx.version(version) else { throw DocumentStoreError.noSuchVersion(version) }
-        if !info.isConflict { return Lineage(limit: version.rawValue, branch: 0) }
-        return Lineage(limit: info.base?.rawValue ?? 0, branch: version.rawValue)
+        return of(info)
+    }
+
+    private static func of(_ info: VersionInfo) -> Lineage {
+        if !info.isConflict { return Lineage(limit: info.id.rawValue, branch: 0) }
+        return Lineage(limit: info.base?.rawValue ?? 0, branch: info.id.rawValue)
+    }
+
+    /// The lineage that reads `node` as of `version`, which retention may have dropped: a node
+    /// that no version since changed still reads, from its current rows (every change of a
+    /// file's bytes writes its record again, so none of its rows is newer than its record).
+    /// A mount opens a file at its record's version, and `docfs gc` drops versions whose
+    /// records stay current: without this, such files failed to read (ESTALE) in the next mount.
+    /// A version past the document's current one was never made, and is no such version.
+    static func of(_ tx: any StoreTransaction, _ version: VersionID?, reading node: StoreNodeID) throws
+        -> Lineage
+    {
+        guard let version else { return .current }
+        if let info = try tx.version(version) { return of(info) }
+        if let current = try VersionedStore.node(tx, node, lineage: .current),
+            current.version.rawValue <= version.rawValue,
+            let document = try tx.document(current.document),
+            version.rawValue <= document.currentVersion.rawValue
+        {
+            return .current
+        }
+        throw DocumentStoreError.noSuchVersion(version)
     }
 }
 

@@ -133,14 +133,17 @@ struct DocfsMountTests {
             #expect(Mounts.entry(at: mountpoint) == nil, "the mount is gone")
             #expect(!isAlive(pid), "unmount returned after the daemon exited")
             #expect(!logs().contains { $0.hasSuffix(".log") }, "a clean unmount leaves no log: \(logs())")
-            #expect(try SQLiteStore(path: store).wholeContents(of: info.root).suffix(5) == Data("more\n".utf8))
+            #expect(
+                try SQLiteStore(path: store).wholeContents(of: info.root).suffix(5) == Data("more\n".utf8))
             #expect(
                 !FileManager.default.fileExists(atPath: pidFile(mountpoint)),
                 "the daemon removed its pid file")
         }
     }
 
-    @Test("an fsync acknowledged just before kill -9 of the daemon is in the store for the next process that opens it")
+    @Test(
+        "an fsync acknowledged just before kill -9 of the daemon is in the store for the next process that opens it"
+    )
     func fsyncSurvivesKill() async throws {
         try await onOwnThread { [self] in
             let mountpoint = try folder("mnt")
@@ -151,7 +154,9 @@ struct DocfsMountTests {
             // Pages all over a 2 MiB file: the fsync logs them, and its save waits for the
             // committer (up to 20 ms), which the kill does not let run.
             var bytes = [UInt8](repeating: 0, count: 2 << 20)
-            for index in bytes.indices { bytes[index] = UInt8(truncatingIfNeeded: index &* 2_654_435_761 >> 13) }
+            for index in bytes.indices {
+                bytes[index] = UInt8(truncatingIfNeeded: index &* 2_654_435_761 >> 13)
+            }
             let fd = open(mountpoint + "/README.txt", O_RDWR | O_TRUNC)
             try #require(fd >= 0)
             #expect(bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == bytes.count)
@@ -175,6 +180,46 @@ struct DocfsMountTests {
             #expect(try reopened.checkIntegrity().isClean)
             let logs = (try? FileManager.default.contentsOfDirectory(atPath: store + "-intents")) ?? []
             #expect(logs.filter { $0.hasSuffix(".log") }.isEmpty, "\(logs)")
+        }
+    }
+
+    @Test(
+        "a file last changed in a version `docfs gc` dropped reads, copies and takes an append in the next mount"
+    )
+    func fileOfADroppedVersion() async throws {
+        try await onOwnThread { [self] in
+            let mountpoint = try folder("mnt")
+            defer { cleanUp(mountpoint) }
+            try #require(try docfs(["mount", store, mountpoint]).status == 0)
+            let package = mountpoint + "/kept.pkg"
+            try #require(mkdir(package, 0o755) == 0)
+            let kept = sampleBytes(300_000, seed: 60)
+            try kept.write(to: URL(fileURLWithPath: package + "/kept.bin"))
+            // Later versions change another file only.
+            for seed in 61..<64 {
+                try sampleBytes(50_000, seed: UInt64(seed)).write(
+                    to: URL(fileURLWithPath: package + "/other.bin"))
+            }
+            try #require(try docfs(["unmount", mountpoint]).status == 0)
+            let collected = try docfs(["gc", store, "--keep-last", "1", "--keep-for", "0"])
+            #expect(
+                collected.status == 0 && !collected.stdout.hasPrefix("removed 0 versions"), "\(collected)")
+
+            try #require(try docfs(["mount", store, mountpoint]).status == 0)
+            #expect(FileManager.default.contents(atPath: package + "/kept.bin") == kept, "read after the gc")
+            let copied = try program(["/bin/cp", package + "/kept.bin", package + "/copy.bin"])
+            #expect(copied.status == 0, "\(copied)")
+            #expect(FileManager.default.contents(atPath: package + "/copy.bin") == kept)
+            let fd = open(package + "/kept.bin", O_WRONLY | O_APPEND)
+            try #require(fd >= 0)
+            #expect(write(fd, "more", 4) == 4 && fsync(fd) == 0)
+            close(fd)
+            try #require(try docfs(["unmount", mountpoint]).status == 0)
+            let reopened = try SQLiteStore(path: store)
+            let info = try #require(try reopened.document(named: "kept.pkg"))
+            let file = try #require(try reopened.nodes(of: info.id).first { $0.name == "kept.bin" })
+            #expect(try reopened.wholeContents(of: file.id) == kept + Data("more".utf8))
+            #expect(try reopened.checkIntegrity().isClean)
         }
     }
 
