@@ -682,8 +682,14 @@ extension DocumentFileSystem {
         send(notices)
     }
 
+    /// Whether a wrapper of the tree has bytes the store lacks. Scratch files are not counted:
+    /// their bytes are never saved, and a reload keeps them, so an editor's swap file does not
+    /// hold back another process's saves for as long as it stays open.
+    /// Whether a wrapper of the tree has bytes the store lacks. Scratch files are not counted:
+    /// their bytes are never saved, and a reload keeps them, so an editor's swap file does not
+    /// hold back another process's saves for as long as it stays open.
     private func anyModified(_ node: ViewNode) -> Bool {
-        if node.contentsModified { return true }
+        if node.contentsModified && !isScratch(node) { return true }
         return node.children.values.contains { anyModified($0) }
     }
 
@@ -810,10 +816,16 @@ extension DocumentFileSystem {
         for node in before + byID.values.filter({ !$0.aliases.isEmpty }) {
             notices.append(.inode((node.linkOf ?? node).ino))
         }
+        // Scratch files stayed among their folders' children: they stay there, linked, unless
+        // their folder is gone or a saved wrapper took the name. (Taking "still there" for
+        // "taken" unlinked every scratch file at every reload while it stayed listed: renamed
+        // to a real name, as rsync and GIO publish theirs, it was never saved.)
         for (parentID, node) in scratch {
-            if let parent = byID[parentID], seen.contains(parentID), parent.children[node.name] == nil {
+            let parent = byID[parentID]
+            if let parent, seen.contains(parentID), parent.children[node.name].map({ $0 === node }) ?? true {
                 parent.children[node.name] = node
             } else {
+                if let parent, parent.children[node.name] === node { parent.children[node.name] = nil }
                 node.linked = false
             }
         }

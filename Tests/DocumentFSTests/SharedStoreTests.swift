@@ -151,6 +151,40 @@ struct SharedStoreTests {
         }
     }
 
+    @Test(
+        "scratch files kept through a reload of their document are saved once renamed to real names (rsync's, GIO's)",
+        arguments: StoreKind.all)
+    func scratchFilesSurviveAReload(_ kind: StoreKind) async throws {
+        let fixture = try Fixture.small(kind)
+        defer { fixture.remove() }
+        let other = try Engine(fixture)
+        try await withMount(fixture.store, configure: kernelCachesForAMinute) { mount in
+            let notes = mount.url("Work.pkg/notes.txt")
+            // rsync's temporary of a new file, made and still empty, and GIO's of a file it
+            // replaces, written and closed.
+            let rsyncTemporary = mount.url("Work.pkg/.new.txt.AbCdEf")
+            let gioTemporary = mount.url("Work.pkg/.goutputstream-X1Y2Z3")
+            try await offThread {
+                try writeText(rsyncTemporary, "")
+                try writeText(gioTemporary, "GIO's bytes\n")
+            }
+            // Another process saves the document: the mount reloads it, scratch files and all.
+            try other.replaceText("Work.pkg", "notes.txt", with: "theirs\n")
+            let reloaded = try await offThread { eventually(timeout: 10) { try readText(notes) == "theirs\n" } }
+            try #require(reloaded != nil, "the other process's save never showed up")
+            try await offThread {
+                try writeText(rsyncTemporary, "rsync's bytes\n")
+                #expect(try readText(gioTemporary) == "GIO's bytes\n")
+                _ = try sys(rename(rsyncTemporary, mount.url("Work.pkg/new.txt")), "rename rsync's")
+                _ = try sys(rename(gioTemporary, notes), "rename GIO's")
+            }
+            try await expectEventually("both renames saved") {
+                try other.text("Work.pkg", "new.txt") == "rsync's bytes\n"
+                    && other.text("Work.pkg", "notes.txt") == "GIO's bytes\n"
+            }
+        }
+    }
+
     @Test("an app's save through Document shows up in the mount (invalidated, not timed out)")
     func documentSaveShowsUp() async throws {
         let fixture = try Fixture.small()
