@@ -70,8 +70,13 @@ struct SharedStoreTests {
                 #expect(try readText(notes) == "ours\n")
                 #expect(try readText(flat) == Fixture.flatText)
             }
-            // Another process saves both documents.
+            // The close returned before the committer's save: a save by another process based
+            // on the version before it would be a conflict, kept beside ours, not shown.
             let other = try Engine(fixture)
+            try await expectEventually("our write saved") {
+                try other.text("Work.pkg", "notes.txt") == "ours\n"
+            }
+            // Another process saves both documents.
             try other.replaceText("Work.pkg", "notes.txt", with: "theirs, longer\n")
             let flatInfo = try other.document("Flat.txt")
             var flatChanges = DocumentChanges(document: flatInfo.id, base: flatInfo.currentVersion)
@@ -170,7 +175,9 @@ struct SharedStoreTests {
             }
             // Another process saves the document: the mount reloads it, scratch files and all.
             try other.replaceText("Work.pkg", "notes.txt", with: "theirs\n")
-            let reloaded = try await offThread { eventually(timeout: 10) { try readText(notes) == "theirs\n" } }
+            let reloaded = try await offThread {
+                eventually(timeout: 10) { try readText(notes) == "theirs\n" }
+            }
             try #require(reloaded != nil, "the other process's save never showed up")
             try await offThread {
                 try writeText(rsyncTemporary, "rsync's bytes\n")
