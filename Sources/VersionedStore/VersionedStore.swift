@@ -896,22 +896,27 @@ struct Lineage: Sendable {
     }
 
     /// The lineage that reads `node` as of `version`, which retention may have dropped: a node
-    /// that no version since changed still reads, from its current rows (every change of a
-    /// file's bytes writes its record again, so none of its rows is newer than its record).
-    /// A mount opens a file at its record's version, and `docfs gc` drops versions whose
-    /// records stay current: without this, such files failed to read (ESTALE) in the next mount.
-    /// A version past the document's current one was never made, and is no such version.
+    /// that no version since changed still reads, from the same rows as at its document's current
+    /// version (every change of a file's bytes writes its record again, so none of its rows is
+    /// newer than its record). A mount opens a file at its record's version, and `docfs gc`
+    /// drops versions whose records stay current: without this, such files failed to read
+    /// (ESTALE) in the next mount. The lineage stops at `version`, so that a save reading it
+    /// (a copy) does not see what the save itself wrote. A version past the document's current
+    /// one was never made, and is no such version.
     static func of(_ tx: any StoreTransaction, _ version: VersionID?, reading node: StoreNodeID) throws
         -> Lineage
     {
         guard let version else { return .current }
         if let info = try tx.version(version) { return of(info) }
-        if let current = try VersionedStore.node(tx, node, lineage: .current),
-            current.version.rawValue <= version.rawValue,
-            let document = try tx.document(current.document),
-            version.rawValue <= document.currentVersion.rawValue
+        let atVersion = Lineage(limit: version.rawValue, branch: 0)
+        if let then = try VersionedStore.node(tx, node, lineage: atVersion),
+            let document = try tx.document(then.document),
+            version.rawValue <= document.currentVersion.rawValue,
+            let now = try VersionedStore.node(
+                tx, node, lineage: Lineage(limit: document.currentVersion.rawValue, branch: 0)),
+            now.version == then.version
         {
-            return .current
+            return atVersion
         }
         throw DocumentStoreError.noSuchVersion(version)
     }

@@ -219,7 +219,8 @@ struct DocfsMountTests {
             let info = try #require(try reopened.document(named: "kept.pkg"))
             let file = try #require(try reopened.nodes(of: info.id).first { $0.name == "kept.bin" })
             #expect(try reopened.wholeContents(of: file.id) == kept + Data("more".utf8))
-            #expect(try reopened.checkIntegrity().isClean)
+            let report = try reopened.checkIntegrity()
+            #expect(report.isClean, "\(report.problems)")
         }
     }
 

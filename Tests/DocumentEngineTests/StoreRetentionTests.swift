@@ -127,8 +127,17 @@ import Testing
                 permissions: 0o644)
         ]
         changes.contents[copyID] = .copy(of: NodeLookup(ids[0], at: keptAt))
+        // In the same save the file itself changes (written before the copy, by node order):
+        // the copy is of the bytes as of that version all the same.
+        let replacement = sampleBytes(200_000, seed: 26)
+        var keptRecord = try #require(try reopened.node(ids[0], at: nil))
+        keptRecord.size = Int64(replacement.count)
+        changes.nodes.append(keptRecord)
+        changes.contents[ids[0]] = .replace(DataContentsSource(replacement))
         _ = try reopened.save(changes)
-        #expect(try reopened.readContents(of: copyID, at: nil, offset: 0, count: kept.count) == kept)
+        #expect(try reopened.readContents(of: copyID, at: nil, offset: 0, count: kept.count + 1) == kept)
+        #expect(
+            try reopened.readContents(of: ids[0], at: nil, offset: 0, count: kept.count) == replacement)
         // A wrapper that changed after the dropped version cannot be read as of it.
         #expect(throws: DocumentStoreError.noSuchVersion(changedAt)) {
             _ = try reopened.readContents(of: ids[1], at: changedAt, offset: 0, count: 10)
