@@ -296,7 +296,8 @@ struct SharedStoreTests {
             doc.text = "unsaved in the app\n"
             doc.updateChangeCount(.done)
             try await offThread { try writeText(mount.url("Flat.txt"), "saved through the mount\n") }
-            try await expectEventually("the mount's save") {
+            // Ten seconds: the whole suite on two busy cores once took more than the default 3.
+            try await expectEventually("the mount's save", timeout: 10) {
                 try other.text("Flat.txt") == "saved through the mount\n"
             }
             #expect(await doc.checkForExternalChanges())
