@@ -685,9 +685,6 @@ extension DocumentFileSystem {
     /// Whether a wrapper of the tree has bytes the store lacks. Scratch files are not counted:
     /// their bytes are never saved, and a reload keeps them, so an editor's swap file does not
     /// hold back another process's saves for as long as it stays open.
-    /// Whether a wrapper of the tree has bytes the store lacks. Scratch files are not counted:
-    /// their bytes are never saved, and a reload keeps them, so an editor's swap file does not
-    /// hold back another process's saves for as long as it stays open.
     private func anyModified(_ node: ViewNode) -> Bool {
         if node.contentsModified && !isScratch(node) { return true }
         return node.children.values.contains { anyModified($0) }
