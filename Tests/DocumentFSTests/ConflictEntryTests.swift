@@ -229,6 +229,9 @@ struct ConflictEntryTests {
             let againEntry = "Flat (conflict \(again.rawValue)).txt"
             #expect(
                 try await waitUntil(timeout: 3) { try entries(in: mount.path).contains(againEntry) } != nil)
+            // The listing (with the entry) is refreshed before the document is reloaded.
+            #expect(
+                try await waitUntil(timeout: 3) { try readText(mount.url("Flat.txt")) == "newest\n" } != nil)
             let p = mount.path
             #expect(try await offThread { errnoOf(rename(p + "/" + againEntry, p + "/Copy.txt")) } == 0)
             #expect(try readText(mount.url("Copy.txt")) == "lost again\n")
