@@ -418,10 +418,13 @@ public final class DocumentFileSystem: FileSystem {
         if state.withLock({ _ in document.isLoaded }) { return }
         let version = state.withLock { _ in document.base }
         let records = try storeCall { try store.nodes(of: document.id, at: version) }
-        state.withLock { state in
-            guard !document.isLoaded else { return }
+        let countedFolders = state.withLock { state -> Bool in
+            guard !document.isLoaded else { return false }
             attachTree(&state, document, records: records, version: version)
+            return document.root.subdirectoryCount > 0
         }
+        // Until now the root's link count was 2, its folders unknown; the kernel may hold that.
+        if countedFolders { attributesChanged(document.root) }
     }
 
     /// Builds the node tree of a freshly read document.

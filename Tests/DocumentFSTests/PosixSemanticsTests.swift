@@ -62,6 +62,23 @@ struct PosixSemanticsTests {
         }
     }
 
+    @Test("a package's link count counts its folders once it is read, though stat saw it before")
+    func packageLinkCountAfterLoading() async throws {
+        let fixture = try Fixture.small(.memory)
+        defer { fixture.remove() }
+        try await withMount(fixture.store) { mount in
+            let p = mount.path
+            // The first stat finds the package unread; the kernel keeps what it answered.
+            _ = try await offThread { try lstatOf(p + "/Work.pkg") }
+            let sub = try await offThread { try lstatOf(p + "/Work.pkg/sub").st_nlink }
+            #expect(sub == 2)
+            // The mount tells the kernel to forget the old count, a moment after the lookup.
+            try await expectEventually("Work.pkg shows 3 links") {
+                try lstatOf(p + "/Work.pkg").st_nlink == 3
+            }
+        }
+    }
+
     @Test(
         "rename across documents, or between a package and the root, moves; only an exchange across documents is EXDEV"
     )
