@@ -69,9 +69,19 @@ public final class SQLiteStore: VersionedDocumentStore, Sendable {
 
     public func retireIntents(_ intents: [IntentID]) { intentLog.retire(intents) }
 
-    /// Closes this process's intent log, removing it when everything it holds was saved: for a
-    /// process that ends without releasing the store (the mount's daemon, once it unmounted).
-    public func closeIntentLog() { intentLog.close() }
+    /// Ends this process's writing, for a process that ends without releasing the store (the
+    /// mount's daemon, once it unmounted): closes its intent log, removing it when everything
+    /// it holds was saved, and copies the write-ahead log into the store file and empties it,
+    /// so that the file (with its packs) holds every save on its own once the process is gone.
+    /// A process that keeps the store open would leave its `-wal` holding the last saves,
+    /// which a copy of the file alone would miss. Gives up after about 2 s if another
+    /// process's reads hold the log (the store is open there, and its `-wal` part of it), and
+    /// returns SQLite's reason then.
+    @discardableResult
+    public func finishWriting() -> String? {
+        intentLog.close()
+        return backend.emptyLog(waiting: 2)
+    }
 
     /// Replays the logs in `<store>-intents` that no live process holds, then removes them.
     private func replayIntentLogs() throws {
@@ -552,7 +562,9 @@ final class SQLiteBackend: StoreBackend {
     }
 
     func currentVersion(of document: DocumentID) throws -> VersionID? {
-        do { return try plainReads.currentVersion(of: document.rawValue).map(VersionID.init(rawValue:)) } catch {
+        do {
+            return try plainReads.currentVersion(of: document.rawValue).map(VersionID.init(rawValue:))
+        } catch {
             throw Self.storeError(error, path: path)
         }
     }
@@ -593,6 +605,25 @@ final class SQLiteBackend: StoreBackend {
     }
 
     func checkpoint() throws { try truncatingLog { _ in } }
+
+    /// A checkpoint that empties the log, on a connection of its own that waits at most
+    /// `seconds` for other connections' reads (the writer's waits 30 s); nil when it did, else
+    /// why not.
+    func emptyLog(waiting seconds: Int32) -> String? {
+        checkpointer.excluding { () -> String? in
+            // FULL: the log is synced before it is copied, the file before the log is emptied.
+            guard
+                let db = openPlainConnection(
+                    path, setup: "PRAGMA synchronous = FULL; SELECT count(*) FROM sqlite_schema")
+            else { return "cannot open \(path)" }
+            defer { sqlite3_close_v2(db) }
+            sqlite3_busy_timeout(db, seconds * 1000)
+            guard sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil) == SQLITE_OK else {
+                return String(cString: sqlite3_errmsg(db))
+            }
+            return nil
+        }
+    }
 
     /// Runs `body` on the writer, then copies the whole log into the database file and empties
     /// it. A checkpoint running elsewhere makes that fail at once with SQLITE_BUSY (SQLite calls

@@ -176,8 +176,12 @@ struct Mount: DocfsCommand {
             Thread.detachNewThread { continuation.resume(returning: mount.waitUntilFinished()) }
         }
         record?.remove()
-        // The unmount saved everything: the daemon's intent log holds nothing to replay.
-        (plan.store as? SQLiteStore)?.closeIntentLog()
+        // The unmount saved everything: the daemon's intent log holds nothing to replay, and
+        // the store file alone can be copied.
+        if let problem = (plan.store as? SQLiteStore)?.finishWriting() {
+            logger.notice(
+                "the store's log keeps the last saves (is another process using the store?): \(problem)")
+        }
         logger.notice("unmounted", metadata: ["mountpoint": "\(plan.mountpoint)"])
         if case .failure(let error) = result { throw Failure(Self.describe(error, plan: plan)) }
     }

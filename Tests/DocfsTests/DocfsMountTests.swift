@@ -133,6 +133,12 @@ struct DocfsMountTests {
             #expect(Mounts.entry(at: mountpoint) == nil, "the mount is gone")
             #expect(!isAlive(pid), "unmount returned after the daemon exited")
             #expect(!logs().contains { $0.hasSuffix(".log") }, "a clean unmount leaves no log: \(logs())")
+            // The daemon emptied its write-ahead log into the store file, though this process
+            // still has the store open: a copy of the file alone holds the last save.
+            let copy = try folder("copy") + "/store.docfs"
+            try FileManager.default.copyItem(atPath: store, toPath: copy)
+            #expect(
+                try SQLiteStore(path: copy).wholeContents(of: info.root).suffix(5) == Data("more\n".utf8))
             #expect(
                 try SQLiteStore(path: store).wholeContents(of: info.root).suffix(5) == Data("more\n".utf8))
             #expect(
