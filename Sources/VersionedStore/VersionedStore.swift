@@ -596,6 +596,7 @@ public final class VersionedStore: Sendable {
     ) throws -> SaveResult {
         let document = try Self.fetchDocument(tx, changes.document)
         var conflict = false
+        var changes = changes
         if changes.base != document.currentVersion {
             switch changes.conflictPolicy {
             case .fail:
@@ -604,9 +605,11 @@ public final class VersionedStore: Sendable {
             case .keepBoth:
                 conflict = true
             case .rebaseIfDisjoint:
-                let touched = Set(
-                    changes.nodes.map(\.id) + changes.removedNodes + Array(changes.contents.keys))
-                conflict = try touched.contains { try tx.nodeChanged($0, after: changes.base) }
+                if let rebased = try rebased(tx, changes, document: document) {
+                    changes = rebased
+                } else {
+                    conflict = true
+                }
             }
         }
         let now = Timestamp.now
@@ -712,6 +715,40 @@ public final class VersionedStore: Sendable {
 
     /// Checks that changed records form a valid tree: parents exist and are directories, names are
     /// valid and unique among siblings.
+    /// `changes` applied on top of the document's current version instead of their older base,
+    /// or nil when they must be kept as a conflict: when a wrapper they touch changed since the
+    /// base, or when the tree they would make is not valid (a name taken meanwhile, a parent
+    /// removed). A folder whose only change here is its times (a name made or taken in it)
+    /// merges: its current record with the later of each time, so two writers can add files
+    /// to one folder at once.
+    private func rebased(_ tx: any StoreTransaction, _ changes: DocumentChanges, document: DocumentInfo)
+        throws -> DocumentChanges?
+    {
+        let base = Lineage(limit: changes.base.rawValue, branch: 0)
+        let removed = Set(changes.removedNodes)
+        var result = changes
+        let touched = Set(changes.nodes.map(\.id) + changes.removedNodes + Array(changes.contents.keys))
+        for id in touched.sorted() where try tx.nodeChanged(id, after: changes.base) {
+            guard let index = result.nodes.firstIndex(where: { $0.id == id }), !removed.contains(id),
+                changes.contents[id] == nil
+            else { return nil }
+            let mine = result.nodes[index]
+            guard mine.kind == .directory, let before = try Self.node(tx, id, lineage: base),
+                mine.sameExceptTimes(before), let current = try Self.node(tx, id, lineage: .current),
+                current.kind == .directory
+            else { return nil }
+            result.nodes[index] = current.withLaterTimes(of: mine)
+        }
+        var records: [StoreNodeID: NodeRecord] = [:]
+        for record in result.nodes { records[record.id] = record }
+        do {
+            try validate(tx, records: records, removed: removed, document: document, lineage: .current)
+        } catch DocumentStoreError.invalidChange {
+            return nil
+        }
+        return result
+    }
+
     private func validate(
         _ tx: any StoreTransaction, records: [StoreNodeID: NodeRecord], removed: Set<StoreNodeID>,
         document: DocumentInfo, lineage: Lineage

@@ -374,6 +374,68 @@ import Testing
     }
 
     @Test(
+        "Rebase: two writers adding names to one folder merge (its times are the later ones, a chmod stays); the same name, or a name in a removed folder, conflicts",
+        arguments: StoreKind.everyBackend)
+    static func rebaseMergesFolderTimes(_ kind: StoreKind) throws { try Self(kind).rebaseMergesFolderTimes() }
+    func rebaseMergesFolderTimes() throws {
+        let doc = try store.createDocument(
+            named: "M.pkg", kind: .package, type: nil, permissions: nil, origin: "")
+        let sub = try store.makeNodeIDs(count: 1)[0]
+        var made = DocumentChanges(document: doc.id, base: try store.document(doc.id).currentVersion)
+        made.nodes = [
+            NodeRecord(
+                id: sub, document: doc.id, parent: doc.root, name: "sub", kind: .directory, permissions: 0o755
+            )
+        ]
+        let v1 = try store.save(made).version.id
+        let rootAtV1 = try #require(try store.node(doc.root))
+
+        /// A save based on v1 that adds `name` in `parent` at time `time` (seconds), with the
+        /// folder's times moved to it, as a mount's create does.
+        func adding(_ name: String, in parent: StoreNodeID, at time: Int64, permissions: Int? = nil) throws
+            -> DocumentChanges
+        {
+            let id = try store.makeNodeIDs(count: 1)[0]
+            var folder = try #require(try store.node(parent, at: v1))
+            folder.modified = Timestamp(seconds: time, nanoseconds: 0)
+            folder.changed = folder.modified
+            if let permissions { folder.permissions = permissions }
+            var changes = DocumentChanges(document: doc.id, base: v1)
+            changes.nodes = [
+                folder,
+                NodeRecord(
+                    id: id, document: doc.id, parent: parent, name: name, kind: .regularFile,
+                    permissions: 0o644),
+            ]
+            changes.contents[id] = .replace(DataContentsSource(Data(name.utf8)))
+            changes.conflictPolicy = .rebaseIfDisjoint
+            return changes
+        }
+        let later = rootAtV1.modified.rawValue / 1_000_000_000 + 100
+        // The first writer also makes the folder 0700; the second only adds a name.
+        #expect(!(try store.save(adding("one", in: doc.root, at: later + 10, permissions: 0o700)).isConflict))
+        let second = try store.save(adding("two", in: doc.root, at: later))
+        #expect(!second.isConflict && second.rebasedOnto != nil)
+        let names = try store.nodes(of: doc.id, at: nil).filter { $0.parent == doc.root }.map(\.name).sorted()
+        #expect(names == ["one", "sub", "two"])
+        let root = try #require(try store.node(doc.root))
+        #expect(root.permissions == 0o700, "the second writer's folder record did not undo the chmod")
+        #expect(root.modified == Timestamp(seconds: later + 10, nanoseconds: 0), "the later time stays")
+
+        // The same name from a writer that did not see the first: kept as a conflict, not an error.
+        let same = try store.save(adding("one", in: doc.root, at: later + 20))
+        #expect(same.isConflict)
+        #expect(try store.node(doc.root)?.modified == Timestamp(seconds: later + 10, nanoseconds: 0))
+
+        // A name added in a folder that another writer removed: a conflict too.
+        var removal = DocumentChanges(document: doc.id, base: try store.document(doc.id).currentVersion)
+        removal.removedNodes = [sub]
+        _ = try store.save(removal)
+        #expect(try store.save(adding("inside", in: sub, at: later + 30)).isConflict)
+        #expect(try store.nodes(of: doc.id, at: nil).map(\.name).sorted() == ["M.pkg", "one", "two"])
+    }
+
+    @Test(
         "Many lookups at once answer as one lookup each: current, old, conflict, removed, missing",
         arguments: StoreKind.everyBackend)
     static func batchLookups(_ kind: StoreKind) throws { try Self(kind).batchLookups() }

@@ -157,6 +157,50 @@ struct SharedStoreTests {
     }
 
     @Test(
+        "two mounts adding files to one package at once: both saves apply, no conflict (the folder's times merge)",
+        arguments: StoreKind.all)
+    func twoMountsAddToOnePackage(_ kind: StoreKind) async throws {
+        let fixture = try Fixture.small(kind)
+        defer { fixture.remove() }
+        let other = try Engine(fixture)
+        let slow: (inout DocumentFSMount.Options) -> Void = { $0.fileSystem.quietInterval = .seconds(60) }
+        try await withMount(fixture.store, configure: slow) { first in
+            try await withMount(try fixture.reopen(), configure: slow) { second in
+                let before = try other.versions("Work.pkg").count
+                // The second mount's new file stays open with its bytes, unsaved, while the
+                // first mount's is made and saved: the second saves on a base older than that.
+                let held = try await offThread {
+                    try FileHolder(second.url("Work.pkg/second.txt"), flags: "O_WRONLY|O_CREAT")
+                }
+                defer { held.stop() }
+                try await offThread { try held.send("write from the second mount") }
+                try await offThread { try writeText(first.url("Work.pkg/first.txt"), "from the first mount") }
+                try await expectEventually("the first mount's save", timeout: 10) {
+                    try other.text("Work.pkg", "first.txt") == "from the first mount"
+                }
+                try await offThread { try held.send("close") }
+                try await expectEventually("the second mount's save", timeout: 10) {
+                    try other.text("Work.pkg", "second.txt") == "from the second mount"
+                }
+                #expect(try other.text("Work.pkg", "first.txt") == "from the first mount")
+                let versions = try other.versions("Work.pkg")
+                #expect(versions.count > before)
+                #expect(!versions.contains { $0.isConflict }, "\(versions)")
+                // Each mount shows both files.
+                for mount in [first, second] {
+                    let shown = try await offThread {
+                        eventually(timeout: 10) {
+                            try entries(in: mount.url("Work.pkg")).contains("first.txt")
+                                && entries(in: mount.url("Work.pkg")).contains("second.txt")
+                        }
+                    }
+                    #expect(shown != nil, "\((try? entries(in: mount.url("Work.pkg"))) ?? [])")
+                }
+            }
+        }
+    }
+
+    @Test(
         "scratch files kept through a reload of their document are saved once renamed to real names (rsync's, GIO's)",
         arguments: StoreKind.all)
     func scratchFilesSurviveAReload(_ kind: StoreKind) async throws {

@@ -170,6 +170,26 @@ public struct NodeRecord: Sendable, Equatable {
         self.version = version
     }
 
+    /// Whether `other` differs from this record at most in its times and version.
+    public func sameExceptTimes(_ other: NodeRecord) -> Bool {
+        var other = other
+        other.modified = modified
+        other.changed = changed
+        other.accessed = accessed
+        other.created = created
+        other.version = version
+        return other == self
+    }
+
+    /// This record with each time the later of its own and `other`'s.
+    public func withLaterTimes(of other: NodeRecord) -> NodeRecord {
+        var record = self
+        record.modified = max(modified, other.modified)
+        record.changed = max(changed, other.changed)
+        record.accessed = max(accessed, other.accessed)
+        return record
+    }
+
     /// This hard link's record as it reads: its own place and identity, everything else
     /// (kind, attributes, size) from `file`, the record it is another name of.
     public func resolvingLink(to file: NodeRecord) -> NodeRecord {
