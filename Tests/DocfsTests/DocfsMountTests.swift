@@ -121,7 +121,9 @@ struct DocfsMountTests {
             #expect(isAlive(pid))
 
             // An fsync goes through the store's intent log; the unmount saves it and removes the log.
-            let fd = open(mountpoint + "/README.txt", O_WRONLY | O_APPEND)
+            // Close-on-exec: a program another suite spawns meanwhile would keep it open, and the
+            // mount busy.
+            let fd = open(mountpoint + "/README.txt", O_WRONLY | O_APPEND | O_CLOEXEC)
             try #require(fd >= 0)
             #expect(write(fd, "more\n", 5) == 5 && fsync(fd) == 0)
             close(fd)
@@ -163,7 +165,7 @@ struct DocfsMountTests {
             for index in bytes.indices {
                 bytes[index] = UInt8(truncatingIfNeeded: index &* 2_654_435_761 >> 13)
             }
-            let fd = open(mountpoint + "/README.txt", O_RDWR | O_TRUNC)
+            let fd = open(mountpoint + "/README.txt", O_RDWR | O_TRUNC | O_CLOEXEC)
             try #require(fd >= 0)
             #expect(bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == bytes.count)
             #expect(fsync(fd) == 0)
@@ -216,7 +218,7 @@ struct DocfsMountTests {
             let copied = try program(["/bin/cp", package + "/kept.bin", package + "/copy.bin"])
             #expect(copied.status == 0, "\(copied)")
             #expect(FileManager.default.contents(atPath: package + "/copy.bin") == kept)
-            let fd = open(package + "/kept.bin", O_WRONLY | O_APPEND)
+            let fd = open(package + "/kept.bin", O_WRONLY | O_APPEND | O_CLOEXEC)
             try #require(fd >= 0)
             #expect(write(fd, "more", 4) == 4 && fsync(fd) == 0)
             close(fd)
