@@ -171,7 +171,7 @@ public struct NodeRecord: Sendable, Equatable {
     }
 
     /// Whether `other` differs from this record at most in its times and version.
-    public func sameExceptTimes(_ other: NodeRecord) -> Bool {
+    package func sameExceptTimes(_ other: NodeRecord) -> Bool {
         var other = other
         other.modified = modified
         other.changed = changed
@@ -182,7 +182,7 @@ public struct NodeRecord: Sendable, Equatable {
     }
 
     /// This record with each time the later of its own and `other`'s.
-    public func withLaterTimes(of other: NodeRecord) -> NodeRecord {
+    package func withLaterTimes(of other: NodeRecord) -> NodeRecord {
         var record = self
         record.modified = max(modified, other.modified)
         record.changed = max(changed, other.changed)
