@@ -444,7 +444,10 @@ extension DocumentFileSystem {
         let pause = min(
             0.25,
             max(0.01, Double(quiet.components.seconds) + Double(quiet.components.attoseconds) / 1e18) / 4)
+        let running = backgroundThreads
+        running.enter()
         let thread = Thread { [weak self] in
+            defer { running.leave() }
             while true {
                 guard let self, !self.state.withLock({ $0.stopping }) else { return }
                 self.saveQuietDocuments()
@@ -502,7 +505,10 @@ extension DocumentFileSystem {
     /// first, are committed together as one store transaction (``save(group:durable:)``), with
     /// every logged document. A logged document alone waits up to ``loggedSaveDelay``.
     func startCommitter() {
+        let running = backgroundThreads
+        running.enter()
         let thread = Thread { [weak self] in
+            defer { running.leave() }
             while true {
                 guard let wake = self?.committerWake else { return }
                 _ = wake.wait(timeout: .now() + (self?.committerSleep() ?? 0.25))
@@ -545,7 +551,10 @@ extension DocumentFileSystem {
     /// mount still reads from are protected.
     func startCollector() {
         guard let interval = configuration.collectionInterval, !configuration.readOnly else { return }
+        let running = backgroundThreads
+        running.enter()
         let thread = Thread { [weak self] in
+            defer { running.leave() }
             var next = ContinuousClock.now + min(interval, .seconds(60))
             while true {
                 guard let self, !self.state.withLock({ $0.stopping }) else { return }

@@ -97,6 +97,9 @@ public final class DocumentFileSystem: FileSystem {
     let textViews = TextViews()
     /// Wakes the committer when a close asks for a save.
     let committerWake = DispatchSemaphore(value: 0)
+    /// The saver, the committer and the collector while they run: `destroy` waits for them, so
+    /// that a save one of them started is finished before the process may end.
+    let backgroundThreads = DispatchGroup()
     /// File systems made by this process, to tell their origins apart.
     private static let instances = Atomic<Int>(0)
     /// Who saved, in the store's history: unique to this mount, so its own events are told
@@ -289,6 +292,10 @@ public final class DocumentFileSystem: FileSystem {
         }
         observer?.stop()
         committerWake.signal()
+        // A save the committer or the saver is in the middle of (a close's, taken from the
+        // pending ones) finishes first: the process may end as soon as this returns, and before,
+        // a file copied in just before the unmount was lost with the save it was in.
+        backgroundThreads.wait()
         // Every pending change is saved before the session ends (and the process exits).
         saveAll(durable: true)
     }

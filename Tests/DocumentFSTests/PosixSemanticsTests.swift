@@ -2,6 +2,7 @@ import CLinuxSupport
 import DocumentEngine
 import DocumentFS
 import Foundation
+import Synchronization
 import TestSupport
 import Testing
 
@@ -760,6 +761,38 @@ struct PosixSemanticsTests {
         #expect(try engine.text("Work.pkg", "notes.txt") == "one")
         #expect(try engine.record("Work.pkg", "inner.txt")?.permissions == 0o600)
         #expect(try engine.record("Flat.txt")?.extendedAttributes["user.pending"] == Data("yes".utf8))
+    }
+
+    @Test("unmount waits for a save the committer is in the middle of (a file copied in just before)")
+    func unmountWaitsForTheCommitter() async throws {
+        let fixture = try Fixture.small(.memory)
+        defer { fixture.remove() }
+        let proxy = ProxyStore(fixture.store)
+        let mount = try TestMount(proxy)
+        let notes = mount.url("Work.pkg/notes.txt")
+        // The close hands the save to the committer, whose transaction waits at the gate.
+        proxy.holdAllTransactions()
+        do {
+            try await offThread { try writeText(notes, "copied in just before the unmount\n") }
+        } catch {
+            proxy.releaseTransactions()
+            mount.close()
+            throw error
+        }
+        let held = try await offThread { eventually(timeout: 10) { proxy.waitingTransactions > 0 } }
+        #expect(held != nil, "the committer never started the close's save")
+        let released = Atomic<Bool>(false)
+        let releaser = Thread {
+            usleep(300_000)
+            released.store(true, ordering: .sequentiallyConsistent)
+            proxy.releaseTransactions()
+        }
+        releaser.start()
+        try await offThread { mount.close() }
+        // The process of a daemon may end as soon as the session has: the save must be done.
+        let waited = released.load(ordering: .sequentiallyConsistent)
+        #expect(waited, "the unmount did not wait for the save")
+        #expect(try Engine(fixture).text("Work.pkg", "notes.txt") == "copied in just before the unmount\n")
     }
 
     @Test("a failed save comes back from fsync and the next close as an error")
