@@ -390,7 +390,7 @@ struct PostgresTransaction: StoreTransaction {
         try db.scalar("SELECT id FROM chunks WHERE hash = $1", [.bytes(hash)])
     }
 
-    func insertChunk(hash: Data, data: Data) throws -> Int64 {
+    func insertChunk(hash: Data, data: Data, offset: Int64) throws -> Int64 {
         guard
             let id = try db.scalar(
                 "INSERT INTO chunks(hash, size, data) VALUES ($1, $2, $3) RETURNING id",

@@ -103,7 +103,9 @@ extension SQLiteBackend {
                             path: path,
                             reason: "chunk \(id) in pack \(PackFiles.name(pack)) does not match its hash")
                     }
-                    guard let moved = try packs.place(data, force: true) else { continue }
+                    // Where it was in its page, so that reads of its file stay page-aligned.
+                    let phase = Int(place.position % Int64(PackFiles.pageSize))
+                    guard let moved = try packs.place(data, force: true, phase: phase) else { continue }
                     try db.execute(
                         sql: "UPDATE packed_chunks SET pack = ?, position = ? WHERE id = ?",
                         arguments: [moved.pack, moved.position, id])

@@ -61,6 +61,12 @@ final class PackFiles: Sendable {
     static let writebackStep: Int64 = 1 << 20
     /// What O_DIRECT writes are aligned to: the page, which every block size divides.
     static let directAlignment = 4096
+    /// The kernel's page: a chunk is placed at the same offset within a page of its pack as it
+    /// starts at within a page of its file (its phase), so that a read of one page of the file
+    /// reads one page of the pack. Placed back to back, two thirds of the 4 KiB random reads
+    /// of a file read two pages (8 KiB) from the disk, and a cold read took 5–9 µs longer. The
+    /// padding costs 2 KiB a chunk on average (3 % of a 64 KiB chunk).
+    static let pageSize = 4096
     /// A bulk transaction's chunks are written once this many bytes are gathered (a save's
     /// batches are about 4 MiB, so one write each); a larger chunk goes through the page cache.
     static let stagingLimit = 8 << 20
@@ -196,9 +202,10 @@ final class PackFiles: Sendable {
         if writer.direct >= 0 { close(writer.direct) }
     }
 
-    /// Appends `data` to this process's pack and says where it is; nil when the chunk stays a
-    /// row (small, or within the transaction's inline budget). `force` packs it regardless.
-    func place(_ data: Data, force: Bool = false) throws -> Place? {
+    /// Appends `data` to this process's pack at the next position whose offset within its page
+    /// is `phase` (see ``pageSize``) and says where it is; nil when the chunk stays a row (small,
+    /// or within the transaction's inline budget). `force` packs it regardless.
+    func place(_ data: Data, force: Bool = false, phase: Int = 0) throws -> Place? {
         // The lock is held across the write: only the writer, which SQLite's write lock already
         // makes one at a time, and collection letting a pack go use it; no read does.
         try state.withLock { state -> Place? in
@@ -218,11 +225,20 @@ final class PackFiles: Sendable {
             if state.bulk, data.count <= Self.stagingLimit {
                 if state.staging == nil { state.staging = Staging() }
                 if let staging = state.staging {
-                    if staging.count + data.count > Self.stagingLimit { try flushStaged(staging, &writer) }
+                    if staging.count + Self.padding(before: staging.count, phase: phase) + data.count
+                        > Self.stagingLimit
+                    {
+                        try flushStaged(staging, &writer)
+                    }
                     if staging.count == 0 {
                         let align = Int64(Self.directAlignment)
                         staging.start = (writer.end + align - 1) / align * align
                     }
+                    // The start is page-aligned, so the phase within the staging is the pack's.
+                    let padding = Self.padding(before: staging.count, phase: phase)
+                    (staging.bytes + staging.count).initializeMemory(
+                        as: UInt8.self, repeating: 0, count: padding)
+                    staging.count += padding
                     let position = staging.start + Int64(staging.count)
                     data.withUnsafeBytes { raw in
                         guard let from = raw.baseAddress else { return }
@@ -240,13 +256,15 @@ final class PackFiles: Sendable {
                 try flushStaged(staging, &writer)
                 state.writer = writer
             }
-            let position = writer.end
+            // The padding is left a hole.
+            let position =
+                writer.end + Int64(Self.padding(before: Int(writer.end % Int64(Self.pageSize)), phase: phase))
             let code = data.withUnsafeBytes { FileIO.write(writer.fd, $0, at: position) }
             if code != 0 { throw failure(code, path: path(writer.id), doing: "write the pack of") }
             // Starts the disk write now, without waiting for it: the commit's sync then finds it
             // done or under way, so the disk works while the save cuts and hashes what follows
             // (a 1 GiB save waited 1.5 s in those syncs).
-            writer.end += Int64(data.count)
+            writer.end = position + Int64(data.count)
             if writer.end - writer.started >= Self.writebackStep {
                 _ = docfs_start_writeback(
                     writer.fd, off_t(writer.started), off_t(writer.end - writer.started))
@@ -263,6 +281,13 @@ final class PackFiles: Sendable {
             state.writer = writer
             return Place(pack: writer.id, position: position, size: data.count)
         }
+    }
+
+    /// The bytes to skip from `offset` (counted from a page boundary) to the next offset whose
+    /// place within its page is `phase`.
+    static func padding(before offset: Int, phase: Int) -> Int {
+        let page = pageSize
+        return ((phase % page) - offset % page + page) % page
     }
 
     /// Writes the staged chunks (``Staging``) at their positions, padded to a whole number of

@@ -446,8 +446,8 @@ struct SQLiteTransaction: StoreTransaction {
 
     func storesBulk() { packs?.beginBulk() }
 
-    func insertChunk(hash: Data, data: Data) throws -> Int64 {
-        if let packs, let place = try packs.place(data) {
+    func insertChunk(hash: Data, data: Data, offset: Int64) throws -> Int64 {
+        if let packs, let place = try packs.place(data, phase: Int(offset % Int64(PackFiles.pageSize))) {
             try db.cachedStatement(sql: "INSERT INTO chunks(hash, size, data) VALUES (?, ?, X'')")
                 .execute(arguments: [hash, data.count])
             let id = db.lastInsertedRowID

@@ -170,7 +170,7 @@ struct ContentWriter {
                 return bytes
             }) {
                 let cut = stream.offset
-                if let extent = try storeChunk(data, written: &written) {
+                if let extent = try storeChunk(data, at: cut - Int64(data.count), written: &written) {
                     extents[cut - Int64(data.count)] = extent
                 }
                 if cut >= size { break }
@@ -216,9 +216,13 @@ struct ContentWriter {
     }
 
     /// Stores one chunk's bytes unless the store has them; nil for zeros (a hole).
-    private func storeChunk(_ data: Data, written: inout (chunks: Int, bytes: Int64)) throws -> Extent? {
+    private func storeChunk(_ data: Data, at offset: Int64, written: inout (chunks: Int, bytes: Int64))
+        throws -> Extent?
+    {
         if VersionedStore.isZero(data) { return nil }
-        let id = try VersionedStore.storeChunk(tx, hash: VersionedStore.hash(data), written: &written) {
+        let id = try VersionedStore.storeChunk(
+            tx, hash: VersionedStore.hash(data), offset: offset, written: &written
+        ) {
             data
         }
         return Extent(chunk: id, length: Int64(data.count))
@@ -238,7 +242,7 @@ struct ContentWriter {
         for piece in precut.pieces {
             defer { at += Int64(piece.length) }
             guard let hash = piece.hash else { continue }
-            let id = try VersionedStore.storeChunk(tx, hash: hash, written: &written) {
+            let id = try VersionedStore.storeChunk(tx, hash: hash, offset: at, written: &written) {
                 if let data = precut.pending[hash] { return data }
                 var data = Data(capacity: piece.length)
                 while data.count < piece.length {
@@ -559,7 +563,7 @@ private final class BatchStorer: @unchecked Sendable {
     init(store: VersionedStore) { self.store = store }
 
     /// Hands `chunks` over to be stored, once the batch before is.
-    func store(_ chunks: [(hash: Data, data: Data)]) {
+    func store(_ chunks: [(hash: Data, data: Data, offset: Int64)]) {
         slot.wait()
         queue.async { [self] in
             defer { slot.signal() }
@@ -569,9 +573,9 @@ private final class BatchStorer: @unchecked Sendable {
                     tx.storesBulk()
                     var added = (chunks: 0, bytes: Int64(0))
                     for chunk in chunks {
-                        _ = try VersionedStore.storeChunk(tx, hash: chunk.hash, written: &added) {
-                            chunk.data
-                        }
+                        _ = try VersionedStore.storeChunk(
+                            tx, hash: chunk.hash, offset: chunk.offset, written: &added
+                        ) { chunk.data }
                     }
                     return added
                 }
@@ -596,14 +600,15 @@ private final class BatchStorer: @unchecked Sendable {
 
 extension VersionedStore {
     /// The id of the chunk with this hash, stored first (its bytes from `data`, which is called
-    /// only then, and counted in `written`) when the store lacks it.
+    /// only then, and counted in `written`) when the store lacks it; `offset` is where it starts
+    /// in the file it is stored for.
     static func storeChunk(
-        _ tx: any StoreTransaction, hash: Data, written: inout (chunks: Int, bytes: Int64),
+        _ tx: any StoreTransaction, hash: Data, offset: Int64, written: inout (chunks: Int, bytes: Int64),
         data: () throws -> Data
     ) throws -> Int64 {
         if let id = try tx.chunkID(hash: hash) { return id }
         let bytes = try data()
-        let id = try tx.insertChunk(hash: hash, data: bytes)
+        let id = try tx.insertChunk(hash: hash, data: bytes, offset: offset)
         written.chunks += 1
         written.bytes += Int64(bytes.count)
         return id
@@ -647,15 +652,17 @@ extension VersionedStore {
         let hasher = ChunkHasher()
         let storer = BatchStorer(store: self)
         var unhashed = 0
-        var batch: [(hash: Data, data: Data)] = []
+        var batch: [(hash: Data, data: Data, offset: Int64)] = []
         var batched = 0
+        var offset: Int64 = 0
         // Takes the hashed chunks in order; the last part (under a batch) is left to the save's
         // own transaction, so a small file is still stored in one.
         func collect(_ hashed: [ChunkHasher.Hashed]) {
             for chunk in hashed {
                 pieces.append(Precut.Piece(length: chunk.data.count, hash: chunk.hash))
+                defer { offset += Int64(chunk.data.count) }
                 guard let hash = chunk.hash else { continue }
-                batch.append((hash, chunk.data))
+                batch.append((hash, chunk.data, offset))
                 batched += chunk.data.count
                 guard batched >= Precut.batchBytes else { continue }
                 storer.store(batch)

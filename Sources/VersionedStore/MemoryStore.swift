@@ -315,7 +315,7 @@ final class MemoryTransaction: StoreTransaction {
 
     func chunkID(hash: Data) throws -> Int64? { tables.chunksByHash[hash] }
 
-    func insertChunk(hash: Data, data: Data) throws -> Int64 {
+    func insertChunk(hash: Data, data: Data, offset: Int64) throws -> Int64 {
         let id = tables.nextChunk
         tables.nextChunk += 1
         tables.chunks[id] = (hash, data)

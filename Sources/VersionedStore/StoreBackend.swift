@@ -267,7 +267,10 @@ public protocol StoreTransaction {
     // MARK: Chunks
 
     func chunkID(hash: Data) throws -> Int64?
-    func insertChunk(hash: Data, data: Data) throws -> Int64
+    /// Stores a new chunk; `offset` is where it starts in the file it is stored for. A backend
+    /// that keeps chunks in files of its own places it so that that file's page boundaries fall
+    /// on its own: a page-aligned read of the file is then one page of the pack, not two.
+    func insertChunk(hash: Data, data: Data, offset: Int64) throws -> Int64
     /// The rest of the transaction stores bulk data (a large file's chunks ahead of its save): a
     /// backend that keeps a small save's chunks apart from large ones' keeps none apart here.
     func storesBulk()

@@ -60,11 +60,18 @@ struct SQLitePackTests {
         return Int64(resident.filter { $0 & 1 != 0 }.count * pageSize)
     }
 
-    /// Chunks stored in one write transaction of `store`, bulk or not; their ids.
-    func storeChunks(_ chunks: [Data], bulk: Bool, in store: SQLiteStore? = nil) throws -> [Int64] {
+    /// Chunks stored in one write transaction of `store`, bulk or not, as the chunks of one file
+    /// from offset `from`; their ids.
+    func storeChunks(_ chunks: [Data], bulk: Bool, in store: SQLiteStore? = nil, from: Int64 = 0) throws
+        -> [Int64]
+    {
         try (store ?? sqlite).backend.write(durable: true) { tx in
             if bulk { tx.storesBulk() }
-            return try chunks.map { try tx.insertChunk(hash: VersionedStore.hash($0), data: $0) }
+            var offset = from
+            return try chunks.map { chunk in
+                defer { offset += Int64(chunk.count) }
+                return try tx.insertChunk(hash: VersionedStore.hash(chunk), data: chunk, offset: offset)
+            }
         }
     }
 
@@ -116,7 +123,7 @@ struct SQLitePackTests {
             try sqlite.backend.write(durable: true) { tx in
                 tx.storesBulk()
                 for chunk in chunks(3, seed: 100) {
-                    _ = try tx.insertChunk(hash: VersionedStore.hash(chunk), data: chunk)
+                    _ = try tx.insertChunk(hash: VersionedStore.hash(chunk), data: chunk, offset: 0)
                 }
                 throw Refused()
             }
@@ -128,6 +135,49 @@ struct SQLitePackTests {
             try reopened.backend.read { tx in try tx.chunks(lastIDs) } == [
                 lastIDs[0]: last[0], lastIDs[1]: last[1],
             ])
+    }
+
+    @Test(
+        "A packed chunk starts at the place within a page that it has in its file (bulk, plain, moved by collection), so a page of the file is a page of the pack"
+    )
+    func chunksKeepTheirPhase() throws {
+        let offsets: [Int64] = [0, 1, 4095, 4096 + 2048, (1 << 30) + 123]
+        let bytes = offsets.indices.map { sampleBytes(70_000 + 1_111 * $0, seed: 150 + UInt64($0)) }
+        func place(bulk: Bool) throws -> [Int64] {
+            try sqlite.backend.write(durable: true) { tx in
+                if bulk { tx.storesBulk() }
+                return try zip(bytes, offsets).map { chunk, offset in
+                    var unique = chunk
+                    unique[0] = bulk ? 1 : 2
+                    return try tx.insertChunk(hash: VersionedStore.hash(unique), data: unique, offset: offset)
+                }
+            }
+        }
+        // The first plain chunks fit the transaction's inline budget and stay rows.
+        let ids = try place(bulk: true) + place(bulk: false)
+        let packed = try ids.filter { try sqlite.backend.packs.locate($0) != nil }
+        #expect(packed.count >= 7)
+        for id in packed {
+            let index = ids.firstIndex(of: id) ?? 0
+            #expect(try position(ofChunk: id) % 4096 == offsets[index % offsets.count] % 4096, "chunk \(id)")
+        }
+        try sqlite.backend.collectPacksMovingEverything()
+        for id in packed {
+            let index = ids.firstIndex(of: id) ?? 0
+            #expect(try position(ofChunk: id) % 4096 == offsets[index % offsets.count] % 4096, "moved \(id)")
+        }
+        let read = try SQLiteStore(path: sqlite.path).backend.read { tx in try tx.chunks(packed) }
+        for id in packed {
+            let index = ids.firstIndex(of: id) ?? 0
+            var expected = bytes[index % offsets.count]
+            expected[0] = index < offsets.count ? 1 : 2
+            #expect(read[id] == expected, "chunk \(id)")
+        }
+        #expect(try sqlite.checkIntegrity().isClean)
+        // A whole file saved through the store: its 4 KiB pages fall on the pack's.
+        let content = sampleBytes(6 << 20, seed: 160)
+        try file.save(.replace(DataContentsSource(content)))
+        try file.expectHolds(content)
     }
 
     @Test("A bulk chunk larger than the staging follows the staged ones, not under their padding")
@@ -181,7 +231,8 @@ struct SQLitePackTests {
         let chunk = sampleBytes(300 << 10, seed: 4)
         #expect(throws: Refused.self) {
             try sqlite.backend.write(durable: true) { tx in
-                _ = try tx.insertChunk(hash: VersionedStore.hash(chunk), data: chunk)
+                // At an offset whose place in its page is the pack's end's: no padding before it.
+                _ = try tx.insertChunk(hash: VersionedStore.hash(chunk), data: chunk, offset: committed)
                 #expect(packBytes() == committed + Int64(chunk.count))
                 throw Refused()
             }

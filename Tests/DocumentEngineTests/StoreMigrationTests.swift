@@ -143,7 +143,7 @@ import Testing
         // A chunk nothing names, beside the two versions' chunks.
         let stray = sampleBytes(100_000, seed: 72)
         try reopened.backend.write(durable: true) { tx in
-            _ = try tx.insertChunk(hash: VersionedStore.hash(stray), data: stray)
+            _ = try tx.insertChunk(hash: VersionedStore.hash(stray), data: stray, offset: 0)
         }
         let removed = try reopened.backend.write(durable: true) { tx in try tx.removeUnreferencedChunks() }
         #expect(removed.count == 1 && removed.bytes == Int64(stray.count))
