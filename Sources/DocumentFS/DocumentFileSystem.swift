@@ -68,6 +68,14 @@ public final class DocumentFileSystem: FileSystem {
         /// keeps files' sizes and times itself, so a file changed elsewhere is given a new
         /// kernel inode (``NodeTable/retire(_:)``) instead of new attributes.
         public var writebackCache = true
+        /// How long the end of the session (`destroy`) tries again (after 1 s, 2 s, 4 s, then
+        /// every 10 s) to save documents whose save fails (a full disk, a store that cannot be
+        /// reached) before it gives their changes up; zero: one try.
+        public var finalSaveRetry: Duration = .zero
+        /// Called at the end of the session with the documents whose changes are still unsaved
+        /// (``DocumentFileSystem/unsavedDocuments``) each time they are tried and fail, and with
+        /// none once they are saved after failing.
+        public var unsavedChanged: (@Sendable ([String]) -> Void)?
         public init() {}
     }
 
@@ -167,6 +175,8 @@ public final class DocumentFileSystem: FileSystem {
         var observer: StoreObserver?
         var saver: Thread?
         var stopping = false
+        /// What the end of the session could not save yet (``unsavedDocuments``).
+        var unsaved: [String] = []
         /// Documents a close asked to save, for the committer (``startCommitter()``).
         var closeSaves: [DocumentID: DocumentState] = [:]
         /// Documents whose changes an `fsync` logged, and since when, for the committer.
@@ -296,9 +306,48 @@ public final class DocumentFileSystem: FileSystem {
         // pending ones) finishes first: the process may end as soon as this returns, and before,
         // a file copied in just before the unmount was lost with the save it was in.
         backgroundThreads.wait()
-        // Every pending change is saved before the session ends (and the process exits).
-        saveAll(durable: true)
+        // Every pending change is saved before the session ends (and the process exits); what
+        // cannot be is tried again for a while rather than dropped at once.
+        var failed = saveAll(durable: true)
+        guard !failed.isEmpty else { return }
+        let clock = ContinuousClock()
+        let giveUp = clock.now + configuration.finalSaveRetry
+        var pause = 1.0
+        while !failed.isEmpty {
+            let unsaved = state.withLock { state in
+                failed.compactMap { state.documents[$0] }.map { document in
+                    "\(document.info.name): \(document.lastError.map { "\($0)" } ?? "the save failed")"
+                }
+            }
+            let first = state.withLock { state in
+                defer { state.unsaved = unsaved }
+                return state.unsaved.isEmpty
+            }
+            configuration.unsavedChanged?(unsaved)
+            guard clock.now < giveUp else { break }
+            if first {
+                logger.error(
+                    "cannot save \(unsaved.joined(separator: "; ")); trying again, at most 10 s apart, for up to \(configuration.finalSaveRetry)"
+                )
+            }
+            Thread.sleep(forTimeInterval: pause)
+            pause = min(pause * 2, 10)
+            failed = saveAll(durable: true)
+        }
+        if failed.isEmpty {
+            state.withLock { $0.unsaved = [] }
+            configuration.unsavedChanged?([])
+            logger.notice("saved everything after trying again")
+        } else {
+            logger.error(
+                "gave up saving \(state.withLock { $0.unsaved }.joined(separator: "; ")): those changes are lost"
+            )
+        }
     }
+
+    /// The documents whose changes the end of the session could not save (each as its name and
+    /// why): empty unless ``destroy()`` gave up on them, or is still trying.
+    public var unsavedDocuments: [String] { state.withLock { $0.unsaved } }
 
     /// Holds the committer and the quiet-interval saver back, or lets them go again, for tests
     /// that look at what an `fsync` left on disk before its save.

@@ -35,7 +35,9 @@ struct Mount: DocfsCommand {
             (libfuse's request trace), fsname=NAME (the source shown by mount and df; default: \
             the store's path), nonempty (mount over a folder that is not empty), \
             quiet_interval=SECONDS (save a changed document this long after its last change even \
-            while its files stay open; default 1), attr_timeout=SECONDS and \
+            while its files stay open; default 1), final_save_retry=SECONDS (how long the \
+            daemon, once unmounted, keeps trying to save what fails to save, a full disk or a \
+            lost server, before it gives those changes up; default 600), attr_timeout=SECONDS and \
             entry_timeout=SECONDS (how long the kernel caches attributes and names; default 60; \
             other processes' and mounts' saves invalidate them regardless), \
             collect_interval=SECONDS (how often the store's retention policy is applied in the \
@@ -141,6 +143,12 @@ struct Mount: DocfsCommand {
         if plan.options.keepHousekeeping { options.fileSystem.scratchNames = .editorsOnly }
         options.extraOptions = plan.options.passThrough
         options.handleSignals = true
+        // The mount is gone by the time the last saves run: what fails then (a full disk, a
+        // lost server) is tried again for a while rather than dropped, and `docfs unmount`,
+        // waiting for this process, says why it waits and what was lost if it gives up.
+        options.fileSystem.finalSaveRetry = plan.options.finalSaveRetry ?? Self.finalSaveRetry
+        let record = DaemonRecord.current(mountpoint: plan.mountpoint, store: plan.storePath)
+        options.fileSystem.unsavedChanged = { documents in record?.reportUnsaved(documents, lost: false) }
         let mount: DocumentFSMount
         do {
             mount = try DocumentFSMount(
@@ -156,7 +164,6 @@ struct Mount: DocfsCommand {
             mount.unmount()
             throw Failure("the mount at \(plan.mountpoint) did not come up: \(problem)")
         }
-        let record = DaemonRecord.current(mountpoint: plan.mountpoint, store: plan.storePath)
         do {
             try record?.write()
         } catch {
@@ -175,6 +182,8 @@ struct Mount: DocfsCommand {
         let result = await withCheckedContinuation { continuation in
             Thread.detachNewThread { continuation.resume(returning: mount.waitUntilFinished()) }
         }
+        let unsaved = mount.fileSystem.unsavedDocuments
+        if !unsaved.isEmpty { record?.reportUnsaved(unsaved, lost: true) }
         record?.remove()
         // The unmount saved everything: the daemon's intent log holds nothing to replay, and
         // the store file alone can be copied.
@@ -184,7 +193,14 @@ struct Mount: DocfsCommand {
         }
         logger.notice("unmounted", metadata: ["mountpoint": "\(plan.mountpoint)"])
         if case .failure(let error) = result { throw Failure(Self.describe(error, plan: plan)) }
+        if !unsaved.isEmpty {
+            throw Failure(
+                "unmounted, but could not save \(unsaved.joined(separator: "; ")): those changes are lost")
+        }
     }
+
+    /// How long a daemon whose last saves fail keeps trying before it gives them up.
+    static let finalSaveRetry: Duration = .seconds(600)
 
     /// statfs's `f_type` for a FUSE file system.
     static let fuseSuperMagic: Int64 = 0x6573_5546

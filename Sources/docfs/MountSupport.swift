@@ -162,6 +162,9 @@ struct FuseOptions: Equatable {
     /// `nonempty`: mount over a folder that has contents (libfuse 3 no longer checks this, so
     /// docfs does and the option never reaches libfuse).
     var nonEmpty = false
+    /// `final_save_retry=SECONDS`: how long the daemon, once unmounted, keeps trying to save
+    /// what fails to save (a full disk, a lost server) before it gives it up (default 600).
+    var finalSaveRetry: Duration?
     /// `quiet_interval=SECONDS`: how long after its last change a document with unsaved changes
     /// is saved even while its files stay open (default 1 s; saves at close and fsync happen
     /// regardless).
@@ -223,6 +226,12 @@ struct FuseOptions: Equatable {
                 throw Failure("-o quiet_interval= needs a number of seconds above 0 and at most 86400")
             }
             quietInterval = .milliseconds(Int64((seconds * 1000).rounded(.up)))
+        case "final_save_retry":
+            guard let value, let seconds = Double(value), seconds.isFinite, seconds >= 0, seconds <= 86400
+            else {
+                throw Failure("-o final_save_retry= needs a number of seconds from 0 to 86400")
+            }
+            finalSaveRetry = .milliseconds(Int64((seconds * 1000).rounded()))
         case "collect_interval":
             guard let value, let seconds = Double(value), seconds.isFinite, seconds >= 0,
                 seconds <= 31_536_000
@@ -338,6 +347,36 @@ struct DaemonRecord: Equatable {
         try MountPaths.makeDirectory(Self.directory)
         let text = "\(pid) \(startTime)\n\(mountpoint)\n\(store)\n"
         try Data(text.utf8).write(to: Self.file(for: mountpoint), options: .atomic)
+    }
+
+    /// The file beside the pid file in which a daemon that could not save everything at its
+    /// end says what (for `docfs unmount`): the record's first line, then `retrying` or
+    /// `lost`, then a line for each document.
+    static func unsavedFile(for mountpoint: String) -> URL {
+        file(for: mountpoint).deletingPathExtension().appendingPathExtension("unsaved")
+    }
+
+    /// Says what this daemon could not save (`lost` once it gave up), or that it saved it all
+    /// after all (`documents` empty: the file goes).
+    func reportUnsaved(_ documents: [String], lost: Bool) {
+        let url = Self.unsavedFile(for: mountpoint)
+        guard !documents.isEmpty else {
+            try? FileManager.default.removeItem(at: url)
+            return
+        }
+        let text =
+            "\(pid) \(startTime)\n\(lost ? "lost" : "retrying")\n" + documents.joined(separator: "\n") + "\n"
+        try? Data(text.utf8).write(to: url, options: .atomic)
+    }
+
+    /// What this daemon said it could not save, and whether it gave up; nil if it said nothing.
+    func unsaved() -> (documents: [String], lost: Bool)? {
+        guard let text = try? String(contentsOf: Self.unsavedFile(for: mountpoint), encoding: .utf8) else {
+            return nil
+        }
+        let lines = text.split(separator: "\n").map(String.init)
+        guard lines.count >= 3, lines[0] == "\(pid) \(startTime)" else { return nil }
+        return (Array(lines[2...]), lines[1] == "lost")
     }
 
     /// Removes the file if it still describes this process (a later mount may have replaced it).

@@ -68,6 +68,14 @@ struct Unmount: DocfsCommand {
         let deadline = ContinuousClock.now + .seconds(timeout)
         while daemon.isRunning {
             guard ContinuousClock.now < deadline else {
+                if let unsaved = daemon.unsaved(), !unsaved.lost {
+                    throw Failure(
+                        "\(path) is unmounted, but its daemon (pid \(daemon.pid)) cannot save "
+                            + unsaved.documents.joined(separator: "; ")
+                            + ", and keeps trying (for 10 minutes from the unmount, or its -o final_save_retry=): "
+                            + "make room, or bring the store back; `kill \(daemon.pid)` gives those changes up"
+                    )
+                }
                 throw Failure(
                     "\(path) is unmounted, but its daemon (pid \(daemon.pid)) is still running after \(timeout) s; "
                         + "it may still be saving (see \(MountPaths.logFile.path))")
@@ -75,8 +83,15 @@ struct Unmount: DocfsCommand {
             try await Task.sleep(for: .milliseconds(20))
         }
         logger.debug("the daemon has exited", metadata: ["pid": "\(daemon.pid)"])
+        let unsaved = daemon.unsaved()
+        daemon.reportUnsaved([], lost: false)
         // A daemon that was killed could not remove its pid file.
         daemon.remove()
+        if let unsaved {
+            throw Failure(
+                "\(path) is unmounted, but its daemon could not save \(unsaved.documents.joined(separator: "; ")): "
+                    + "those changes are lost (see \(MountPaths.logFile.path))")
+        }
     }
 
     /// Removes the mount: umount2 as root (it says EBUSY itself), fusermount3 otherwise (which

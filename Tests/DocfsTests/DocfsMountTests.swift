@@ -150,6 +150,69 @@ struct DocfsMountTests {
     }
 
     @Test(
+        "a full disk at the unmount: the daemon keeps trying, unmount says so, and the file is saved once there is room; a daemon stopped then: unmount says what was lost",
+        .enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
+    func fullDiskAtTheUnmount() async throws {
+        try await onOwnThread { [self] in
+            let disk = try folder("disk")
+            guard mount("tmpfs", disk, "tmpfs", 0, "size=48m,mode=0700") == 0 else {
+                Issue.record("cannot mount a tmpfs on \(disk): \(String(cString: strerror(errno)))")
+                return
+            }
+            defer { if umount2(disk, 0) != 0 { umount2(disk, Int32(MNT_DETACH)) } }
+            let full = disk + "/Full.docstore"
+            try #require(try docfs(["create", full]).status == 0)
+            let source = sandbox.path("source.bin")
+            // 16 MiB of spill and 16 MiB of pack do not fit beside 20 MiB of something else.
+            let filler = disk + "/filler"
+            try Data(count: 20 << 20).write(to: URL(fileURLWithPath: filler))
+
+            for giveUp in [false, true] {
+                let mountpoint = try folder(giveUp ? "mnt2" : "mnt1")
+                defer { cleanUp(mountpoint) }
+                // The second daemon gives up after 3 s of trying.
+                #expect(
+                    try docfs(["mount", full, mountpoint] + (giveUp ? ["-o", "final_save_retry=3"] : []))
+                        .status == 0)
+                let pid = try #require(daemonPID(mountpoint))
+                let name = giveUp ? "two.pkg" : "one.pkg"
+                // Other bytes each round: the store would not store the same chunks again.
+                let bytes = sampleBytes(16 << 20, seed: giveUp ? 78 : 77)
+                try bytes.write(to: URL(fileURLWithPath: source))
+                try FileManager.default.createDirectory(
+                    atPath: mountpoint + "/" + name, withIntermediateDirectories: false)
+                let copied = try program(["/bin/cp", source, mountpoint + "/" + name + "/big.bin"])
+                #expect(copied.status == 0, "\(copied)")
+                if giveUp {
+                    // Waited for until the daemon gives up: unmount says what was lost.
+                    let unmounted = try docfs(["unmount", "--timeout", "20", mountpoint])
+                    #expect(unmounted.status != 0)
+                    #expect(
+                        unmounted.stderr.contains("could not save \(name): No space left on device")
+                            && unmounted.stderr.contains("those changes are lost"), "\(unmounted)")
+                    #expect(!isAlive(pid))
+                    continue
+                }
+                let unmounted = try docfs(["unmount", "--timeout", "3", mountpoint])
+                #expect(unmounted.status != 0)
+                #expect(
+                    unmounted.stderr.contains("cannot save \(name): No space left on device")
+                        && unmounted.stderr.contains("kill \(pid)"), "\(unmounted)")
+                #expect(isAlive(pid), "the daemon keeps trying")
+                try FileManager.default.removeItem(atPath: filler)
+                #expect(waitUntil(seconds: 20, { !isAlive(pid) }), "the daemon saved and ended")
+                let stored = try SQLiteStore(path: full)
+                let document = try #require(try stored.document(named: name))
+                let file = try #require(
+                    try stored.nodes(of: document.id, at: nil).first { $0.name == "big.bin" })
+                #expect(try stored.readContents(of: file.id, at: nil, offset: 0, count: bytes.count) == bytes)
+                // The store holds 16 MiB more now: less filler fails the next round's save again.
+                try Data(count: 8 << 20).write(to: URL(fileURLWithPath: filler))
+            }
+        }
+    }
+
+    @Test(
         "an fsync acknowledged just before kill -9 of the daemon is in the store for the next process that opens it"
     )
     func fsyncSurvivesKill() async throws {

@@ -795,6 +795,49 @@ struct PosixSemanticsTests {
         #expect(try Engine(fixture).text("Work.pkg", "notes.txt") == "copied in just before the unmount\n")
     }
 
+    @Test("the end of the session tries a failing save again, and says what it could not save")
+    func unmountRetriesFailedSaves() async throws {
+        for givesUp in [false, true] {
+            let fixture = try Fixture.small(.memory)
+            defer { fixture.remove() }
+            let proxy = ProxyStore(fixture.store)
+            let reports = Mutex<[[String]]>([])
+            let mount = try TestMount(proxy) { options in
+                options.fileSystem.finalSaveRetry = givesUp ? .milliseconds(1500) : .seconds(30)
+                options.fileSystem.unsavedChanged = { unsaved in reports.withLock { $0.append(unsaved) } }
+            }
+            do {
+                try await offThread {
+                    try writeText(mount.url("Work.pkg/notes.txt"), "kept through a full disk\n")
+                }
+            } catch {
+                mount.close()
+                throw error
+            }
+            proxy.failSaves.store(true, ordering: .sequentiallyConsistent)
+            let closing = Thread { mount.close() }
+            closing.start()
+            let reported = try await offThread {
+                eventually(timeout: 10) { !reports.withLock { $0.isEmpty } }
+            }
+            #expect(reported != nil, "the failing save was never reported")
+            let first = reports.withLock { $0.first } ?? []
+            #expect(first.count == 1 && first[0].hasPrefix("Work.pkg: "), "\(first)")
+            if !givesUp { proxy.failSaves.store(false, ordering: .sequentiallyConsistent) }
+            let closed = try await offThread { eventually(timeout: 20) { !mount.mount.isActive } }
+            #expect(closed != nil)
+            let text = try Engine(fixture).text("Work.pkg", "notes.txt")
+            if givesUp {
+                #expect(mount.mount.fileSystem.unsavedDocuments.count == 1)
+                #expect(text == Fixture.notesText)
+            } else {
+                #expect(reports.withLock { $0.last } == [], "saved after all")
+                #expect(mount.mount.fileSystem.unsavedDocuments.isEmpty)
+                #expect(text == "kept through a full disk\n")
+            }
+        }
+    }
+
     @Test("a failed save comes back from fsync and the next close as an error")
     func saveErrors() async throws {
         let fixture = try Fixture.small(.memory)
