@@ -433,6 +433,11 @@ struct DocfsMountTests {
                     try docfs(["mount", store, mountpoint, "-o", bad]),
                     "-o quiet_interval= needs a number of seconds above 0 and at most 86400")
             }
+            for bad in ["final_save_retry=-1", "final_save_retry=later", "final_save_retry"] {
+                expectFailure(
+                    try docfs(["mount", store, mountpoint, "-o", bad]),
+                    "-o final_save_retry= needs a number of seconds from 0 to 86400")
+            }
             for bad in ["attr_timeout=-1", "attr_timeout=soon", "entry_timeout", "entry_timeout=1e9"] {
                 let name = bad.prefix { $0 != "=" }
                 expectFailure(
