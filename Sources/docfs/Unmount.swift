@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Logging
 
 #if canImport(Glibc)
     import Glibc
@@ -44,6 +45,14 @@ struct Unmount: DocfsCommand {
         // A hung daemon would hang a lookup of the mount point itself.
         let path = abort ? MountPaths.resolvedParent(mountpoint) : MountPaths.resolved(mountpoint)
         guard let entry = MountTable.entry(at: path) else {
+            // Unmounted already, by an earlier `docfs unmount` that gave up waiting, say: its
+            // daemon may still be saving, or trying to save what it could not; waited for again.
+            if !abort, !lazy, let daemon = DaemonRecord.read(DaemonRecord.file(for: path)),
+                daemon.mountpoint == path, daemon.isRunning
+            {
+                try await wait(for: daemon, path, logger: logger)
+                return
+            }
             throw Failure("\(path) is not a docfs mount: nothing is mounted there")
         }
         guard entry.fileSystemType == MountTable.docfsType else {
@@ -64,7 +73,12 @@ struct Unmount: DocfsCommand {
         }
         try detach(path, lazily: lazy)
         guard let daemon, !lazy else { return }
+        try await wait(for: daemon, path, logger: logger)
+    }
 
+    /// Waits, at most `timeout` seconds, for the daemon that served `path` to end; fails with
+    /// what it cannot save while it keeps trying, or with what it gave up.
+    private func wait(for daemon: DaemonRecord, _ path: String, logger: Logger) async throws {
         let deadline = ContinuousClock.now + .seconds(timeout)
         while daemon.isRunning {
             guard ContinuousClock.now < deadline else {

@@ -199,6 +199,9 @@ struct DocfsMountTests {
                     unmounted.stderr.contains("cannot save \(name): No space left on device")
                         && unmounted.stderr.contains("kill \(pid)"), "\(unmounted)")
                 #expect(isAlive(pid), "the daemon keeps trying")
+                // Asked again, with nothing mounted there any more, unmount still waits for it.
+                let again = try docfs(["unmount", "--timeout", "1", mountpoint])
+                #expect(again.status != 0 && again.stderr.contains("cannot save \(name)"), "\(again)")
                 try FileManager.default.removeItem(atPath: filler)
                 #expect(waitUntil(seconds: 20, { !isAlive(pid) }), "the daemon saved and ended")
                 let stored = try SQLiteStore(path: full)
