@@ -806,6 +806,9 @@ struct PosixSemanticsTests {
                 options.fileSystem.finalSaveRetry = givesUp ? .milliseconds(1500) : .seconds(30)
                 options.fileSystem.unsavedChanged = { unsaved in reports.withLock { $0.append(unsaved) } }
             }
+            // Failing from before the write: the committer's save of the close fails too, so
+            // the change is still pending at the end whatever the timing.
+            proxy.failSaves.store(true, ordering: .sequentiallyConsistent)
             do {
                 try await offThread {
                     try writeText(mount.url("Work.pkg/notes.txt"), "kept through a full disk\n")
@@ -814,7 +817,6 @@ struct PosixSemanticsTests {
                 mount.close()
                 throw error
             }
-            proxy.failSaves.store(true, ordering: .sequentiallyConsistent)
             let closing = Thread { mount.close() }
             closing.start()
             let reported = try await offThread {
