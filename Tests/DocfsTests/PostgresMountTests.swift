@@ -162,6 +162,11 @@ struct PostgresMountTests {
             // that holds its descriptor: a shell's redirections duplicate and close descriptors,
             // and every close by a writer is a save point.
             let flags = try folder("flags")
+            let program = try #require(Docfs.program).path
+            let before = try #require(
+                try PostgresStore(configuration: database).document(named: "README.txt")
+            )
+            .currentVersion.rawValue
             let hold = """
                 open(my $f, ">", $ARGV[0]) or die "open: $!"; syswrite($f, "$ARGV[1]\\n") or die "write: $!";
                 open(my $t, ">", $ARGV[2]) or die; close($t);
@@ -175,9 +180,14 @@ struct PostgresMountTests {
                 until [ -e "$3/one-written" ] && [ -e "$3/two-written" ]; do sleep 0.05; done
                 : > "$3/one-go"
                 until [ -e "$3/one-closed" ]; do sleep 0.05; done
+                # A close returns before its save commits (group commit): the second waits for
+                # the first one's version, or on a loaded machine it could commit first.
+                until "$5" ls "$6" | awk '$NF == "README.txt" { print $(NF-1) }' | grep -qvx "$7"; do
+                  sleep 0.05
+                done
                 : > "$3/two-go"
                 wait
-                """, one, two, flags, hold)
+                """, one, two, flags, hold, program, url, "\(before)")
             #expect(both.status == 0, "\(both)")
             let store = try PostgresStore(configuration: database)
             let info = try #require(try store.document(named: "README.txt"))
