@@ -1,9 +1,9 @@
 import Foundation
-import Testing
+import SQLiteStore
 import TestSupport
+import Testing
 
 @testable import DocumentEngine
-import SQLiteStore
 
 #if canImport(Glibc)
     import Glibc
@@ -270,7 +270,9 @@ final class RichTextDocument: Document {
         #expect(started - firstEdit <= .seconds(300))
         #expect(started - firstEdit > .seconds(15))  // it did wait while the edits continued
         // The save runs on real time: give a loaded machine room (it returns as soon as it holds).
-        #expect(await eventually(within: .seconds(30)) { (try? String(contentsOf: url, encoding: .utf8)) != "v1" })
+        #expect(
+            await eventually(within: .seconds(30)) { (try? String(contentsOf: url, encoding: .utf8)) != "v1" }
+        )
         await doc.close()
     }
 
@@ -461,21 +463,35 @@ final class RichTextDocument: Document {
         #expect(waited >= .milliseconds(150), "the read did not wait for the writer (\(waited))")
     }
 
-    @Test("saveAllOpenDocuments saves every open document with changes (the SIGTERM helper's work)")
+    @Test(
+        "saveAllOpenDocuments saves every open document with changes (the SIGTERM helper's work); in a task group of open documents, only those"
+    )
     func saveAll() async throws {
-        let a = TextDocument(fileURL: try tmp.write("a.txt", "a"))
-        let b = TextDocument(fileURL: try tmp.write("b.txt", "b"))
-        #expect(await a.open())
-        #expect(await b.open())
-        a.text = "a2"
-        a.updateChangeCount(.done)
-        b.text = "b2"
-        b.updateChangeCount(.done)
-        await Document.saveAllOpenDocuments()
-        #expect(try String(contentsOf: a.fileURL, encoding: .utf8) == "a2")
-        #expect(try String(contentsOf: b.fileURL, encoding: .utf8) == "b2")
-        await a.close()
-        await b.close()
+        let other = TextDocument(fileURL: try tmp.write("other.txt", "c"))
+        #expect(await other.open())
+        other.text = "c2"
+        other.updateChangeCount(.done)
+        // In a group of its own: "every open document" is every one in the process, and other
+        // tests running beside this one have documents open with changes they mean to keep.
+        try await OpenDocuments.$group.withValue("saveAll") {
+            let a = TextDocument(fileURL: try tmp.write("a.txt", "a"))
+            let b = TextDocument(fileURL: try tmp.write("b.txt", "b"))
+            #expect(await a.open())
+            #expect(await b.open())
+            a.text = "a2"
+            a.updateChangeCount(.done)
+            b.text = "b2"
+            b.updateChangeCount(.done)
+            await Document.saveAllOpenDocuments()
+            #expect(try String(contentsOf: a.fileURL, encoding: .utf8) == "a2")
+            #expect(try String(contentsOf: b.fileURL, encoding: .utf8) == "b2")
+            await a.close()
+            await b.close()
+        }
+        // A document opened outside the group kept its changes unsaved.
+        #expect(other.hasUnsavedChanges)
+        #expect(try String(contentsOf: other.fileURL, encoding: .utf8) == "c")
+        await other.close()
     }
 }
 

@@ -114,17 +114,28 @@ extension Document {
 
 /// The open documents, weakly held.
 @MainActor
-final class OpenDocuments {
+package final class OpenDocuments {
     static let shared = OpenDocuments()
     private var documents: [ObjectIdentifier: WeakDocument] = [:]
 
-    struct WeakDocument { weak var document: Document? }
+    /// Where set, the documents opened in the task, and all that the task alone counts as open
+    /// (``Document/saveAllOpenDocuments()`` in it saves only those). Tests share one process:
+    /// without it, one test's "save everything" saved another test's unsaved document.
+    @TaskLocal package static var group: String?
+
+    struct WeakDocument {
+        weak var document: Document?
+        var group: String?
+    }
 
     func add(_ document: Document) {
-        documents[ObjectIdentifier(document)] = WeakDocument(document: document)
+        documents[ObjectIdentifier(document)] = WeakDocument(document: document, group: Self.group)
     }
     func remove(_ document: Document) { documents[ObjectIdentifier(document)] = nil }
-    var all: [Document] { documents.values.compactMap(\.document) }
+    var all: [Document] {
+        let group = Self.group
+        return documents.values.filter { group == nil || $0.group == group }.compactMap(\.document)
+    }
 }
 
 /// Turns SIGTERM/SIGINT into a save of all open documents followed by exit.
