@@ -51,14 +51,19 @@ extension DocumentFileSystem {
         reply: ReplyData
     ) {
         answer(reply) { () throws(Errno) in
-            reply.data(try readBytes(handle: handle, offset: offset, size: size))
+            try read(readPlan(handle: handle, offset: offset, size: size)) { reply.data($0) }
         }
     }
 
-    /// Up to `size` bytes of an open file from `offset`. Where they come from is decided under
-    /// the lock; the spill and the store are read without it.
+    /// Up to `size` bytes of an open file from `offset`.
     func readBytes(handle: FUSE.FileHandle, offset: UInt64, size: Int) throws(Errno) -> [UInt8] {
-        let plan = try state.withLock { state throws(Errno) -> FileContents.ReadPlan in
+        try read(readPlan(handle: handle, offset: offset, size: size)) { [UInt8]($0) }
+    }
+
+    /// Where the bytes of a read of an open file come from, decided under the lock; the spill and
+    /// the store are read without it.
+    func readPlan(handle: FUSE.FileHandle, offset: UInt64, size: Int) throws(Errno) -> FileContents.ReadPlan {
+        try state.withLock { state throws(Errno) -> FileContents.ReadPlan in
             guard let file = state.files[handle.rawValue], let contents = file.node.contents else {
                 throw .badFileDescriptor
             }
@@ -73,27 +78,36 @@ extension DocumentFileSystem {
             }
             return contents.planRead(offset: Int64(clamping: offset), count: size)
         }
-        return try read(plan)
     }
 
     /// The bytes of a planned read, read without the lock.
-    func read(_ plan: FileContents.ReadPlan) throws(Errno) -> [UInt8] {
-        var buffer = [UInt8](repeating: 0, count: plan.count)
-        try withMutableRawBytes(&buffer) { raw throws(Errno) in try plan.readSpill(into: raw) }
-        for piece in plan.store {
-            let data = try baseBytes(piece.source, offset: piece.offset, count: piece.count)
-            // Through withUnsafeBytes: DataProtocol's copyBytes(to:) is generic and not
-            // specialized, and looking up its witnesses was a tenth of a cold 4 KiB read's own
-            // CPU in the daemon.
-            buffer.withUnsafeMutableBytes { raw in
-                data.withUnsafeBytes { bytes in
-                    let n = min(bytes.count, raw.count - piece.destination)
-                    guard n > 0, let from = bytes.baseAddress, let to = raw.baseAddress else { return }
-                    (to + piece.destination).copyMemory(from: from, byteCount: n)
-                }
-            }
+    func read(_ plan: FileContents.ReadPlan) throws(Errno) -> [UInt8] { try read(plan) { [UInt8]($0) } }
+
+    /// Reads the bytes of a planned read without the lock and hands them to `body`.
+    ///
+    /// They are read into a page-aligned buffer: a 4 KiB read then fills one page, which the
+    /// store's `pread` and the kernel's copy of the reply each touch once (an array's bytes begin
+    /// past its header, so they straddled two).
+    func read<T>(_ plan: FileContents.ReadPlan, _ body: (UnsafeRawBufferPointer) -> T) throws(Errno) -> T {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: plan.count, alignment: 4096)
+        defer { buffer.deallocate() }
+        guard let base = buffer.baseAddress, plan.count > 0 else {
+            return body(UnsafeRawBufferPointer(buffer))
         }
-        return buffer
+        // Zeroed only where the plan leaves gaps (holes): the pieces fill the rest.
+        let covered = plan.spill.reduce(0) { $0 + $1.count } + plan.store.reduce(0) { $0 + $1.count }
+        if covered < plan.count { memset(base, 0, plan.count) }
+        try plan.readSpill(into: buffer)
+        for piece in plan.store {
+            let within = piece.destination..<min(plan.count, piece.destination + piece.count)
+            guard !within.isEmpty else { continue }
+            let read = try baseBytes(
+                piece.source, offset: piece.offset,
+                into: UnsafeMutableRawBufferPointer(rebasing: buffer[within]))
+            // Past the end of what the store holds (a base shorter than the file).
+            if read < within.count { memset(base + within.lowerBound + read, 0, within.count - read) }
+        }
+        return body(UnsafeRawBufferPointer(buffer))
     }
 
     /// Changes a file's bytes, holding the file's ``ViewNode/changes`` (the caller holds it).

@@ -101,6 +101,26 @@ extension DocumentFileSystem {
         }
     }
 
+    /// ``baseBytes(_:offset:count:)`` into `buffer`: the count read, fewer than it holds only at
+    /// the end of the base.
+    func baseBytes(_ base: ContentBase, offset: Int64, into buffer: UnsafeMutableRawBufferPointer)
+        throws(Errno)
+        -> Int
+    {
+        if let text = base.text?.text ?? base.bytes {
+            let start = Int(clamping: max(0, min(offset, Int64(text.count))))
+            let count = min(text.count - start, buffer.count)
+            guard count > 0, let to = buffer.baseAddress else { return 0 }
+            text.withUnsafeBytes { bytes in
+                if let from = bytes.baseAddress { to.copyMemory(from: from + start, byteCount: count) }
+            }
+            return count
+        }
+        return try storeCall {
+            try store.readContents(of: base.node, at: base.version, offset: offset, into: buffer)
+        }
+    }
+
     /// Compiles the written text of `file` unless its last compile is current; returns the
     /// outcome (nil when the file is not a shown property list, or is unchanged).
     @discardableResult

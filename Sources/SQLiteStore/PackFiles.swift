@@ -460,10 +460,17 @@ final class PackFiles: Sendable {
 
     /// Bytes `range` (nil: all) of the chunk at `place`.
     func read(_ place: Place, _ range: Range<Int>? = nil) throws -> Data {
-        let wanted = range ?? 0..<place.size
+        var data = Data(count: (range ?? 0..<max(0, place.size)).count)
+        try data.withUnsafeMutableBytes { buffer in try read(place, range, into: buffer) }
+        return data
+    }
+
+    /// Bytes `range` (nil: all) of the chunk at `place` into `buffer`, which is as long.
+    func read(_ place: Place, _ range: Range<Int>?, into buffer: UnsafeMutableRawBufferPointer) throws {
+        let wanted = range ?? 0..<max(0, place.size)
         guard place.pack > 0, place.position >= 0, place.size >= 0,
             place.size <= VersionedStore.maximumChunkSize, wanted.lowerBound >= 0,
-            wanted.upperBound <= place.size
+            wanted.upperBound <= place.size, buffer.count == wanted.count
         else {
             throw DocumentStoreError.corrupt(
                 path: storePath,
@@ -471,10 +478,9 @@ final class PackFiles: Sendable {
                     + "(\(place.position), \(place.size) bytes)")
         }
         let handle = try self.handle(place.pack, parts: wanted.count < place.size)
-        var data = Data(count: wanted.count)
         let start = place.position + Int64(wanted.lowerBound)
         let done: Int
-        switch data.withUnsafeMutableBytes({ FileIO.read(handle.fd, $0, at: start) }) {
+        switch FileIO.read(handle.fd, buffer, at: start) {
         case .success(let count): done = count
         case .failure(let error):
             throw SQLiteBackend.systemError(error.code, path: path(place.pack), doing: "read the pack of")
@@ -483,7 +489,6 @@ final class PackFiles: Sendable {
             throw DocumentStoreError.corrupt(
                 path: storePath, reason: "pack \(Self.name(place.pack)) ends before the chunk's bytes")
         }
-        return data
     }
 
     /// An open pack. Reads of parts of chunks (a random 4 KiB read) use a descriptor of their own
@@ -511,12 +516,27 @@ final class PackFiles: Sendable {
     /// is looked up again outside the caller's snapshot: garbage collection moved it, and a
     /// chunk's bytes are the same wherever they are.
     func readChunk(_ id: Int64, at place: Place, _ range: Range<Int>? = nil) throws -> Data {
-        do { return try read(place, range) } catch let missing as Missing {
+        let wanted = range ?? 0..<max(0, place.size)
+        var data = Data(count: wanted.count)
+        try data.withUnsafeMutableBytes { buffer in try readChunk(id, at: place, wanted, into: buffer) }
+        return data
+    }
+
+    /// ``readChunk(_:at:_:)`` into `buffer`, which is as long as the range: a random read's
+    /// slice goes from the pack to the reply without a copy of its own.
+    func readChunk(
+        _ id: Int64, at place: Place, _ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer
+    )
+        throws
+    {
+        do { try read(place, range, into: buffer) } catch let missing as Missing {
             guard let moved = try locate(id), moved.pack != place.pack else {
                 throw missingError(missing.pack)
             }
             cache(moved, of: id)
-            do { return try read(moved, range) } catch let again as Missing { throw missingError(again.pack) }
+            do { try read(moved, range, into: buffer) } catch let again as Missing {
+                throw missingError(again.pack)
+            }
         }
     }
 
@@ -535,6 +555,15 @@ final class PackFiles: Sendable {
         places.withLock { places in
             if places.count >= Self.keptPlaces { places.removeAll(keepingCapacity: true) }
             places[id] = .some(place)
+        }
+    }
+
+    /// Caches the places `found`, and that chunk `notPacked` (if any) is not packed.
+    func cache(_ found: [(id: Int64, place: Place)], andNotPacked notPacked: Int64?) {
+        places.withLock { places in
+            if places.count + found.count >= Self.keptPlaces { places.removeAll(keepingCapacity: true) }
+            for (id, place) in found { places[id] = .some(place) }
+            if let notPacked { places[notPacked] = .some(nil) }
         }
     }
 

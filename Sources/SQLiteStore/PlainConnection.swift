@@ -38,33 +38,32 @@ func packedPlace(_ statement: OpaquePointer, _ id: Int64) throws -> PackFiles.Pl
     }
 }
 
+/// The statement that finds the places of the packed chunks with ids in a range.
+let packedPlacesSQL = "SELECT id, pack, position, size FROM packed_chunks WHERE id BETWEEN ? AND ?"
+
 /// A plain connection of its own with the statements of ``PlainReads`` prepared
 /// (``packedPlaceSQL``, a document's current version): each step reads the store's latest
 /// commit, in no snapshot a caller holds.
 final class PlainReadConnection: @unchecked Sendable {
     let db: OpaquePointer
     private let place: OpaquePointer
+    private let places: OpaquePointer
     private let version: OpaquePointer
 
     /// Takes `db` over (closing it if preparing fails).
     init?(_ db: OpaquePointer) {
-        var place: OpaquePointer?
-        var version: OpaquePointer?
-        guard sqlite3_prepare_v2(db, packedPlaceSQL, -1, &place, nil) == SQLITE_OK, let place else {
-            sqlite3_close_v2(db)
-            return nil
-        }
-        guard
-            sqlite3_prepare_v2(db, "SELECT current_version FROM documents WHERE id = ?", -1, &version, nil)
-                == SQLITE_OK, let version
-        else {
-            sqlite3_finalize(place)
-            sqlite3_close_v2(db)
-            return nil
+        var statements: [OpaquePointer] = []
+        for sql in [packedPlaceSQL, packedPlacesSQL, "SELECT current_version FROM documents WHERE id = ?"] {
+            var statement: OpaquePointer?
+            guard sqlite3_prepare_v2(db, sql, -1, &statement, nil) == SQLITE_OK, let statement else {
+                for prepared in statements { sqlite3_finalize(prepared) }
+                sqlite3_close_v2(db)
+                return nil
+            }
+            statements.append(statement)
         }
         self.db = db
-        self.place = place
-        self.version = version
+        (place, places, version) = (statements[0], statements[1], statements[2])
     }
 
     convenience init?(path: String) {
@@ -75,12 +74,38 @@ final class PlainReadConnection: @unchecked Sendable {
 
     deinit {
         sqlite3_finalize(place)
+        sqlite3_finalize(places)
         sqlite3_finalize(version)
         sqlite3_close_v2(db)
     }
 
     /// Where chunk `id`'s bytes are, if in a pack. Used by one thread at a time.
     func place(_ id: Int64) throws -> PackFiles.Place? { try packedPlace(place, id) }
+
+    /// The places of the packed chunks with ids in `ids`. Used by one thread at a time.
+    func places(_ ids: ClosedRange<Int64>) throws -> [(id: Int64, place: PackFiles.Place)] {
+        sqlite3_reset(places)
+        sqlite3_bind_int64(places, 1, ids.lowerBound)
+        sqlite3_bind_int64(places, 2, ids.upperBound)
+        defer { sqlite3_reset(places) }
+        var result: [(id: Int64, place: PackFiles.Place)] = []
+        while true {
+            switch sqlite3_step(places) {
+            case SQLITE_ROW:
+                result.append(
+                    (
+                        sqlite3_column_int64(places, 0),
+                        PackFiles.Place(
+                            pack: sqlite3_column_int64(places, 1), position: sqlite3_column_int64(places, 2),
+                            size: Int(sqlite3_column_int64(places, 3)))
+                    ))
+            case SQLITE_DONE:
+                return result
+            case let status:
+                throw DatabaseError(resultCode: ResultCode(rawValue: status))
+            }
+        }
+    }
 
     /// The current version of `document`, nil if there is no such document. Used by one thread
     /// at a time.

@@ -39,6 +39,22 @@ final class PlainReads: Sendable {
         return try read(id, .some(range))
     }
 
+    /// `range` of chunk `id`'s bytes into `buffer` (as long as the range); false where
+    /// ``read(_:_:)`` gives nil.
+    func read(_ id: Int64, _ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer) throws -> Bool {
+        guard buffer.count == range.count, range.lowerBound >= 0, range.upperBound <= Int(Int32.max) else {
+            return false
+        }
+        if case .some(.some(let place)) = packs.cachedPlace(id) {
+            guard range.upperBound <= place.size else { return false }
+            try packs.readChunk(id, at: place, range, into: buffer)
+            return true
+        }
+        guard let data = try read(id, .some(range)), data.count == range.count else { return false }
+        _ = data.copyPrefix(into: buffer)
+        return true
+    }
+
     /// `range` (nil: all) of chunk `id`'s bytes.
     private func read(_ id: Int64, _ wanted: Range<Int>?) throws -> Data? {
         let known = packs.cachedPlace(id)
@@ -46,8 +62,7 @@ final class PlainReads: Sendable {
         guard let connection = take() else { return nil }
         defer { give(connection) }
         if known == nil {
-            let place = try connection.place(id)
-            packs.cache(place, of: id)
+            let place = try learnPlaces(around: id, connection)
             if let place { return try packed(id, place, wanted) }
         }
         var blob: OpaquePointer?
@@ -82,6 +97,21 @@ final class PlainReads: Sendable {
         if let wanted, wanted.upperBound > place.size { return nil }
         return try packs.readChunk(id, at: place, wanted)
     }
+
+    /// Chunk `id`'s place (nil: not packed), learned with the places of the packed chunks with
+    /// nearby ids: a file's chunks have consecutive ids, and random reads over a large file
+    /// otherwise looked each one up on its own (1,800 statements for 256 MiB, some 12 µs each).
+    private func learnPlaces(around id: Int64, _ connection: Connection) throws -> PackFiles.Place? {
+        let (low, lowOverflow) = id.subtractingReportingOverflow(Self.placesAround)
+        let (high, highOverflow) = id.addingReportingOverflow(Self.placesAround)
+        let found = try connection.places((lowOverflow ? .min : low)...(highOverflow ? .max : high))
+        let place = found.first { $0.id == id }?.place
+        packs.cache(found, andNotPacked: place == nil ? id : nil)
+        return place
+    }
+
+    /// How far either side of a chunk's id ``learnPlaces(around:_:)`` looks.
+    static let placesAround: Int64 = 512
 
     private func take() -> Connection? {
         if let connection = idle.withLock({ $0.popLast() }) { return connection }

@@ -545,6 +545,15 @@ final class SQLiteBackend: StoreBackend {
         do { return try plainReads.read(id, range) } catch { throw Self.storeError(error, path: path) }
     }
 
+    /// A packed chunk's slice goes from its pack straight into the caller's buffer.
+    func chunkSlice(_ id: Int64, _ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer) throws
+        -> Bool
+    {
+        do { return try plainReads.read(id, range, into: buffer) } catch {
+            throw Self.storeError(error, path: path)
+        }
+    }
+
     /// Incremental blob I/O for whole chunks too: a cold sequential read spent a third of its
     /// CPU in the pool's queue, transaction and statement around `SELECT data`, and SQLite
     /// copied each blob twice (into a value, then into `Data`); a blob handle reads it once.

@@ -38,6 +38,10 @@ public protocol StoreBackend: Sendable {
     /// Bytes `range` of chunk `id` without reading the whole chunk, where the backend can read a
     /// part of a stored value; nil otherwise.
     func chunkSlice(_ id: Int64, _ range: Range<Int>) throws -> Data?
+    /// Bytes `range` of chunk `id` read into `buffer` (as long as the range); false where
+    /// ``chunkSlice(_:_:)`` would give nil.
+    func chunkSlice(_ id: Int64, _ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer) throws
+        -> Bool
     /// Whole chunks by id, read outside any transaction where the backend has a cheaper way
     /// than a query (chunks never change); nil otherwise, or when one of them is gone (a query
     /// then tells what became of it).
@@ -53,6 +57,17 @@ extension StoreBackend {
         nil
     }
     public func chunkSlice(_ id: Int64, _ range: Range<Int>) throws -> Data? { nil }
+    public func chunkSlice(_ id: Int64, _ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer)
+        throws
+        -> Bool
+    {
+        guard buffer.count == range.count, let data = try chunkSlice(id, range), data.count == range.count
+        else {
+            return false
+        }
+        _ = data.copyPrefix(into: buffer)
+        return true
+    }
     public func wholeChunks(_ ids: [Int64]) throws -> [Int64: Data]? { nil }
     public func currentVersion(of document: DocumentID) throws -> VersionID? { nil }
     public func storageProblems() throws -> [String] { [] }

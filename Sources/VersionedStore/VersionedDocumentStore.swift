@@ -49,6 +49,12 @@ extension VersionedDocumentStore {
     {
         try versionedStore.readContents(of: node, at: version, offset: offset, count: count)
     }
+    public func readContents(
+        of node: StoreNodeID, at version: VersionID?, offset: Int64,
+        into buffer: UnsafeMutableRawBufferPointer
+    ) throws -> Int {
+        try versionedStore.readContents(of: node, at: version, offset: offset, into: buffer)
+    }
 
     public func currentVersion(of document: DocumentID) throws -> VersionID {
         try versionedStore.currentVersion(of: document)

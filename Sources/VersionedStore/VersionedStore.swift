@@ -327,7 +327,54 @@ public final class VersionedStore: Sendable {
         }
         // A saved version never changes: what a read at one learned serves the next without the
         // database (and a mount keeps reading what it read while a server is away).
-        if let version, let data = try pinnedRead(node, version, offset: offset, count: count) { return data }
+        if let version,
+            let entry = pinned.withLock({
+                $0.reading(PinnedKey(node: node, version: version), until: Self.end(offset, count))
+            }),
+            let data = try pinnedRead(entry, offset: offset, count: count)
+        {
+            return data
+        }
+        return try unpinnedRead(of: node, at: version, offset: offset, count: count)
+    }
+
+    /// Reads `node`'s bytes from `offset` into `buffer`: the count read, fewer than the buffer
+    /// holds only at the end of the file.
+    ///
+    /// A random read of a part of a chunk at a saved version goes from the backend straight
+    /// into `buffer`, without the copies, sets and maps of ``readContents(of:at:offset:count:)``.
+    public func readContents(
+        of node: StoreNodeID, at version: VersionID?, offset: Int64,
+        into buffer: UnsafeMutableRawBufferPointer
+    ) throws -> Int {
+        guard offset >= 0 else { throw DocumentStoreError.invalidChange("negative offset") }
+        let data: Data
+        if let version,
+            let entry = pinned.withLock({
+                $0.reading(PinnedKey(node: node, version: version), until: Self.end(offset, buffer.count))
+            })
+        {
+            if let count = try directRead(entry, offset: offset, into: buffer) { return count }
+            data =
+                try pinnedRead(entry, offset: offset, count: buffer.count)
+                ?? unpinnedRead(of: node, at: version, offset: offset, count: buffer.count)
+        } else {
+            data = try unpinnedRead(of: node, at: version, offset: offset, count: buffer.count)
+        }
+        return data.copyPrefix(into: buffer)
+    }
+
+    /// Where a read of `count` bytes from `offset` ends, at most `Int64.max` (a caller may ask for
+    /// all there is with `Int.max`).
+    private static func end(_ offset: Int64, _ count: Int) -> Int64 {
+        let (sum, overflow) = offset.addingReportingOverflow(Int64(count))
+        return overflow ? .max : sum
+    }
+
+    /// A read the pinned extents cannot answer: through a transaction.
+    private func unpinnedRead(of node: StoreNodeID, at version: VersionID?, offset: Int64, count: Int) throws
+        -> Data
+    {
         let mainLine = try version.flatMap { version in
             try backend.mainLineLookups([NodeLookup(node, at: version)])?.first.map { try $0.get() }
         }
@@ -382,16 +429,11 @@ public final class VersionedStore: Sendable {
     /// content-defined ones are at most that long.
     var longestExtent: Int64 { Int64(chunkSize) }
 
-    /// A read at `version` from what earlier reads at it learned: from the chunk cache (without
-    /// the database), else with one read of the missing chunks; nil if the extents are not known.
-    private func pinnedRead(_ node: StoreNodeID, _ version: VersionID, offset: Int64, count: Int) throws
-        -> Data?
-    {
-        let key = PinnedKey(node: node, version: version)
-        guard let entry = pinned.withLock({ $0.reading(key, until: offset + Int64(count)) }) else {
-            return nil
-        }
-        let end = min(entry.size, offset + Int64(count))
+    /// A read from what earlier reads at a saved version learned (`entry`, as it was before this
+    /// read): from the chunk cache (without the database), else with one read of the missing
+    /// chunks; nil if the extents are not known.
+    private func pinnedRead(_ entry: PinnedFile, offset: Int64, count: Int) throws -> Data? {
+        let end = min(entry.size, Self.end(offset, count))
         guard offset < end else { return Data() }
         guard let overlapping = entry.extents(overlapping: offset, end, longest: longestExtent) else {
             return nil
@@ -421,6 +463,46 @@ public final class VersionedStore: Sendable {
             chunks.merge(fetched) { old, _ in old }
         }
         return try? assemble(offset: offset, end: end, extents: overlapping, chunks: chunks)
+    }
+
+    /// ``pinnedRead(_:offset:count:)`` into `buffer` where every chunk the read needs is cached
+    /// or it is a random read (see ``slices(of:missing:offset:end:cached:)``) the backend can
+    /// read slices for; nil otherwise (`buffer` may then hold some of the bytes).
+    private func directRead(_ entry: PinnedFile, offset: Int64, into buffer: UnsafeMutableRawBufferPointer)
+        throws
+        -> Int?
+    {
+        let end = min(entry.size, Self.end(offset, buffer.count))
+        guard offset < end else { return 0 }
+        guard let base = buffer.baseAddress,
+            let overlapping = entry.extents(overlapping: offset, end, longest: longestExtent)
+        else { return nil }
+        let random = end - offset <= Int64(chunkSize) / 8 && offset != entry.lastEnd
+        var cursor = offset
+        for (start, extent) in overlapping {
+            let from = max(cursor, start)
+            let to = min(end, start + extent.length)
+            guard from < to else { continue }
+            if from > cursor { memset(base + Int(cursor - offset), 0, Int(from - cursor)) }
+            let target = UnsafeMutableRawBufferPointer(
+                rebasing: buffer[Int(from - offset)..<Int(to - offset)])
+            let within = Int(from - start)..<Int(to - start)
+            if let chunk = cache.withLock({ $0.get(extent.chunk) }) {
+                guard within.upperBound <= chunk.count else { return nil }
+                chunk.withUnsafeBytes { bytes in
+                    target.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes[within]))
+                }
+            } else {
+                guard random, try backend.chunkSlice(extent.chunk, within, into: target) else { return nil }
+                counters.withLock {
+                    $0.chunksRead += 1
+                    $0.bytesRead += Int64(within.count)
+                }
+            }
+            cursor = to
+        }
+        if cursor < end { memset(base + Int(cursor - offset), 0, Int(end - cursor)) }
+        return Int(end - offset)
     }
 
     /// A small read away from the last one (a random read): the bytes of the chunks it lacks are

@@ -391,6 +391,55 @@ struct SQLitePackTests {
         try file.expectHolds(bytes)
     }
 
+    @Test(
+        "A slice of a packed chunk learns the places of the chunks around it at once; inline chunks among them still read from their rows, and a learned place stays good after collection"
+    )
+    func slicesLearnNearbyPlaces() throws {
+        let bytes = sampleBytes(8 << 20, seed: 12)
+        try file.save(.replace(DataContentsSource(bytes)))
+        let packed = try file.fixture.sql("SELECT id FROM packed_chunks ORDER BY id;").split(separator: "\n")
+            .compactMap { Int64($0) }
+        let all = try file.fixture.sql("SELECT id FROM chunks ORDER BY id;").split(separator: "\n")
+            .compactMap { Int64($0) }
+        let inline = all.filter { !packed.contains($0) }
+        try #require(packed.count > 8 && !inline.isEmpty)
+        let reader = try SQLiteStore(path: sqlite.path)
+        let packs = reader.backend.packs
+        func slice(_ id: Int64, _ range: Range<Int>) throws -> Data? {
+            var data = Data(count: range.count)
+            let read = try data.withUnsafeMutableBytes { try reader.backend.chunkSlice(id, range, into: $0) }
+            return read ? data : nil
+        }
+        func whole(_ id: Int64) throws -> Data {
+            try #require(try reader.backend.wholeChunks([id])?[id])
+        }
+
+        let middle = packed[packed.count / 2]
+        let part = try slice(middle, 100..<4196)
+        #expect(part == (try whole(middle))[100..<4196])
+        // The places of the other packed chunks are known without a statement of their own; the
+        // inline ones are not taken for packed.
+        for id in packed { #expect(packs.cachedPlace(id) != nil, "chunk \(id)") }
+        for id in inline { #expect(packs.cachedPlace(id) == nil, "chunk \(id)") }
+        for id in inline + [packed.first!, packed.last!] {
+            #expect(try slice(id, 10..<20) == (try whole(id))[10..<20], "chunk \(id)")
+        }
+        // The packs move; a place learned before, of a chunk never read, still finds its bytes.
+        let unread = packed[1]
+        let expected = try SQLiteStore(path: sqlite.path).backend.wholeChunks([unread])?[unread]
+        let mover = try SQLiteStore(path: sqlite.path)
+        try mover.backend.collectPacksMovingEverything()
+        #expect(try slice(unread, 0..<4096) == expected?[0..<4096])
+        let fresh = try SQLiteStore(path: sqlite.path)
+        for offset in [300_000, 5_000_000, (8 << 20) - 4096] {
+            var data = Data(count: 4096)
+            let count = try data.withUnsafeMutableBytes {
+                try fresh.readContents(of: file.document.root, at: nil, offset: Int64(offset), into: $0)
+            }
+            #expect(count == 4096 && data == bytes[offset..<offset + 4096])
+        }
+    }
+
     @Test("Collection removes a pack no chunk names, but not one a writer holds")
     func strayPacks() throws {
         try file.save(.replace(DataContentsSource(sampleBytes(2 << 20, seed: 11))))

@@ -512,6 +512,12 @@ public protocol DocumentStore: AnyObject, Sendable {
     func nodes(_ lookups: [NodeLookup]) throws -> [Result<NodeRecord?, any Error>]
     /// Up to `count` bytes of a regular file from `offset`, reading only the chunks that cover them.
     func readContents(of node: StoreNodeID, at version: VersionID?, offset: Int64, count: Int) throws -> Data
+    /// Reads a regular file's bytes from `offset` into `buffer` (current when `version` is nil):
+    /// the count read, fewer than the buffer holds only at the end of the file.
+    func readContents(
+        of node: StoreNodeID, at version: VersionID?, offset: Int64,
+        into buffer: UnsafeMutableRawBufferPointer
+    ) throws -> Int
 
     /// Fresh node ids for new wrappers.
     func makeNodeIDs(count: Int) throws -> [StoreNodeID]
@@ -588,6 +594,14 @@ public protocol DocumentStoreTransaction {
 }
 
 extension DocumentStore {
+    /// Through ``readContents(of:at:offset:count:)``, copied.
+    public func readContents(
+        of node: StoreNodeID, at version: VersionID?, offset: Int64,
+        into buffer: UnsafeMutableRawBufferPointer
+    ) throws -> Int {
+        try readContents(of: node, at: version, offset: offset, count: buffer.count).copyPrefix(into: buffer)
+    }
+
     /// Creates an empty document: a package's root directory or an empty flat file.
     public func createDocument(
         named name: String, kind: DocumentKind, type: String?, permissions: Int?, origin: String
