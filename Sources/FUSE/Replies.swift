@@ -40,8 +40,7 @@ public class Reply: @unchecked Sendable {
             .exchanged
         {
             core.logger.warning("\(operation) reply dropped without an answer: answering EIO")
-            let rc = core.send(request) { fuse_reply_err($0, EIO) }
-            core.replyFinished(sent: rc != -ENOTCONN)
+            _ = core.sendReply(request) { fuse_reply_err($0, EIO) }
         }
     }
 
@@ -70,8 +69,7 @@ public class Reply: @unchecked Sendable {
             core.logger.error("\(operation): second reply ignored (a request is answered once)")
             return -EALREADY
         }
-        let rc = core.send(request, body)
-        core.replyFinished(sent: rc != -ENOTCONN)
+        let rc = core.sendReply(request, body)
         if rc != 0 && rc != -ENOTCONN {
             // ENOENT here means the request was interrupted and is gone: normal, not an error.
             core.logger.debug("\(operation) reply not delivered: \(Errno(rawValue: -rc))")

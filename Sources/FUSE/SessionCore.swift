@@ -55,25 +55,29 @@ final class SessionCore: @unchecked Sendable {
 
     // MARK: Reply accounting
 
-    func replyCreated() { gate.withLock { $0.outstanding += 1 } }
+    func replyCreated() { gate.withLock(wake: false) { $0.outstanding += 1 } }
 
-    /// Runs a libfuse reply call unless the gate is closed (then answers -ENOTCONN).
-    func send(_ request: fuse_req_t, _ body: (fuse_req_t) -> CInt) -> CInt {
-        let open = gate.withLock { gate in
-            if gate.closed { return false }
-            gate.inFlight += 1
-            return true
+    /// Runs a reply's libfuse call unless the gate is closed (then answers -ENOTCONN), and counts
+    /// the reply finished: in the same lock as leaving the call, since every request pays for
+    /// each lock taken here.
+    func sendReply(_ request: fuse_req_t, _ body: (fuse_req_t) -> CInt) -> CInt {
+        // Nobody waits for a count to rise: no wake-up.
+        let open = gate.withLock(wake: false) { gate in
+            if !gate.closed { gate.inFlight += 1 }
+            return !gate.closed
         }
         guard open else {
+            gate.withLock { $0.outstanding -= 1 }
             logger.debug("reply after the session closed: dropped")
             return -ENOTCONN
         }
         let rc = body(request)
-        gate.withLock { $0.inFlight -= 1 }
+        gate.withLock { gate in
+            gate.inFlight -= 1
+            gate.outstanding -= 1
+        }
         return rc
     }
-
-    func replyFinished(sent: Bool) { gate.withLock { $0.outstanding -= 1 } }
 
     /// Waits up to `timeout` for outstanding replies; returns how many are still pending.
     func drain(timeout: Duration) -> Int {

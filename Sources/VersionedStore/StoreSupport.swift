@@ -119,6 +119,14 @@ struct PinnedFile {
     /// The extents overlapping `offset..<end`, or nil when one could begin outside `covered`.
     func extents(overlapping offset: Int64, _ end: Int64, longest: Int64) -> [(start: Int64, extent: Extent)]?
     {
+        guard let indices = indices(overlapping: offset, end, longest: longest) else { return nil }
+        return indices.map { extents[$0] }.filter { $0.start + $0.extent.length > offset }
+    }
+
+    /// The indices in ``extents`` of those that may overlap `offset..<end` (each ends after
+    /// `offset` or is empty; none begins at or past `end`), or nil when one could begin outside
+    /// `covered`. Without an array of its own: a random read's bookkeeping is on its latency.
+    func indices(overlapping offset: Int64, _ end: Int64, longest: Int64) -> Range<Int>? {
         guard covered.lowerBound <= max(0, offset - longest + 1), covered.upperBound >= end else {
             return nil
         }
@@ -132,13 +140,9 @@ struct PinnedFile {
                 high = middle
             }
         }
-        var result: [(start: Int64, extent: Extent)] = []
         var index = low
-        while index < extents.count, extents[index].start < end {
-            if extents[index].start + extents[index].extent.length > offset { result.append(extents[index]) }
-            index += 1
-        }
-        return result
+        while index < extents.count, extents[index].start < end { index += 1 }
+        return low..<index
     }
 }
 

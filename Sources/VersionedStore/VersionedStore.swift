@@ -475,11 +475,12 @@ public final class VersionedStore: Sendable {
         let end = min(entry.size, Self.end(offset, buffer.count))
         guard offset < end else { return 0 }
         guard let base = buffer.baseAddress,
-            let overlapping = entry.extents(overlapping: offset, end, longest: longestExtent)
+            let overlapping = entry.indices(overlapping: offset, end, longest: longestExtent)
         else { return nil }
         let random = end - offset <= Int64(chunkSize) / 8 && offset != entry.lastEnd
         var cursor = offset
-        for (start, extent) in overlapping {
+        for index in overlapping {
+            let (start, extent) = entry.extents[index]
             let from = max(cursor, start)
             let to = min(end, start + extent.length)
             guard from < to else { continue }
