@@ -94,9 +94,9 @@ extension DocumentFileSystem {
         guard let base = buffer.baseAddress, plan.count > 0 else {
             return body(UnsafeRawBufferPointer(buffer))
         }
-        // Zeroed only where the plan leaves gaps (holes): the pieces fill the rest.
+        // Zeroed only when the pieces leave gaps (holes): otherwise they fill it all.
         let covered = plan.spill.reduce(0) { $0 + $1.count } + plan.store.reduce(0) { $0 + $1.count }
-        if covered < plan.count { memset(base, 0, plan.count) }
+        if covered != plan.count { memset(base, 0, plan.count) }
         try plan.readSpill(into: buffer)
         for piece in plan.store {
             let within = piece.destination..<min(plan.count, piece.destination + piece.count)
