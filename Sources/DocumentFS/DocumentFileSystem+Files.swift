@@ -80,16 +80,21 @@ extension DocumentFileSystem {
         }
     }
 
+    /// The largest read whose buffer is page-aligned (``read(_:_:)``).
+    static let alignedReads = 64 << 10
+
     /// The bytes of a planned read, read without the lock.
     func read(_ plan: FileContents.ReadPlan) throws(Errno) -> [UInt8] { try read(plan) { [UInt8]($0) } }
 
     /// Reads the bytes of a planned read without the lock and hands them to `body`.
     ///
-    /// They are read into a page-aligned buffer: a 4 KiB read then fills one page, which the
+    /// A small read's buffer is page-aligned: a 4 KiB read then fills one page, which the
     /// store's `pread` and the kernel's copy of the reply each touch once (an array's bytes begin
-    /// past its header, so they straddled two).
+    /// past its header, so they straddled two). A large one's is not: glibc's aligned
+    /// allocations of a megabyte at a time left a daemon streaming a file 20 MiB larger (B7).
     func read<T>(_ plan: FileContents.ReadPlan, _ body: (UnsafeRawBufferPointer) -> T) throws(Errno) -> T {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: plan.count, alignment: 4096)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(
+            byteCount: plan.count, alignment: plan.count <= Self.alignedReads ? 4096 : 16)
         defer { buffer.deallocate() }
         guard let base = buffer.baseAddress, plan.count > 0 else {
             return body(UnsafeRawBufferPointer(buffer))
