@@ -28,14 +28,20 @@ func packedPlace(_ statement: OpaquePointer, _ id: Int64) throws -> PackFiles.Pl
     defer { sqlite3_reset(statement) }
     switch sqlite3_step(statement) {
     case SQLITE_ROW:
-        return PackFiles.Place(
-            pack: sqlite3_column_int64(statement, 0), position: sqlite3_column_int64(statement, 1),
-            size: Int(sqlite3_column_int64(statement, 2)))
+        return placeInRow(statement, from: 0)
     case SQLITE_DONE:
         return nil
     case let status:
         throw DatabaseError(resultCode: ResultCode(rawValue: status))
     }
+}
+
+/// The place in the current row of `statement`, whose columns from `first` on are a packed
+/// chunk's pack, position and size.
+private func placeInRow(_ statement: OpaquePointer, from first: Int32) -> PackFiles.Place {
+    PackFiles.Place(
+        pack: sqlite3_column_int64(statement, first), position: sqlite3_column_int64(statement, first + 1),
+        size: Int(sqlite3_column_int64(statement, first + 2)))
 }
 
 /// The statement that finds the places of the packed chunks with ids in a range.
@@ -92,13 +98,7 @@ final class PlainReadConnection: @unchecked Sendable {
         while true {
             switch sqlite3_step(places) {
             case SQLITE_ROW:
-                result.append(
-                    (
-                        sqlite3_column_int64(places, 0),
-                        PackFiles.Place(
-                            pack: sqlite3_column_int64(places, 1), position: sqlite3_column_int64(places, 2),
-                            size: Int(sqlite3_column_int64(places, 3)))
-                    ))
+                result.append((sqlite3_column_int64(places, 0), placeInRow(places, from: 1)))
             case SQLITE_DONE:
                 return result
             case let status:

@@ -8,15 +8,25 @@ import Testing
 /// Reads at a saved version on the stores that read parts of a stored chunk (SQLite's
 /// incremental blob I/O, PostgreSQL's TOAST slices).
 struct SavedVersionReadTests {
+    /// The chunk size of these tests' stores.
+    static let chunk = 64 * 1024
+
+    /// A new flat document holding `bytes`, and the version that saved them.
+    static func save(_ bytes: Data, in store: any DocumentStore) throws -> (DocumentInfo, VersionID) {
+        let info = try store.createDocument(
+            named: "big.bin", kind: .flat, type: nil, permissions: nil, origin: "")
+        var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+        changes.contents[info.root] = .replace(DataContentsSource(bytes))
+        return (info, try store.save(changes).version.id)
+    }
+
     @Test(
         "Reads at a saved version: a first read learns the chunk map, small random reads fetch only their bytes, sequential ones whole chunks",
         arguments: StoreKind.all)
     func readsAtASavedVersion(_ kind: StoreKind) throws {
-        let chunk = 64 * 1024
+        let chunk = Self.chunk
         let fixture = try StoreFixture(kind, chunkSize: chunk)
         let store = fixture.store
-        let info = try store.createDocument(
-            named: "big.bin", kind: .flat, type: nil, permissions: nil, origin: "")
         // Ten chunks and a partial one, all different (chunks are stored once per contents); a hole in chunk 4.
         var state: UInt64 = 0x9E37_79B9_7F4A_7C15
         var bytes = Data(
@@ -25,9 +35,7 @@ struct SavedVersionReadTests {
                 return UInt8(truncatingIfNeeded: state >> 56)
             })
         bytes.replaceSubrange(4 * chunk..<5 * chunk, with: Data(count: chunk))
-        var changes = DocumentChanges(document: info.id, base: info.currentVersion)
-        changes.contents[info.root] = .replace(DataContentsSource(bytes))
-        let version = try store.save(changes).version.id
+        let (info, version) = try Self.save(bytes, in: store)
         let reader = try fixture.reopen()
         func read(_ offset: Int, _ count: Int) throws -> Data {
             try reader.readContents(of: info.root, at: version, offset: Int64(offset), count: count)
@@ -70,17 +78,12 @@ struct SavedVersionReadTests {
         "Reads into a buffer give what reads into Data give: at a saved version and the current one, across chunks, in a hole, past the end; a random 4 KiB read fetches only its bytes",
         arguments: StoreKind.all)
     func readsIntoABuffer(_ kind: StoreKind) throws {
-        let chunk = 64 * 1024
+        let chunk = Self.chunk
         let fixture = try StoreFixture(kind, chunkSize: chunk)
-        let store = fixture.store
-        let info = try store.createDocument(
-            named: "big.bin", kind: .flat, type: nil, permissions: nil, origin: "")
         var bytes = sampleBytes(10 * chunk + 1_000, seed: 41)
         // Zeros long enough that chunks of only zeros are cut from them: holes, with no extent.
         bytes.replaceSubrange(3 * chunk..<6 * chunk, with: Data(count: 3 * chunk))
-        var changes = DocumentChanges(document: info.id, base: info.currentVersion)
-        changes.contents[info.root] = .replace(DataContentsSource(bytes))
-        let version = try store.save(changes).version.id
+        let (info, version) = try Self.save(bytes, in: fixture.store)
         let reader = try fixture.reopen()
         func read(_ offset: Int, _ count: Int, at version: VersionID?) throws -> Data {
             // Page-aligned, as the mount's reads are, and a byte off, as a caller's may be.
