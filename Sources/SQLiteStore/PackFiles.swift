@@ -558,12 +558,11 @@ final class PackFiles: Sendable {
         }
     }
 
-    /// Caches the places `found`, and that chunk `notPacked` (if any) is not packed.
-    func cache(_ found: [(id: Int64, place: Place)], andNotPacked notPacked: Int64?) {
+    /// Caches the places of the packed chunks `found`.
+    func cache(_ found: [(id: Int64, place: Place)]) {
         places.withLock { places in
             if places.count + found.count >= Self.keptPlaces { places.removeAll(keepingCapacity: true) }
             for (id, place) in found { places[id] = .some(place) }
-            if let notPacked { places[notPacked] = .some(nil) }
         }
     }
 

@@ -98,15 +98,20 @@ final class PlainReads: Sendable {
         return try packs.readChunk(id, at: place, wanted)
     }
 
-    /// Chunk `id`'s place (nil: not packed), learned with the places of the packed chunks with
-    /// nearby ids: a file's chunks have consecutive ids, and random reads over a large file
-    /// otherwise looked each one up on its own (1,800 statements for 256 MiB, some 12 µs each).
+    /// Chunk `id`'s place (nil: not packed). A packed chunk's place comes with the places of the
+    /// packed chunks with nearby ids: a file's chunks have consecutive ids, and random reads over
+    /// a large file otherwise looked each one up on its own (1,800 statements for 256 MiB, some
+    /// 12 µs each). A chunk in a row (a small save's) costs its own lookup only, so that a first
+    /// read of many small files does not scan a large file's places around each of them.
     private func learnPlaces(around id: Int64, _ connection: Connection) throws -> PackFiles.Place? {
+        guard let place = try connection.place(id) else {
+            packs.cache(nil, of: id)
+            return nil
+        }
         let (low, lowOverflow) = id.subtractingReportingOverflow(Self.placesAround)
         let (high, highOverflow) = id.addingReportingOverflow(Self.placesAround)
         let found = try connection.places((lowOverflow ? .min : low)...(highOverflow ? .max : high))
-        let place = found.first { $0.id == id }?.place
-        packs.cache(found, andNotPacked: place == nil ? id : nil)
+        packs.cache(found)
         return place
     }
 
