@@ -91,11 +91,7 @@ extension DocumentFileSystem {
 
     /// The clean bytes `[offset, offset+count)` of `base`: from its text, or from the store.
     func baseBytes(_ base: ContentBase, offset: Int64, count: Int) throws(Errno) -> Data {
-        if let text = base.text?.text ?? base.bytes {
-            let start = Int(clamping: max(0, min(offset, Int64(text.count))))
-            let end = min(text.count, start + count)
-            return text.subdata(in: text.startIndex + start..<text.startIndex + end)
-        }
+        if let held = heldBytes(base, offset: offset, count: count) { return held }
         return try storeCall {
             try store.readContents(of: base.node, at: base.version, offset: offset, count: count)
         }
@@ -104,21 +100,23 @@ extension DocumentFileSystem {
     /// ``baseBytes(_:offset:count:)`` into `buffer`: the count read, fewer than it holds only at
     /// the end of the base.
     func baseBytes(_ base: ContentBase, offset: Int64, into buffer: UnsafeMutableRawBufferPointer)
-        throws(Errno)
-        -> Int
+        throws(Errno) -> Int
     {
-        if let text = base.text?.text ?? base.bytes {
-            let start = Int(clamping: max(0, min(offset, Int64(text.count))))
-            let count = min(text.count - start, buffer.count)
-            guard count > 0, let to = buffer.baseAddress else { return 0 }
-            text.withUnsafeBytes { bytes in
-                if let from = bytes.baseAddress { to.copyMemory(from: from + start, byteCount: count) }
-            }
-            return count
+        if let held = heldBytes(base, offset: offset, count: buffer.count) {
+            return held.copyPrefix(into: buffer)
         }
         return try storeCall {
             try store.readContents(of: base.node, at: base.version, offset: offset, into: buffer)
         }
+    }
+
+    /// The bytes `[offset, offset+count)` of a base the mount holds (its text, or bytes kept
+    /// whole); nil when the store holds them.
+    private func heldBytes(_ base: ContentBase, offset: Int64, count: Int) -> Data? {
+        guard let text = base.text?.text ?? base.bytes else { return nil }
+        let start = Int(clamping: max(0, min(offset, Int64(text.count))))
+        let end = start + min(text.count - start, max(0, count))
+        return text.subdata(in: text.startIndex + start..<text.startIndex + end)
     }
 
     /// Compiles the written text of `file` unless its last compile is current; returns the

@@ -314,14 +314,12 @@ public final class DocumentFileSystem: FileSystem {
         let giveUp = clock.now + configuration.finalSaveRetry
         var pause = 1.0
         while !failed.isEmpty {
-            let unsaved = state.withLock { state in
-                failed.compactMap { state.documents[$0] }.map { document in
+            let (unsaved, first) = state.withLock { state in
+                let unsaved = failed.compactMap { state.documents[$0] }.map { document in
                     "\(document.info.name): \(document.lastError.map { "\($0)" } ?? "the save failed")"
                 }
-            }
-            let first = state.withLock { state in
                 defer { state.unsaved = unsaved }
-                return state.unsaved.isEmpty
+                return (unsaved, state.unsaved.isEmpty)
             }
             configuration.unsavedChanged?(unsaved)
             guard clock.now < giveUp else { break }

@@ -327,10 +327,7 @@ public final class VersionedStore: Sendable {
         }
         // A saved version never changes: what a read at one learned serves the next without the
         // database (and a mount keeps reading what it read while a server is away).
-        if let version,
-            let entry = pinned.withLock({
-                $0.reading(PinnedKey(node: node, version: version), until: Self.end(offset, count))
-            }),
+        if let entry = pinnedEntry(node, version, until: Self.end(offset, count)),
             let data = try pinnedRead(entry, offset: offset, count: count)
         {
             return data
@@ -349,11 +346,7 @@ public final class VersionedStore: Sendable {
     ) throws -> Int {
         guard offset >= 0 else { throw DocumentStoreError.invalidChange("negative offset") }
         let data: Data
-        if let version,
-            let entry = pinned.withLock({
-                $0.reading(PinnedKey(node: node, version: version), until: Self.end(offset, buffer.count))
-            })
-        {
+        if let entry = pinnedEntry(node, version, until: Self.end(offset, buffer.count)) {
             if let count = try directRead(entry, offset: offset, into: buffer) { return count }
             data =
                 try pinnedRead(entry, offset: offset, count: buffer.count)
@@ -362,6 +355,13 @@ public final class VersionedStore: Sendable {
             data = try unpinnedRead(of: node, at: version, offset: offset, count: buffer.count)
         }
         return data.copyPrefix(into: buffer)
+    }
+
+    /// What earlier reads at saved version `version` learned of `node`, as it was before this
+    /// read, which ends at `end`; nil when they learned nothing (or `version` is nil).
+    private func pinnedEntry(_ node: StoreNodeID, _ version: VersionID?, until end: Int64) -> PinnedFile? {
+        guard let version else { return nil }
+        return pinned.withLock { $0.reading(PinnedKey(node: node, version: version), until: end) }
     }
 
     /// Where a read of `count` bytes from `offset` ends, at most `Int64.max` (a caller may ask for
@@ -449,11 +449,11 @@ public final class VersionedStore: Sendable {
                 }
             }
         }
-        if !missing.isEmpty, end - offset <= Int64(chunkSize) / 8, offset != entry.lastEnd,
-            let sliced = try slices(
-                of: overlapping, missing: missing, offset: offset, end: end, cached: chunks)
-        {
-            return sliced
+        if !missing.isEmpty, end - offset <= Int64(chunkSize) / 8, offset != entry.lastEnd {
+            var sliced = Data(count: Int(end - offset))
+            if try sliced.withUnsafeMutableBytes({ try directRead(entry, offset: offset, into: $0) }) != nil {
+                return sliced
+            }
         }
         if !missing.isEmpty {
             // Chunks never change, so they need no snapshot; one the retention policy collected
@@ -465,9 +465,10 @@ public final class VersionedStore: Sendable {
         return try? assemble(offset: offset, end: end, extents: overlapping, chunks: chunks)
     }
 
-    /// ``pinnedRead(_:offset:count:)`` into `buffer` where every chunk the read needs is cached
-    /// or it is a random read (see ``slices(of:missing:offset:end:cached:)``) the backend can
-    /// read slices for; nil otherwise (`buffer` may then hold some of the bytes).
+    /// ``pinnedRead(_:offset:count:)`` into `buffer` where every chunk the read needs is cached,
+    /// or it is a small read away from the last one (a random read) and the backend reads the
+    /// slices of the chunks it lacks, not whole (sequential readers read and cache whole
+    /// chunks); nil otherwise (`buffer` may then hold some of the bytes).
     private func directRead(_ entry: PinnedFile, offset: Int64, into buffer: UnsafeMutableRawBufferPointer)
         throws
         -> Int?
@@ -504,40 +505,6 @@ public final class VersionedStore: Sendable {
         }
         if cursor < end { memset(base + Int(cursor - offset), 0, Int(end - cursor)) }
         return Int(end - offset)
-    }
-
-    /// A small read away from the last one (a random read): the bytes of the chunks it lacks are
-    /// fetched as slices where the backend can, not whole; sequential readers read and cache
-    /// whole chunks. Nil where the backend cannot.
-    private func slices(
-        of overlapping: [(start: Int64, extent: Extent)], missing: Set<Int64>, offset: Int64, end: Int64,
-        cached: [Int64: Data]
-    ) throws -> Data? {
-        var result = Data(count: Int(end - offset))
-        for (start, extent) in overlapping {
-            let from = max(offset, start)
-            let to = min(end, start + extent.length)
-            guard from < to else { continue }
-            let part: Data
-            if missing.contains(extent.chunk) {
-                let within = Int(from - start)
-                guard let slice = try backend.chunkSlice(extent.chunk, within..<within + Int(to - from)),
-                    slice.count == Int(to - from)
-                else { return nil }
-                counters.withLock {
-                    $0.chunksRead += 1
-                    $0.bytesRead += Int64(slice.count)
-                }
-                part = slice
-            } else if let chunk = cached[extent.chunk], Int(to - start) <= chunk.count {
-                part = chunk.subdata(
-                    in: chunk.startIndex + Int(from - start)..<chunk.startIndex + Int(to - start))
-            } else {
-                return nil
-            }
-            result.replaceSubrange(Int(from - offset)..<Int(to - offset), with: part)
-        }
-        return result
     }
 
     /// The bytes `offset..<end` of a file from the extents that overlap them; zeros elsewhere.
@@ -796,8 +763,6 @@ public final class VersionedStore: Sendable {
             rebasedOnto: !conflict && changes.base != document.currentVersion ? document.currentVersion : nil)
     }
 
-    /// Checks that changed records form a valid tree: parents exist and are directories, names are
-    /// valid and unique among siblings.
     /// `changes` applied on top of the document's current version instead of their older base,
     /// or nil when they must be kept as a conflict: when a wrapper they touch changed since the
     /// base, or when the tree they would make is not valid (a name taken meanwhile, a parent
@@ -832,6 +797,8 @@ public final class VersionedStore: Sendable {
         return result
     }
 
+    /// Checks that changed records form a valid tree: parents exist and are directories, names are
+    /// valid and unique among siblings.
     private func validate(
         _ tx: any StoreTransaction, records: [StoreNodeID: NodeRecord], removed: Set<StoreNodeID>,
         document: DocumentInfo, lineage: Lineage
