@@ -124,7 +124,7 @@ extension DocumentFileSystem {
     /// file) what it wrote outside the layer's chunks is zeroed and it runs again.
     func changeContents<T>(
         _ file: ViewNode, keeping: (FileContents) -> [Int], writing range: Range<Int64>?,
-        io: (SpillLayer) throws(Errno) -> Void,
+        truncating newSize: Int64? = nil, io: (SpillLayer) throws(Errno) -> Void,
         commit: (inout State, FileContents) throws(Errno) -> T
     ) throws(Errno) -> T {
         var fetched: [Int: (base: ContentBase, data: Data)] = [:]
@@ -135,7 +135,8 @@ extension DocumentFileSystem {
                 guard let contents = file.contents else { throw .isDirectory }
                 return (
                     contents,
-                    contents.planChange(keeping: keeping(contents), writing: range, fetched: fetched)
+                    contents.planChange(
+                        keeping: keeping(contents), writing: range, truncating: newSize, fetched: fetched)
                 )
             }
             let plan: FileContents.ChangePlan
@@ -232,7 +233,10 @@ extension DocumentFileSystem {
             writing: start..<end,
             io: { layer throws(Errno) in try layer.write(data, at: start) },
             commit: { state, contents throws(Errno) in
-                contents.wrote(upTo: end)
+                contents.wrote(start..<end)
+                contents.prepare {
+                    store.prepareContents(reading: LiveSource(fileSystem: self, contents: contents))
+                }
                 // With the writeback cache the kernel keeps the times of the write(2) calls and
                 // sends them itself (a setattr) once it has written the pages.
                 if !(isWritePage && writeback.load(ordering: .relaxed)) {
@@ -339,7 +343,7 @@ extension DocumentFileSystem {
                 cut = contents.pageCutBy(size)
                 return cut.map { [$0] } ?? []
             },
-            writing: nil,
+            writing: nil, truncating: size,
             io: { layer throws(Errno) in
                 // The chunk the new end cuts reads as zeros past it before the size changes: a
                 // save waits for this change, and a read racing it may see those zeros early.
@@ -539,7 +543,7 @@ extension DocumentFileSystem {
                 writing: position..<position + Int64(n),
                 io: { layer throws(Errno) in try layer.zero(at: position, length: Int64(n)) },
                 commit: { state, contents throws(Errno) in
-                    contents.wrote(upTo: position + Int64(n))
+                    contents.wrote(position..<position + Int64(n))
                     changed(&state, file)
                 })
             at += Int64(n)

@@ -94,6 +94,7 @@ extension DocumentFileSystem {
         // Nothing to commit (an fsync saved it first): no transaction, which on PostgreSQL is two
         // round trips with these documents' save locks held.
         if !ready.isEmpty {
+            for item in ready { finishPreparations(item.prepared.changes) }
             do {
                 let saved = try storeCall {
                     try store.transaction(durable: durable) { tx in
@@ -123,6 +124,18 @@ extension DocumentFileSystem {
             document.saving.unlock()
         }
         return failed
+    }
+
+    /// Finishes the store's preparations of a save's new contents before the store transaction
+    /// that takes them, which takes only finished ones; one that fails is cancelled, and the save
+    /// does its work itself.
+    private func finishPreparations(_ changes: DocumentChanges) {
+        for update in changes.contents.values {
+            guard case .sparse(_, _, let source) = update, let preparation = source.preparation else {
+                continue
+            }
+            do { try preparation.finish(reading: source) } catch { preparation.cancel() }
+        }
     }
 
     /// The document's prepared save, unless the mount no longer shows it (deleted, replaced).

@@ -483,6 +483,19 @@ final class FileContents: @unchecked Sendable {
     var compiled: (edits: UInt64, outcome: Result<PropertyListText, PropertyListTextError>)?
     let pageSize: Int
     let spill: SpillFiles
+    /// Bytes written in order from offset 0 since the file was last empty (new, or truncated
+    /// to nothing): every byte below is written. Nil once the file has stored bytes again, or
+    /// writes came too far out of order.
+    private(set) var appended: Int64?
+    /// Writes past ``appended`` that came before the ones below them (a few at most: requests
+    /// of one file run one at a time, but not always in the order the kernel sent them).
+    private var ahead: [Range<Int64>] = []
+    /// The store's work on the bytes below ``appended`` while they are written, and how many of
+    /// them it was told are final: a change below that many cancels it.
+    private(set) var preparation: (any ContentsPreparation)?
+    private(set) var prepared: Int64 = 0
+    /// The store prepares no contents: not asked again.
+    private var unprepared = false
 
     /// The spill's unit: the kernel's page, so that the writes of its page cache (whole pages)
     /// never take in old bytes. With a store chunk (256 KiB) as the unit, a 4 KiB random write
@@ -494,6 +507,64 @@ final class FileContents: @unchecked Sendable {
         self.size = base.size
         self.pageSize = pageSize
         self.spill = spill
+        appended = base.size == 0 ? 0 : nil
+    }
+
+    deinit { preparation?.cancel() }
+
+    // MARK: Preparing
+
+    /// A preparation starts once this many bytes were written in order, so that small files
+    /// never cost a thread; it is told of all but the last ``preparationLag`` of them, which the
+    /// kernel may still write again (a page cache's partly written last page).
+    static let preparationStart: Int64 = 8 << 20
+    static let preparationLag: Int64 = 1 << 20
+
+    /// Records a committed write or zeroing of `range` in ``appended``.
+    private func recordWritten(_ range: Range<Int64>) {
+        guard var end = appended, !range.isEmpty else { return }
+        if range.lowerBound > end {
+            ahead.append(range)
+            if ahead.count > 64 {
+                appended = nil
+                ahead = []
+            }
+            return
+        }
+        end = max(end, range.upperBound)
+        ahead.sort { $0.lowerBound < $1.lowerBound }
+        while let first = ahead.first, first.lowerBound <= end {
+            end = max(end, first.upperBound)
+            ahead.removeFirst()
+        }
+        appended = end
+    }
+
+    /// Starts or advances the store's preparation of the bytes written in order, as far as
+    /// they are final (under the file system's lock; it never waits). `start` makes one.
+    func prepare(_ start: () -> (any ContentsPreparation)?) {
+        guard let appended, frozen == 0, propertyList == nil, base.text == nil, base.bytes == nil,
+            appended >= Self.preparationStart, !unprepared
+        else { return }
+        if preparation == nil {
+            guard let made = start() else {
+                unprepared = true
+                return
+            }
+            preparation = made
+            prepared = 0
+        }
+        let final = (appended - Self.preparationLag) / Int64(pageSize) * Int64(pageSize)
+        guard final > prepared else { return }
+        prepared = final
+        preparation?.advance(to: final)
+    }
+
+    /// Stops the preparation: bytes it may have read change, or no save will take it.
+    func stopPreparation() {
+        preparation?.cancel()
+        preparation = nil
+        prepared = 0
     }
 
     /// Whether anything was written or truncated since the base.
@@ -652,8 +723,13 @@ final class FileContents: @unchecked Sendable {
     /// Plans a change that keeps the old bytes of the pages `keeping` and writes `range` (nil:
     /// none), given the pages `fetched` from the store so far.
     func planChange(
-        keeping: [Int], writing range: Range<Int64>?, fetched: [Int: (base: ContentBase, data: Data)]
+        keeping: [Int], writing range: Range<Int64>?, truncating newSize: Int64? = nil,
+        fetched: [Int: (base: ContentBase, data: Data)]
     ) -> PlannedChange {
+        // Before the change's I/O, which a preparation reading those bytes might see.
+        if let lowest = [range?.lowerBound, newSize].compactMap({ $0 }).min(), lowest < prepared {
+            stopPreparation()
+        }
         // The layer is made or reopened only once nothing is missing: a plan that must fetch
         // first changes nothing.
         let existing = existingTop
@@ -706,10 +782,11 @@ final class FileContents: @unchecked Sendable {
         return true
     }
 
-    /// After a committed write of bytes up to `end`.
-    func wrote(upTo end: Int64) {
-        size = max(size, end)
+    /// After a committed write (or zeroing) of `range`.
+    func wrote(_ range: Range<Int64>) {
+        size = max(size, range.upperBound)
         edits &+= 1
+        recordWritten(range)
     }
 
     /// After a committed change that took in ``pageCutBy(_:)`` and zeroed it past `newSize`:
@@ -728,6 +805,15 @@ final class FileContents: @unchecked Sendable {
         }
         size = newSize
         edits &+= 1
+        if newSize == 0 {
+            appended = 0
+            ahead = []
+        } else if let end = appended {
+            appended = min(end, newSize)
+            ahead = ahead.compactMap {
+                $0.lowerBound < newSize ? $0.lowerBound..<min($0.upperBound, newSize) : nil
+            }
+        }
         return (layer, zero)
     }
 
@@ -851,6 +937,8 @@ final class FileContents: @unchecked Sendable {
         /// The contents' generation when frozen: a reset since (another file's bytes shared
         /// into it, another process's save) makes this save's outcome no longer the file's.
         let generation: UInt64
+        /// The store's preparation of the file's bytes, for the save to finish and take.
+        let preparation: (any ContentsPreparation)?
 
         /// The store's chunks (of `chunkSize` bytes) that hold pages written since the base, or
         /// bytes a truncation zeroed below `storedSize` (the size the store has for the node).
@@ -940,7 +1028,7 @@ final class FileContents: @unchecked Sendable {
         frozen = layers.count
         return Snapshot(
             contents: self, layers: layers, base: base, size: size, pageSize: pageSize,
-            generation: generation)
+            generation: generation, preparation: preparation)
     }
 
     /// The save of `snapshot` is in the store as `version` of `node`: the frozen layers go but
@@ -963,6 +1051,12 @@ final class FileContents: @unchecked Sendable {
         }
         frozen = 0
         base = ContentBase(node: node, version: version, size: snapshot.size, text: text)
+        // The file has stored bytes now: what follows is an edit of them.
+        if snapshot.size > 0 {
+            stopPreparation()
+            appended = nil
+            ahead = []
+        }
     }
 
     /// Drops the clean cache layer (the file's last handle closed); returns it, to be let go
@@ -987,6 +1081,9 @@ final class FileContents: @unchecked Sendable {
         size = base.size
         generation &+= 1
         edits &+= 1
+        stopPreparation()
+        appended = base.size == 0 ? 0 : nil
+        ahead = []
     }
 }
 
@@ -1010,8 +1107,37 @@ struct SnapshotSource: ContentsSource {
     var count: Int64 { snapshot.size }
     /// Frozen layers never change: a save waits for a change in progress before it freezes.
     var isStable: Bool { true }
+    var preparation: (any ContentsPreparation)? { snapshot.preparation }
     func read(offset: Int64, count: Int) throws -> Data {
         try snapshot.read(offset: offset, count: count)
+    }
+}
+
+/// Reads a file's bytes as they are now, for the store's preparation of the bytes written in
+/// order (``FileContents/prepare(_:)``), which reads only those it was told are final. A new
+/// file's bytes are all in its layers: a read that would need the store fails.
+struct LiveSource: ContentsSource {
+    weak var fileSystem: DocumentFileSystem?
+    weak var contents: FileContents?
+
+    var count: Int64 {
+        fileSystem.flatMap { fs in contents.map { c in fs.state.withLock { _ in c.size } } } ?? 0
+    }
+
+    func read(offset: Int64, count: Int) throws -> Data {
+        guard let fileSystem, let contents else {
+            throw DocumentStoreError.io("the file being prepared is gone")
+        }
+        let plan = fileSystem.state.withLock { _ in contents.planRead(offset: offset, count: count) }
+        guard plan.store.isEmpty else {
+            throw DocumentStoreError.io("a preparation asked for stored bytes at \(offset)")
+        }
+        var data = Data(count: plan.count)
+        let result = data.withUnsafeMutableBytes { raw in
+            Result { () throws(Errno) in try plan.readSpill(into: raw) }
+        }
+        try result.get()
+        return data
     }
 }
 

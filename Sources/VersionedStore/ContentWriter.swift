@@ -552,7 +552,7 @@ struct Precut: Sendable {
 
 /// Stores a precut's batches of chunks in write transactions of their own, on a serial queue,
 /// at most one at a time while the caller fills the next.
-private final class BatchStorer: @unchecked Sendable {
+final class BatchStorer: @unchecked Sendable {
     private let store: VersionedStore
     private let queue = DispatchQueue(label: "docfs.store.batches", target: .global(qos: .userInitiated))
     /// One batch in flight: the caller waits for it before handing over the next.
@@ -614,62 +614,126 @@ extension VersionedStore {
         return id
     }
 
-    /// Precuts the updates of `changes` that give every byte of a file from a stable source.
+    /// Precuts the updates of `changes` that give every byte of a file from a stable source,
+    /// finishing the preparations of those that have one (``PreparedContents``).
     func precut(_ changes: DocumentChanges) throws -> [StoreNodeID: Precut] {
         var result: [StoreNodeID: Precut] = [:]
-        let page = Int64(chunkSize)
         for (id, update) in changes.contents {
-            switch update {
-            case .replace(let source) where source.isStable && source.count > 0:
-                result[id] = try precut(size: source.count, source: ExactSource(source: source), page: page)
-            case .sparse(let size, let listed, let source) where source.isStable && size > 0:
-                let pages = (size + page - 1) / page
-                guard Set(listed.filter { $0 >= 0 && Int64($0) < pages }).count == pages else { continue }
-                // A source holding part of the file leaves the rest to the store's own bytes.
-                if let held = source.heldRanges,
-                    ContentWriter.intersection(ContentWriter.merged(held), [0..<size]) != [0..<size]
-                {
-                    continue
-                }
-                // Every chunk listed, but few bytes changed (an edit of a file under a chunk
-                // long): cutting again around the edits, in the save, is less work.
-                if let edited = source.changedRanges, edited.reduce(0, { $0 + $1.count }) < size / 2 {
-                    continue
-                }
-                result[id] = try precut(size: size, source: source, page: page)
-            default:
+            guard let (size, source) = precutSource(update) else {
+                update.source?.preparation?.cancel()
                 continue
+            }
+            if let prepared = try finishPreparation(of: update, size: size, source: source) {
+                result[id] = prepared
+            } else {
+                result[id] = try precut(size: size, source: source, page: Int64(chunkSize))
             }
         }
         return result
     }
 
-    private func precut(size: Int64, source: any ContentsSource, page: Int64) throws -> Precut {
-        let pages = PagedSource(source: source, size: size, page: page)
-        var stream = Chunking(chunking.method(forSize: size), startingAt: 0)
-        var cursor: Int64 = 0
-        var pieces: [Precut.Piece] = []
-        let hasher = ChunkHasher()
-        let storer = BatchStorer(store: self)
-        var unhashed = 0
-        var batch: [(hash: Data, data: Data, offset: Int64)] = []
-        var batched = 0
-        var offset: Int64 = 0
-        // Takes the hashed chunks in order; the last part (under a batch) is left to the save's
-        // own transaction, so a small file is still stored in one.
-        func collect(_ hashed: [ChunkHasher.Hashed]) {
-            for chunk in hashed {
-                pieces.append(Precut.Piece(length: chunk.data.count, hash: chunk.hash))
-                defer { offset += Int64(chunk.data.count) }
-                guard let hash = chunk.hash else { continue }
-                batch.append((hash, chunk.data, offset))
-                batched += chunk.data.count
-                guard batched >= Precut.batchBytes else { continue }
-                storer.store(batch)
-                batch = []
-                batched = 0
+    /// The size and the source to precut an update from, when it gives every byte of a file
+    /// from a stable source.
+    func precutSource(_ update: ContentUpdate) -> (Int64, any ContentsSource)? {
+        let page = Int64(chunkSize)
+        switch update {
+        case .replace(let source) where source.isStable && source.count > 0:
+            return (source.count, ExactSource(source: source))
+        case .sparse(let size, let listed, let source) where source.isStable && size > 0:
+            let pages = (size + page - 1) / page
+            guard Set(listed.filter { $0 >= 0 && Int64($0) < pages }).count == pages else { return nil }
+            // A source holding part of the file leaves the rest to the store's own bytes.
+            if let held = source.heldRanges,
+                ContentWriter.intersection(ContentWriter.merged(held), [0..<size]) != [0..<size]
+            {
+                return nil
             }
+            // Every chunk listed, but few bytes changed (an edit of a file under a chunk
+            // long): cutting again around the edits, in the save, is less work.
+            if let edited = source.changedRanges, edited.reduce(0, { $0 + $1.count }) < size / 2 {
+                return nil
+            }
+            return (size, source)
+        default:
+            return nil
         }
+    }
+
+    func precut(size: Int64, source: any ContentsSource, page: Int64) throws -> Precut {
+        let builder = PrecutBuilder(store: self)
+        return try builder.cut(size: size, source: source, page: page, from: 0)
+    }
+}
+
+/// Cuts a whole file's new bytes into chunks in order, hashes them and stores them in batches
+/// (``Precut``): a save's precut, or a preparation's (``PreparedContents``), which gives its
+/// chunks as it cuts them and the rest of the file at the end.
+final class PrecutBuilder {
+    let store: VersionedStore
+    private let hasher: ChunkHasher
+    private let storer: BatchStorer
+    private var pieces: [Precut.Piece] = []
+    private var unhashed = 0
+    private var batch: [(hash: Data, data: Data, offset: Int64)] = []
+    private var batched = 0
+    /// Where the next collected chunk starts.
+    private var offset: Int64 = 0
+    /// What a preparation stored before this builder took over.
+    private var prior = (chunks: 0, bytes: Int64(0))
+
+    init(store: VersionedStore) {
+        self.store = store
+        hasher = ChunkHasher()
+        storer = BatchStorer(store: store)
+    }
+
+    /// Goes on from a preparation's chunks (``PreparedContents``): `pieces` from offset 0 to
+    /// `offset`, the last of them (`batch`) not yet stored, and what it stored.
+    convenience init(
+        store: VersionedStore, continuing pieces: [Precut.Piece],
+        batch: [(hash: Data, data: Data, offset: Int64)], stored: (chunks: Int, bytes: Int64),
+        at offset: Int64
+    ) {
+        self.init(store: store)
+        self.pieces = pieces
+        self.batch = batch
+        batched = batch.reduce(0) { $0 + $1.data.count }
+        self.offset = offset
+        prior = stored
+    }
+
+    /// Takes the file's next chunk.
+    func add(_ chunk: Data) {
+        hasher.add(chunk)
+        unhashed += chunk.count
+        if unhashed >= Precut.batchBytes {
+            unhashed = 0
+            collect(hasher.take())
+        }
+    }
+
+    /// Takes the hashed chunks in order; the last part (under a batch) is left to the save's
+    /// own transaction, so a small file is still stored in one.
+    private func collect(_ hashed: [ChunkHasher.Hashed]) {
+        for chunk in hashed {
+            pieces.append(Precut.Piece(length: chunk.data.count, hash: chunk.hash))
+            defer { offset += Int64(chunk.data.count) }
+            guard let hash = chunk.hash else { continue }
+            batch.append((hash, chunk.data, offset))
+            batched += chunk.data.count
+            guard batched >= Precut.batchBytes else { continue }
+            storer.store(batch)
+            batch = []
+            batched = 0
+        }
+    }
+
+    /// Cuts the file's bytes from `start` (a cut point, where the chunks given so far end) to
+    /// `size`, reading `source` a page at a time, and gives the precut of the whole file.
+    func cut(size: Int64, source: any ContentsSource, page: Int64, from start: Int64) throws -> Precut {
+        let pages = PagedSource(source: source, size: size, page: page)
+        var stream = Chunking(store.chunking.method(forSize: size), startingAt: start)
+        var cursor = start
         do {
             while let data = try stream.next(read: { count in
                 guard cursor < size else { return Data() }
@@ -678,24 +742,23 @@ extension VersionedStore {
                 cursor = to
                 return bytes
             }) {
-                hasher.add(data)
-                unhashed += data.count
-                if unhashed >= Precut.batchBytes {
-                    unhashed = 0
-                    collect(hasher.take())
-                }
+                add(data)
             }
         } catch {
-            // No batch is left storing after the save gave up.
-            _ = try? storer.finish()
+            abandon()
             throw error
         }
         collect(hasher.take())
-        let stored = try storer.finish()
+        var stored = try storer.finish()
+        stored.chunks += prior.chunks
+        stored.bytes += prior.bytes
         var pending: [Data: Data] = [:]
         for chunk in batch { pending[chunk.hash] = chunk.data }
         return Precut(size: size, pieces: pieces, stored: stored, pending: pending)
     }
+
+    /// Waits for the batch being stored, so that no batch is left storing once given up.
+    func abandon() { _ = try? storer.finish() }
 }
 
 /// Hashes chunks on another thread while the caller cuts the next ones, and gives them back in
@@ -706,7 +769,7 @@ extension VersionedStore {
 /// handed to another thread costs CPU of its own (a wake-up, its bytes read on another core):
 /// with as many saves hashing as cores, two writers each replacing a 32 MiB file six times took
 /// 0.72-0.76 s with every chunk hashed by its cutter against 0.78-0.87 s with a thread each.
-private final class ChunkHasher: Sendable {
+final class ChunkHasher: Sendable {
     struct Hashed: Sendable {
         let data: Data
         /// nil for a chunk of zeros (a hole).
@@ -754,7 +817,7 @@ private final class ChunkHasher: Sendable {
 
 /// A source that must hold every byte asked for (a whole new file); none when there is nothing
 /// to read.
-private struct ExactSource: ContentsSource {
+struct ExactSource: ContentsSource {
     let source: (any ContentsSource)?
     var count: Int64 { source?.count ?? 0 }
     func read(offset: Int64, count: Int) throws -> Data {

@@ -60,6 +60,10 @@ extension VersionedDocumentStore {
         try versionedStore.currentVersion(of: document)
     }
 
+    public func prepareContents(reading source: any ContentsSource) -> (any ContentsPreparation)? {
+        versionedStore.prepareContents(reading: source)
+    }
+
     public func makeNodeIDs(count: Int) throws -> [StoreNodeID] {
         try versionedStore.makeNodeIDs(count: count)
     }

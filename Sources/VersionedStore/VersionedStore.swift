@@ -44,6 +44,9 @@ public final class VersionedStore: Sendable {
 
     public var statistics: StoreStatistics { counters.withLock { $0 } }
 
+    /// Counts bytes a save took from a preparation (``StoreStatistics/bytesPrepared``).
+    func countPrepared(_ bytes: Int64) { counters.withLock { $0.bytesPrepared += bytes } }
+
     // MARK: Documents
 
     public func documents() throws -> [DocumentInfo] {
@@ -689,7 +692,8 @@ public final class VersionedStore: Sendable {
             let writer = ContentWriter(
                 store: self, tx: tx, node: id,
                 previousSize: previous?.kind == .regularFile ? previous?.size : nil,
-                lineage: before, branch: branch, version: version, precut: precut[id])
+                lineage: before, branch: branch, version: version,
+                precut: precut[id] ?? finishedPreparation(of: update))
             let result = try writer.write(update)
             if !conflict, changes.base == document.currentVersion {
                 carried.append(

@@ -37,7 +37,7 @@ enum StatisticsSignal {
                 guard n > 0 else { return }
                 let s = store.statistics
                 logger.notice(
-                    "store statistics: chunksRead=\(s.chunksRead) bytesRead=\(s.bytesRead) chunksWritten=\(s.chunksWritten) bytesWritten=\(s.bytesWritten) nodesWritten=\(s.nodesWritten)"
+                    "store statistics: chunksRead=\(s.chunksRead) bytesRead=\(s.bytesRead) chunksWritten=\(s.chunksWritten) bytesWritten=\(s.bytesWritten) nodesWritten=\(s.nodesWritten) bytesPrepared=\(s.bytesPrepared)"
                 )
             }
         }

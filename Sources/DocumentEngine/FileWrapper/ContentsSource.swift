@@ -43,12 +43,18 @@ public protocol ContentsSource: Sendable {
     /// each listed chunk, when that is nil); a store reads the rest of a listed chunk from the
     /// file the update starts from, whose bytes those are.
     var heldRanges: [Range<Int64>]? { get }
+
+    /// The store's work on these bytes done while they were written
+    /// (``DocumentStore/prepareContents(reading:)``), which a save of them finishes and takes
+    /// when it still holds; nil when there is none.
+    var preparation: (any ContentsPreparation)? { get }
 }
 
 extension ContentsSource {
     public var isStable: Bool { false }
     public var changedRanges: [Range<Int64>]? { nil }
     public var heldRanges: [Range<Int64>]? { nil }
+    public var preparation: (any ContentsPreparation)? { nil }
 
     public func data() throws -> Data {
         guard count <= Int64(Int.max) else { throw FileWrapperError.contentsTooLarge(count) }

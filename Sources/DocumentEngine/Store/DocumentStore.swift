@@ -256,6 +256,24 @@ public enum ContentUpdate: Sendable {
     case derived(from: NodeLookup, size: Int64, chunks: [Int], source: any ContentsSource)
 }
 
+/// A store's work on a new file's bytes while they are still being written: cut, hashed and
+/// stored in order as they become final, so that the save that takes them
+/// (``ContentsSource/preparation``) is left with the last few. Bytes stored for a preparation
+/// that no save takes are garbage, which collection reclaims.
+public protocol ContentsPreparation: AnyObject, Sendable {
+    /// The first `count` bytes of the file are written and stay as they are unless ``cancel()``
+    /// follows: the store may read them now. Never waits for that work.
+    func advance(to count: Int64)
+    /// Bytes below those advanced to may change, or no save will take the work: it stops, and
+    /// nothing it did is used.
+    func cancel()
+    /// Does the rest of the work now, for a save of `source`, the file's final bytes, that runs
+    /// inside a store transaction (``DocumentStore/transaction(durable:_:)``): a save there
+    /// takes a preparation only when it is finished. ``DocumentStore/save(_:)`` finishes it
+    /// itself.
+    func finish(reading source: any ContentsSource) throws
+}
+
 /// What to do when a save is based on a version older than the document's current one.
 public enum ConflictPolicy: Sendable {
     /// Keep both: the save becomes a conflict version beside the current one; nothing is
@@ -410,6 +428,9 @@ public struct StoreStatistics: Sendable, Equatable {
     public var bytesWritten: Int64 = 0
     /// Wrapper records written.
     public var nodesWritten = 0
+    /// Content bytes cut, hashed and stored ahead of their save by preparations, while they
+    /// were written (``ContentsPreparation``).
+    public var bytesPrepared: Int64 = 0
     public init() {}
 }
 
@@ -519,6 +540,12 @@ public protocol DocumentStore: AnyObject, Sendable {
         into buffer: UnsafeMutableRawBufferPointer
     ) throws -> Int
 
+    /// Starts storing a file's new bytes while they are still being written, for the save that
+    /// will give them (as the ``ContentsSource/preparation`` of its source): `source` reads the
+    /// file as it is being written, and the caller says which of its bytes are final
+    /// (``ContentsPreparation/advance(to:)``). Nil when the store does not prepare contents.
+    func prepareContents(reading source: any ContentsSource) -> (any ContentsPreparation)?
+
     /// Fresh node ids for new wrappers.
     func makeNodeIDs(count: Int) throws -> [StoreNodeID]
     /// Saves changes atomically as one new version.
@@ -594,6 +621,9 @@ public protocol DocumentStoreTransaction {
 }
 
 extension DocumentStore {
+    /// None: a save does all of its work itself.
+    public func prepareContents(reading source: any ContentsSource) -> (any ContentsPreparation)? { nil }
+
     /// Through ``readContents(of:at:offset:count:)``, copied.
     public func readContents(
         of node: StoreNodeID, at version: VersionID?, offset: Int64,

@@ -1,0 +1,342 @@
+import DocumentEngine
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension VersionedStore {
+    /// A preparation that cuts, hashes and stores the file's final bytes in order
+    /// (``PreparedContents``); nil for a store whose chunks are too small to cut by content.
+    public func prepareContents(reading source: any ContentsSource) -> (any ContentsPreparation)? {
+        guard case .contentDefined(let chunker) = chunking.large else { return nil }
+        return PreparedContents(store: self, source: source, chunker: chunker)
+    }
+
+    /// Runs preparations at normal priority from now on: for tests, which keep a machine's cores
+    /// so busy that the idle-priority thread may wait seconds for one.
+    package static func preparesAtNormalPriority() { PreparedContents.worker = .normal }
+
+    /// The precut of `update` (`size` bytes read from `source`) that its source's preparation
+    /// gives, finished here; outside any write transaction.
+    func finishPreparation(of update: ContentUpdate, size: Int64, source: any ContentsSource) throws
+        -> Precut?
+    {
+        guard let preparation = update.source?.preparation else { return nil }
+        guard let prepared = preparation as? PreparedContents, prepared.store === self else {
+            preparation.cancel()
+            return nil
+        }
+        return try prepared.finish(size: size, source: source)
+    }
+
+    /// The precut of `update` that its source's finished preparation gives, inside a write
+    /// transaction, which must not wait for the preparation's own batches. An unfinished or
+    /// unusable one is cancelled.
+    func finishedPreparation(of update: ContentUpdate) -> Precut? {
+        guard let preparation = update.source?.preparation else { return nil }
+        guard let (size, _) = precutSource(update), let prepared = preparation as? PreparedContents,
+            prepared.store === self
+        else {
+            preparation.cancel()
+            return nil
+        }
+        return prepared.finished(size: size)
+    }
+}
+
+extension ContentUpdate {
+    /// The source an update reads its bytes from, if any.
+    var source: (any ContentsSource)? {
+        switch self {
+        case .replace(let source), .sparse(_, _, let source), .derived(_, _, _, let source): source
+        case .chunks, .copy: nil
+        }
+    }
+}
+
+/// A new file's bytes cut, hashed and stored while it is being written, for the save that
+/// takes them (a ``Precut`` of the whole file).
+///
+/// A large file written in one go (a copy, an export, a download) used to be cut and hashed
+/// only when it was saved, after its last byte: at an `fsync` that then took longer than all
+/// the writes before it. Here the bytes the writer says are final (``advance(to:)``) are read
+/// back while the next ones are written, and their chunks are cut as soon as a maximum chunk's
+/// bytes follow them, since no later byte moves such a cut (``ContentDefinedChunker``). The
+/// save finishes the rest (``finish(size:source:)``) from its own source, whose bytes below
+/// those advanced to are the ones read here unless the writer cancelled.
+///
+/// The reading, cutting and hashing run on the process's idle-priority thread
+/// (``IdleWorker``), so they take only CPU that nothing else wants: at normal priority, on a
+/// machine of two cores, they slowed the writes themselves as much as they shortened the
+/// `fsync`. So nothing of normal priority ever waits for that thread: each chunk is published
+/// when it is hashed, and a save takes the chunks published so far and cuts the rest itself
+/// while the thread's step, at its next chunk, finds it finishing and stops. Batches are stored
+/// by a thread of normal priority (``BatchStorer``), so that the store's write lock is never
+/// held at idle priority.
+///
+/// The chunks are stored in batches of their own, as a precut's are: referenced by nothing
+/// until the save commits, so a cancelled preparation's are collected as garbage (a save of
+/// mostly the same bytes finds most of them stored), and a save's transaction looks each one
+/// up and stores again any that is missing (collected, or still in a batch).
+final class PreparedContents: ContentsPreparation, @unchecked Sendable {
+    let store: VersionedStore
+    private let chunker: ContentDefinedChunker
+    private let storer: BatchStorer
+
+    // What the writer's side touches, without a lock: it calls in under a file system's lock,
+    // which must never wait for the idle thread.
+    /// The bytes the writer said are final.
+    private let final = Atomic<Int64>(0)
+    /// A step is queued or running; while it is, only it uses the step's fields below.
+    private let stepping = Atomic(false)
+    private let cancelled = Atomic(false)
+    /// A save took the chunks: no more are published, and no step starts.
+    private let finishing = Atomic(false)
+
+    private struct Shared {
+        var source: (any ContentsSource)?
+        /// The chunks published, from offset 0 to `cut`, and those of them not yet handed to
+        /// the storer.
+        var pieces: [Precut.Piece] = []
+        var cut: Int64 = 0
+        var batch: [(hash: Data, data: Data, offset: Int64)] = []
+        var batched = 0
+        /// What the finish gave.
+        var result: Precut?
+
+        mutating func drop() {
+            source = nil
+            pieces = []
+            batch = []
+            batched = 0
+        }
+    }
+    private let shared = Mutex(Shared())
+    /// One finish at a time (a save tried again runs after the first).
+    private let finishes = NSLock()
+
+    // The step's own, one step at a time: bytes read but not yet cut, from `buffer[start...]`.
+    private var buffer: [UInt8] = []
+    private var start = 0
+    /// Bytes read by steps (read by others only to decide whether a step is due).
+    private let read = Atomic<Int64>(0)
+
+    /// A step starts once this many final bytes wait, reads this many at a time, and reads at
+    /// most `stepBytes` before it lets other preparations' steps run.
+    static let step: Int64 = 4 << 20
+    static let readSize = 1 << 20
+    static let stepBytes: Int64 = 32 << 20
+    /// Where steps run: the idle-priority thread, or for tests, whose machine is busy with
+    /// other tests, one of normal priority.
+    nonisolated(unsafe) static var worker = IdleWorker.shared
+
+    init(store: VersionedStore, source: any ContentsSource, chunker: ContentDefinedChunker) {
+        self.store = store
+        self.chunker = chunker
+        storer = BatchStorer(store: store)
+        shared.withLock { $0.source = source }
+    }
+
+    private var isStopped: Bool {
+        cancelled.load(ordering: .acquiring) || finishing.load(ordering: .acquiring)
+    }
+
+    /// Whether enough final bytes wait for a step.
+    private var stepIsDue: Bool {
+        !isStopped && final.load(ordering: .acquiring) - read.load(ordering: .acquiring) >= Self.step
+    }
+
+    /// Queues a step unless one is queued or running.
+    private func startStep() {
+        guard stepIsDue,
+            stepping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing)
+                .exchanged
+        else { return }
+        Self.worker.submit { self.work() }
+    }
+
+    func advance(to count: Int64) {
+        guard !isStopped else { return }
+        var current = final.load(ordering: .relaxed)
+        while count > current {
+            let (exchanged, original) = final.compareExchange(
+                expected: current, desired: count, ordering: .acquiringAndReleasing)
+            if exchanged { break }
+            current = original
+        }
+        startStep()
+    }
+
+    /// Never waits: the bytes go with the preparation, or with its step, which stops at its
+    /// next chunk.
+    func cancel() {
+        cancelled.store(true, ordering: .releasing)
+    }
+
+    func finish(reading source: any ContentsSource) throws {
+        _ = try finish(size: source.count, source: source)
+    }
+
+    /// One step: reads and cuts final bytes, up to ``stepBytes`` of them, then queues the next
+    /// step while there are enough more.
+    private func work() {
+        let source = shared.withLock { $0.source }
+        if !isStopped, let source {
+            let target = min(final.load(ordering: .acquiring), read.load(ordering: .relaxed) + Self.stepBytes)
+            let before = read.load(ordering: .relaxed)
+            if !take(upTo: target, from: source), !finishing.load(ordering: .acquiring) {
+                cancelled.store(true, ordering: .releasing)
+            }
+            store.countPrepared(read.load(ordering: .relaxed) - before)
+        }
+        if cancelled.load(ordering: .acquiring) { shared.withLock { $0.drop() } }
+        if isStopped {
+            // No step comes after this one.
+            buffer = []
+            start = 0
+        }
+        stepping.store(false, ordering: .releasing)
+        // Bytes made final while this step ran, which saw it running and left them to it.
+        startStep()
+    }
+
+    /// Reads the bytes up to `target`, cuts every chunk they decide, hashes it and publishes
+    /// it; false when the source failed, or the preparation was cancelled or is finishing.
+    private func take(upTo target: Int64, from source: any ContentsSource) -> Bool {
+        let maximum = chunker.maximumSize
+        var at = read.load(ordering: .relaxed)
+        while at < target {
+            let count = Int(min(Int64(Self.readSize), target - at))
+            guard let data = try? source.read(offset: at, count: count), data.count == count else {
+                return false
+            }
+            if start >= maximum {
+                buffer.removeFirst(start)
+                start = 0
+            }
+            buffer.append(contentsOf: data)
+            at += Int64(count)
+            read.store(at, ordering: .releasing)
+            // A cut with a maximum chunk of bytes after it is final: bytes past those never
+            // move it. The rest waits for more bytes, or for the save.
+            while buffer.count - start >= maximum {
+                let length = buffer.withUnsafeBytes { raw in
+                    chunker.cut(UnsafeRawBufferPointer(rebasing: raw[start...]))
+                }
+                let chunk = Data(buffer[start..<start + length])
+                start += length
+                let hash = VersionedStore.isZero(chunk) ? nil : VersionedStore.hash(chunk)
+                guard let handed = publish(chunk, hash: hash) else { return false }
+                if !handed.isEmpty { storer.store(handed) }
+            }
+        }
+        return true
+    }
+
+    /// Adds a hashed chunk to those published; gives a full batch to store, none while the
+    /// batch fills, nil when the preparation was cancelled or is finishing.
+    private func publish(_ chunk: Data, hash: Data?) -> [(hash: Data, data: Data, offset: Int64)]? {
+        shared.withLock { shared in
+            // Under the lock, which a finish takes after it says it is finishing: once the
+            // finish took the chunks, none is added.
+            guard !isStopped else { return nil }
+            shared.pieces.append(Precut.Piece(length: chunk.count, hash: hash))
+            defer { shared.cut += Int64(chunk.count) }
+            guard let hash else { return [] }
+            shared.batch.append((hash, chunk, shared.cut))
+            shared.batched += chunk.count
+            guard shared.batched >= Precut.batchBytes else { return [] }
+            defer {
+                shared.batch = []
+                shared.batched = 0
+            }
+            return shared.batch
+        }
+    }
+
+    /// The precut of a file of `size` bytes: the chunks published, and the rest read from
+    /// `source` and cut, hashed and stored now, at the caller's priority. Nil when cancelled,
+    /// or when the file is not what was prepared (shorter than what was cut, or cut otherwise
+    /// for its size). Outside any write transaction: batches are stored in transactions of
+    /// their own. Never waits for the idle thread.
+    func finish(size: Int64, source: any ContentsSource) throws -> Precut? {
+        finishes.lock()
+        defer { finishes.unlock() }
+        finishing.store(true, ordering: .releasing)
+        let taken = shared.withLock { shared -> Shared in
+            defer { shared.drop() }
+            return shared
+        }
+        if let result = taken.result { return result.size == size ? result : nil }
+        guard !cancelled.load(ordering: .acquiring), size >= taken.cut,
+            case .contentDefined(let method) = store.chunking.method(forSize: size), method == chunker
+        else { return nil }
+        // The batches handed over are stored, or failed: the save's transaction stores again
+        // whatever it does not find.
+        let stored = (try? storer.finish()) ?? (0, 0)
+        let builder = PrecutBuilder(
+            store: store, continuing: taken.pieces, batch: taken.batch, stored: stored, at: taken.cut)
+        let precut = try builder.cut(
+            size: size, source: source, page: Int64(store.chunkSize), from: taken.cut)
+        shared.withLock { $0.result = precut }
+        return precut
+    }
+
+    /// The finished precut for a file of `size` bytes, without waiting: inside a write
+    /// transaction, which the preparation's batches would wait for. An unfinished preparation
+    /// is cancelled.
+    func finished(size: Int64) -> Precut? {
+        if let result = shared.withLock({ $0.result }), result.size == size { return result }
+        cancel()
+        return nil
+    }
+}
+
+/// One thread of the lowest priority (`SCHED_IDLE`) that runs work nothing waits for, in the
+/// order it was given: it gets a core only when no other thread wants one. A thread of its own,
+/// since a thread cannot take back a normal priority once it gave it up.
+final class IdleWorker: @unchecked Sendable {
+    static let shared = IdleWorker(idle: true)
+    /// The same, at normal priority (for tests).
+    static let normal = IdleWorker(idle: false)
+
+    private let condition = NSCondition()
+    private var queue: [@Sendable () -> Void] = []
+    private let idle: Bool
+
+    private init(idle: Bool) {
+        self.idle = idle
+        let thread = Thread { [self] in run() }
+        thread.name = idle ? "docfs-idle" : "docfs-prepare"
+        thread.start()
+    }
+
+    func submit(_ work: @escaping @Sendable () -> Void) {
+        condition.lock()
+        queue.append(work)
+        condition.signal()
+        condition.unlock()
+    }
+
+    private func run() {
+        #if os(Linux)
+            guard idle else { return loop() }
+            var parameters = sched_param()
+            // SCHED_IDLE (5), which Glibc's module leaves out with the other GNU extensions.
+            _ = pthread_setschedparam(pthread_self(), 5, &parameters)
+        #endif
+        loop()
+    }
+
+    private func loop() {
+        while true {
+            condition.lock()
+            while queue.isEmpty { condition.wait() }
+            let work = queue.removeFirst()
+            condition.unlock()
+            work()
+        }
+    }
+}
