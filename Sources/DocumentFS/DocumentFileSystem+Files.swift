@@ -234,9 +234,7 @@ extension DocumentFileSystem {
             io: { layer throws(Errno) in try layer.write(data, at: start) },
             commit: { state, contents throws(Errno) in
                 contents.wrote(start..<end)
-                contents.prepare {
-                    store.prepareContents(reading: LiveSource(fileSystem: self, contents: contents))
-                }
+                contents.prepare { store.prepareContents(reading: $0) }
                 // With the writeback cache the kernel keeps the times of the write(2) calls and
                 // sends them itself (a setattr) once it has written the pages.
                 if !(isWritePage && writeback.load(ordering: .relaxed)) {

@@ -252,6 +252,14 @@ final class SpillLayer: @unchecked Sendable {
 
     var isEmpty: Bool { pages.isEmpty && cut == .max }
 
+    /// The spill file's descriptor, once the layer has one: it never changes after.
+    var descriptor: Int32? {
+        storage.withLock { storage in
+            if case .file(let fd) = storage { return fd }
+            return nil
+        }
+    }
+
     func contains(_ page: Int) -> Bool { pages.contains(page) }
 
     /// Makes a clean layer take changes again (under the file system's lock, on top and not
@@ -494,6 +502,8 @@ final class FileContents: @unchecked Sendable {
     /// them it was told are final: a change below that many cancels it.
     private(set) var preparation: (any ContentsPreparation)?
     private(set) var prepared: Int64 = 0
+    /// The layer that holds those bytes: a change in another layer cancels the preparation.
+    private var preparedLayer: SpillLayer?
     /// The store prepares no contents: not asked again.
     private var unprepared = false
 
@@ -542,17 +552,23 @@ final class FileContents: @unchecked Sendable {
 
     /// Starts or advances the store's preparation of the bytes written in order, as far as
     /// they are final (under the file system's lock; it never waits). `start` makes one.
-    func prepare(_ start: () -> (any ContentsPreparation)?) {
+    func prepare(_ start: (LiveSource) -> (any ContentsPreparation)?) {
         guard let appended, frozen == 0, propertyList == nil, base.text == nil, base.bytes == nil,
             appended >= Self.preparationStart, !unprepared
         else { return }
         if preparation == nil {
-            guard let made = start() else {
+            // Every byte written since the file was empty is in the top layer, unless a save
+            // or a failed change started another since: then none is prepared.
+            guard let layer = existingTop, !layer.clean, let descriptor = layer.descriptor,
+                layers.count == 1 || layer.cut == 0
+            else { return }
+            guard let made = start(LiveSource(layer: layer, descriptor: descriptor, size: appended)) else {
                 unprepared = true
                 return
             }
             preparation = made
             prepared = 0
+            preparedLayer = layer
         }
         let final = (appended - Self.preparationLag) / Int64(pageSize) * Int64(pageSize)
         guard final > prepared else { return }
@@ -565,6 +581,7 @@ final class FileContents: @unchecked Sendable {
         preparation?.cancel()
         preparation = nil
         prepared = 0
+        preparedLayer = nil
     }
 
     /// Whether anything was written or truncated since the base.
@@ -754,6 +771,9 @@ final class FileContents: @unchecked Sendable {
         }
         if !missing.isEmpty { return .fetch(missing) }
         let layer = top
+        // The preparation reads its bytes from one layer: a change that writes into another
+        // (after a save froze that one) may be the one to put bytes below them in it.
+        if preparation != nil, layer !== preparedLayer { stopPreparation() }
         changing = true
         var added: [Int] = []
         if let range, !range.isEmpty {
@@ -1113,30 +1133,35 @@ struct SnapshotSource: ContentsSource {
     }
 }
 
-/// Reads a file's bytes as they are now, for the store's preparation of the bytes written in
-/// order (``FileContents/prepare(_:)``), which reads only those it was told are final. A new
-/// file's bytes are all in its layers: a read that would need the store fails.
+/// Reads the bytes of a new file written in order, for the store's preparation of them
+/// (``FileContents/prepare(_:)``): they are all in one spill layer, which stays while this
+/// source does, and whose descriptor never changes. Reads take no lock, since the preparation's
+/// thread, of the lowest priority, must hold none that requests need; it reads only bytes it
+/// was told are final, which no change touches unless it cancels the preparation first.
 struct LiveSource: ContentsSource {
-    weak var fileSystem: DocumentFileSystem?
-    weak var contents: FileContents?
+    let layer: SpillLayer
+    let descriptor: Int32
+    let size: Int64
 
-    var count: Int64 {
-        fileSystem.flatMap { fs in contents.map { c in fs.state.withLock { _ in c.size } } } ?? 0
-    }
+    var count: Int64 { size }
 
     func read(offset: Int64, count: Int) throws -> Data {
-        guard let fileSystem, let contents else {
-            throw DocumentStoreError.io("the file being prepared is gone")
+        var data = Data(count: count)
+        let done = data.withUnsafeMutableBytes { raw -> Int in
+            guard let base = raw.baseAddress else { return 0 }
+            var done = 0
+            while done < count {
+                let n = pread(descriptor, base + done, count - done, off_t(offset) + off_t(done))
+                if n < 0, errno == EINTR { continue }
+                if n <= 0 { return n < 0 ? -1 : done }
+                done += n
+            }
+            return done
         }
-        let plan = fileSystem.state.withLock { _ in contents.planRead(offset: offset, count: count) }
-        guard plan.store.isEmpty else {
-            throw DocumentStoreError.io("a preparation asked for stored bytes at \(offset)")
+        guard done >= 0 else {
+            throw DocumentStoreError.io("a preparation's read of a spill failed: \(errno)")
         }
-        var data = Data(count: plan.count)
-        let result = data.withUnsafeMutableBytes { raw in
-            Result { () throws(Errno) in try plan.readSpill(into: raw) }
-        }
-        try result.get()
+        // Past the spill's end the layer reads as zeros.
         return data
     }
 }

@@ -678,8 +678,6 @@ final class PrecutBuilder {
     private var batched = 0
     /// Where the next collected chunk starts.
     private var offset: Int64 = 0
-    /// What a preparation stored before this builder took over.
-    private var prior = (chunks: 0, bytes: Int64(0))
 
     init(store: VersionedStore) {
         self.store = store
@@ -687,19 +685,24 @@ final class PrecutBuilder {
         storer = BatchStorer(store: store)
     }
 
-    /// Goes on from a preparation's chunks (``PreparedContents``): `pieces` from offset 0 to
-    /// `offset`, the last of them (`batch`) not yet stored, and what it stored.
-    convenience init(
-        store: VersionedStore, continuing pieces: [Precut.Piece],
-        batch: [(hash: Data, data: Data, offset: Int64)], stored: (chunks: Int, bytes: Int64),
-        at offset: Int64
-    ) {
-        self.init(store: store)
-        self.pieces = pieces
-        self.batch = batch
-        batched = batch.reduce(0) { $0 + $1.data.count }
-        self.offset = offset
-        prior = stored
+    /// Takes chunks already cut and hashed (a preparation's, ``PreparedContents``), from offset
+    /// 0 on, before any other: reads their bytes from `source` to store them in batches.
+    func take(_ prepared: [Precut.Piece], from source: any ContentsSource) throws {
+        do {
+            for piece in prepared {
+                // A chunk of zeros (a hole) is not stored: no need to read it.
+                let bytes =
+                    piece.hash == nil
+                    ? Data(count: piece.length) : try source.read(offset: offset, count: piece.length)
+                guard bytes.count == piece.length else {
+                    throw DocumentStoreError.invalidChange("the contents source ended early")
+                }
+                collect([ChunkHasher.Hashed(data: bytes, hash: piece.hash)])
+            }
+        } catch {
+            abandon()
+            throw error
+        }
     }
 
     /// Takes the file's next chunk.
@@ -749,9 +752,7 @@ final class PrecutBuilder {
             throw error
         }
         collect(hasher.take())
-        var stored = try storer.finish()
-        stored.chunks += prior.chunks
-        stored.bytes += prior.bytes
+        let stored = try storer.finish()
         var pending: [Data: Data] = [:]
         for chunk in batch { pending[chunk.hash] = chunk.data }
         return Precut(size: size, pieces: pieces, stored: stored, pending: pending)

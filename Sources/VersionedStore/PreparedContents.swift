@@ -15,8 +15,8 @@ extension VersionedStore {
     }
 
     /// Runs preparations at normal priority from now on: for tests, which keep a machine's cores
-    /// so busy that the idle-priority thread may wait seconds for one.
-    package static func preparesAtNormalPriority() { PreparedContents.worker = .normal }
+    /// so busy that a low-priority thread may wait seconds for one.
+    package static func preparesAtNormalPriority() { PreparedContents.niceness = 0 }
 
     /// The precut of `update` (`size` bytes read from `source`) that its source's preparation
     /// gives, finished here; outside any write transaction.
@@ -67,23 +67,23 @@ extension ContentUpdate {
 /// save finishes the rest (``finish(size:source:)``) from its own source, whose bytes below
 /// those advanced to are the ones read here unless the writer cancelled.
 ///
-/// The reading, cutting and hashing run on the process's idle-priority thread
-/// (``IdleWorker``), so they take only CPU that nothing else wants: at normal priority, on a
-/// machine of two cores, they slowed the writes themselves as much as they shortened the
-/// `fsync`. So nothing of normal priority ever waits for that thread: each chunk is published
-/// when it is hashed, and a save takes the chunks published so far and cuts the rest itself
-/// while the thread's step, at its next chunk, finds it finishing and stops. Batches are stored
-/// by a thread of normal priority (``BatchStorer``), so that the store's write lock is never
-/// held at idle priority.
+/// The reading, cutting and hashing run on a thread of the preparation's own at the lowest
+/// priority (nice 19), so they take little CPU that something else wants: at normal priority,
+/// on a machine of two cores, they slowed the writes themselves as much as they shortened the
+/// `fsync`. A thread of such priority may wait long for a core when others keep them busy, so
+/// it shares no lock with the writer's side (``advance(to:)`` and ``cancel()`` are atomic, and
+/// the source reads a file without the file system's lock), and nothing of normal priority
+/// waits for it to get on: each chunk is published when it is hashed, and a save takes the
+/// chunks published so far and cuts the rest itself, while the thread, at its next chunk,
+/// finds it finishing and stops.
 ///
-/// The chunks are stored in batches of their own, as a precut's are: referenced by nothing
-/// until the save commits, so a cancelled preparation's are collected as garbage (a save of
-/// mostly the same bytes finds most of them stored), and a save's transaction looks each one
-/// up and stores again any that is missing (collected, or still in a batch).
+/// It keeps only each chunk's length and hash, and stores nothing: storing them while the file
+/// was written, at normal priority (the store's write lock must never be held at low priority),
+/// made the writes a tenth slower on two cores, for little. The save stores them (a precut's
+/// batches, outside its transaction, ``PrecutBuilder``), reading their bytes from its own source.
 final class PreparedContents: ContentsPreparation, @unchecked Sendable {
     let store: VersionedStore
     private let chunker: ContentDefinedChunker
-    private let storer: BatchStorer
 
     // What the writer's side touches, without a lock: it calls in under a file system's lock,
     // which must never wait for the idle thread.
@@ -94,23 +94,21 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
     private let cancelled = Atomic(false)
     /// A save took the chunks: no more are published, and no step starts.
     private let finishing = Atomic(false)
+    /// The thread was started; it waits for this between steps.
+    private let started = Atomic(false)
+    private let wake = DispatchSemaphore(value: 0)
 
     private struct Shared {
         var source: (any ContentsSource)?
-        /// The chunks published, from offset 0 to `cut`, and those of them not yet handed to
-        /// the storer.
+        /// The chunks published, from offset 0 to `cut`.
         var pieces: [Precut.Piece] = []
         var cut: Int64 = 0
-        var batch: [(hash: Data, data: Data, offset: Int64)] = []
-        var batched = 0
         /// What the finish gave.
         var result: Precut?
 
         mutating func drop() {
             source = nil
             pieces = []
-            batch = []
-            batched = 0
         }
     }
     private let shared = Mutex(Shared())
@@ -128,14 +126,13 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
     static let step: Int64 = 4 << 20
     static let readSize = 1 << 20
     static let stepBytes: Int64 = 32 << 20
-    /// Where steps run: the idle-priority thread, or for tests, whose machine is busy with
-    /// other tests, one of normal priority.
-    nonisolated(unsafe) static var worker = IdleWorker.shared
+    /// The nice value of the preparations' threads: the lowest priority, or for tests, whose
+    /// machine is busy with other tests, a normal one.
+    nonisolated(unsafe) static var niceness: Int32 = 19
 
     init(store: VersionedStore, source: any ContentsSource, chunker: ContentDefinedChunker) {
         self.store = store
         self.chunker = chunker
-        storer = BatchStorer(store: store)
         shared.withLock { $0.source = source }
     }
 
@@ -148,13 +145,34 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
         !isStopped && final.load(ordering: .acquiring) - read.load(ordering: .acquiring) >= Self.step
     }
 
-    /// Queues a step unless one is queued or running.
+    /// Wakes the thread for a step unless one is due or running; starts the thread first.
     private func startStep() {
         guard stepIsDue,
             stepping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing)
                 .exchanged
         else { return }
-        Self.worker.submit { self.work() }
+        if started.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        {
+            let thread = Thread { [self] in run() }
+            thread.name = "docfs-prepare"
+            thread.start()
+        }
+        wake.signal()
+    }
+
+    /// The thread: a step each time it is woken, until the preparation stops.
+    private func run() {
+        #if os(Linux)
+            // The calling thread only, on Linux.
+            _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, Self.niceness)
+        #endif
+        while true {
+            wake.wait()
+            if isStopped { break }
+            work()
+        }
+        if cancelled.load(ordering: .acquiring) { shared.withLock { $0.drop() } }
+        buffer = []
     }
 
     func advance(to count: Int64) {
@@ -169,33 +187,27 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
         startStep()
     }
 
-    /// Never waits: the bytes go with the preparation, or with its step, which stops at its
-    /// next chunk.
+    /// Never waits: the thread stops at its next chunk, or when it wakes.
     func cancel() {
         cancelled.store(true, ordering: .releasing)
+        if started.load(ordering: .acquiring) { wake.signal() }
     }
 
     func finish(reading source: any ContentsSource) throws {
         _ = try finish(size: source.count, source: source)
     }
 
-    /// One step: reads and cuts final bytes, up to ``stepBytes`` of them, then queues the next
-    /// step while there are enough more.
+    /// One step: reads and cuts final bytes, up to ``stepBytes`` of them, then wakes the thread
+    /// again while there are enough more.
     private func work() {
         let source = shared.withLock { $0.source }
         if !isStopped, let source {
             let target = min(final.load(ordering: .acquiring), read.load(ordering: .relaxed) + Self.stepBytes)
             let before = read.load(ordering: .relaxed)
             if !take(upTo: target, from: source), !finishing.load(ordering: .acquiring) {
-                cancelled.store(true, ordering: .releasing)
+                cancel()
             }
             store.countPrepared(read.load(ordering: .relaxed) - before)
-        }
-        if cancelled.load(ordering: .acquiring) { shared.withLock { $0.drop() } }
-        if isStopped {
-            // No step comes after this one.
-            buffer = []
-            start = 0
         }
         stepping.store(false, ordering: .releasing)
         // Bytes made final while this step ran, which saw it running and left them to it.
@@ -228,36 +240,27 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
                 let chunk = Data(buffer[start..<start + length])
                 start += length
                 let hash = VersionedStore.isZero(chunk) ? nil : VersionedStore.hash(chunk)
-                guard let handed = publish(chunk, hash: hash) else { return false }
-                if !handed.isEmpty { storer.store(handed) }
+                guard publish(Precut.Piece(length: length, hash: hash)) else { return false }
             }
         }
         return true
     }
 
-    /// Adds a hashed chunk to those published; gives a full batch to store, none while the
-    /// batch fills, nil when the preparation was cancelled or is finishing.
-    private func publish(_ chunk: Data, hash: Data?) -> [(hash: Data, data: Data, offset: Int64)]? {
+    /// Adds a hashed chunk to those published; false when the preparation was cancelled or is
+    /// finishing.
+    private func publish(_ piece: Precut.Piece) -> Bool {
         shared.withLock { shared in
             // Under the lock, which a finish takes after it says it is finishing: once the
             // finish took the chunks, none is added.
-            guard !isStopped else { return nil }
-            shared.pieces.append(Precut.Piece(length: chunk.count, hash: hash))
-            defer { shared.cut += Int64(chunk.count) }
-            guard let hash else { return [] }
-            shared.batch.append((hash, chunk, shared.cut))
-            shared.batched += chunk.count
-            guard shared.batched >= Precut.batchBytes else { return [] }
-            defer {
-                shared.batch = []
-                shared.batched = 0
-            }
-            return shared.batch
+            guard !isStopped else { return false }
+            shared.pieces.append(piece)
+            shared.cut += Int64(piece.length)
+            return true
         }
     }
 
-    /// The precut of a file of `size` bytes: the chunks published, and the rest read from
-    /// `source` and cut, hashed and stored now, at the caller's priority. Nil when cancelled,
+    /// The precut of a file of `size` bytes: the chunks published, stored now from `source`,
+    /// and the rest read from it and cut, hashed and stored, at the caller's priority. Nil when cancelled,
     /// or when the file is not what was prepared (shorter than what was cut, or cut otherwise
     /// for its size). Outside any write transaction: batches are stored in transactions of
     /// their own. Never waits for the idle thread.
@@ -273,14 +276,12 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
         guard !cancelled.load(ordering: .acquiring), size >= taken.cut,
             case .contentDefined(let method) = store.chunking.method(forSize: size), method == chunker
         else { return nil }
-        // The batches handed over are stored, or failed: the save's transaction stores again
-        // whatever it does not find.
-        let stored = (try? storer.finish()) ?? (0, 0)
-        let builder = PrecutBuilder(
-            store: store, continuing: taken.pieces, batch: taken.batch, stored: stored, at: taken.cut)
+        let builder = PrecutBuilder(store: store)
+        try builder.take(taken.pieces, from: source)
         let precut = try builder.cut(
             size: size, source: source, page: Int64(store.chunkSize), from: taken.cut)
         shared.withLock { $0.result = precut }
+        if started.load(ordering: .acquiring) { wake.signal() }
         return precut
     }
 
@@ -291,52 +292,5 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
         if let result = shared.withLock({ $0.result }), result.size == size { return result }
         cancel()
         return nil
-    }
-}
-
-/// One thread of the lowest priority (`SCHED_IDLE`) that runs work nothing waits for, in the
-/// order it was given: it gets a core only when no other thread wants one. A thread of its own,
-/// since a thread cannot take back a normal priority once it gave it up.
-final class IdleWorker: @unchecked Sendable {
-    static let shared = IdleWorker(idle: true)
-    /// The same, at normal priority (for tests).
-    static let normal = IdleWorker(idle: false)
-
-    private let condition = NSCondition()
-    private var queue: [@Sendable () -> Void] = []
-    private let idle: Bool
-
-    private init(idle: Bool) {
-        self.idle = idle
-        let thread = Thread { [self] in run() }
-        thread.name = idle ? "docfs-idle" : "docfs-prepare"
-        thread.start()
-    }
-
-    func submit(_ work: @escaping @Sendable () -> Void) {
-        condition.lock()
-        queue.append(work)
-        condition.signal()
-        condition.unlock()
-    }
-
-    private func run() {
-        #if os(Linux)
-            guard idle else { return loop() }
-            var parameters = sched_param()
-            // SCHED_IDLE (5), which Glibc's module leaves out with the other GNU extensions.
-            _ = pthread_setschedparam(pthread_self(), 5, &parameters)
-        #endif
-        loop()
-    }
-
-    private func loop() {
-        while true {
-            condition.lock()
-            while queue.isEmpty { condition.wait() }
-            let work = queue.removeFirst()
-            condition.unlock()
-            work()
-        }
     }
 }

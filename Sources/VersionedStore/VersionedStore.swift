@@ -26,6 +26,7 @@ public final class VersionedStore: Sendable {
     public var location: String { backend.location }
     public var chunkSize: Int { backend.chunkSize }
     private let counters = Mutex(StoreStatistics())
+    private let prepared = Atomic<Int64>(0)
     private let cache = Mutex(ChunkCache(capacity: ChunkCache.storeCapacity))
     /// What reads at saved versions learned: a file's size and chunk ids by index (immutable).
     private let pinned = Mutex(PinnedFiles())
@@ -42,10 +43,15 @@ public final class VersionedStore: Sendable {
         chunking = Chunking.Policy(chunkSize: backend.chunkSize)
     }
 
-    public var statistics: StoreStatistics { counters.withLock { $0 } }
+    public var statistics: StoreStatistics {
+        var statistics = counters.withLock { $0 }
+        statistics.bytesPrepared = prepared.load(ordering: .relaxed)
+        return statistics
+    }
 
-    /// Counts bytes a save took from a preparation (``StoreStatistics/bytesPrepared``).
-    func countPrepared(_ bytes: Int64) { counters.withLock { $0.bytesPrepared += bytes } }
+    /// Counts bytes a preparation cut ahead (``StoreStatistics/bytesPrepared``): atomic, since
+    /// its low-priority thread must not hold a lock that saves take.
+    func countPrepared(_ bytes: Int64) { prepared.add(bytes, ordering: .relaxed) }
 
     // MARK: Documents
 
