@@ -552,7 +552,7 @@ struct Precut: Sendable {
 
 /// Stores a precut's batches of chunks in write transactions of their own, on a serial queue,
 /// at most one at a time while the caller fills the next.
-final class BatchStorer: @unchecked Sendable {
+private final class BatchStorer: @unchecked Sendable {
     private let store: VersionedStore
     private let queue = DispatchQueue(label: "docfs.store.batches", target: .global(qos: .userInitiated))
     /// One batch in flight: the caller waits for it before handing over the next.
@@ -666,8 +666,8 @@ extension VersionedStore {
 }
 
 /// Cuts a whole file's new bytes into chunks in order, hashes them and stores them in batches
-/// (``Precut``): a save's precut, or a preparation's (``PreparedContents``), which gives its
-/// chunks as it cuts them and the rest of the file at the end.
+/// (``Precut``): a save's precut, which may start with the chunks a preparation already cut and
+/// hashed (``take(_:from:)``, ``PreparedContents``).
 final class PrecutBuilder {
     let store: VersionedStore
     private let hasher: ChunkHasher
@@ -770,7 +770,7 @@ final class PrecutBuilder {
 /// handed to another thread costs CPU of its own (a wake-up, its bytes read on another core):
 /// with as many saves hashing as cores, two writers each replacing a 32 MiB file six times took
 /// 0.72-0.76 s with every chunk hashed by its cutter against 0.78-0.87 s with a thread each.
-final class ChunkHasher: Sendable {
+private final class ChunkHasher: Sendable {
     struct Hashed: Sendable {
         let data: Data
         /// nil for a chunk of zeros (a hole).
@@ -818,7 +818,7 @@ final class ChunkHasher: Sendable {
 
 /// A source that must hold every byte asked for (a whole new file); none when there is nothing
 /// to read.
-struct ExactSource: ContentsSource {
+private struct ExactSource: ContentsSource {
     let source: (any ContentsSource)?
     var count: Int64 { source?.count ?? 0 }
     func read(offset: Int64, count: Int) throws -> Data {

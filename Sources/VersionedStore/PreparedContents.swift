@@ -7,7 +7,7 @@ import Synchronization
 #endif
 
 extension VersionedStore {
-    /// A preparation that cuts, hashes and stores the file's final bytes in order
+    /// A preparation that cuts and hashes the file's final bytes in order
     /// (``PreparedContents``); nil for a store whose chunks are too small to cut by content.
     public func prepareContents(reading source: any ContentsSource) -> (any ContentsPreparation)? {
         guard case .contentDefined(let chunker) = chunking.large else { return nil }
@@ -32,8 +32,8 @@ extension VersionedStore {
     }
 
     /// The precut of `update` that its source's finished preparation gives, inside a write
-    /// transaction, which must not wait for the preparation's own batches. An unfinished or
-    /// unusable one is cancelled.
+    /// transaction, where finishing one would store its chunks' batches in transactions of
+    /// their own, which wait for this one. An unfinished or unusable one is cancelled.
     func finishedPreparation(of update: ContentUpdate) -> Precut? {
         guard let preparation = update.source?.preparation else { return nil }
         guard let (size, _) = precutSource(update), let prepared = preparation as? PreparedContents,
@@ -56,7 +56,7 @@ extension ContentUpdate {
     }
 }
 
-/// A new file's bytes cut, hashed and stored while it is being written, for the save that
+/// A new file's bytes cut into chunks and hashed while it is being written, for the save that
 /// takes them (a ``Precut`` of the whole file).
 ///
 /// A large file written in one go (a copy, an export, a download) used to be cut and hashed
@@ -285,9 +285,9 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
         return precut
     }
 
-    /// The finished precut for a file of `size` bytes, without waiting: inside a write
-    /// transaction, which the preparation's batches would wait for. An unfinished preparation
-    /// is cancelled.
+    /// The finished precut for a file of `size` bytes, without finishing it: inside a write
+    /// transaction (``VersionedStore/finishedPreparation(of:)``). An unfinished preparation is
+    /// cancelled.
     func finished(size: Int64) -> Precut? {
         if let result = shared.withLock({ $0.result }), result.size == size { return result }
         cancel()

@@ -256,10 +256,10 @@ public enum ContentUpdate: Sendable {
     case derived(from: NodeLookup, size: Int64, chunks: [Int], source: any ContentsSource)
 }
 
-/// A store's work on a new file's bytes while they are still being written: cut, hashed and
-/// stored in order as they become final, so that the save that takes them
-/// (``ContentsSource/preparation``) is left with the last few. Bytes stored for a preparation
-/// that no save takes are garbage, which collection reclaims.
+/// A store's work on a new file's bytes while they are still being written: cut into chunks
+/// and hashed in order as they become final, so that the save that takes them
+/// (``ContentsSource/preparation``) is left with storing them and the last few bytes. The
+/// writer never waits for it: a store does it with CPU to spare, and drops it when told.
 public protocol ContentsPreparation: AnyObject, Sendable {
     /// The first `count` bytes of the file are written and stay as they are unless ``cancel()``
     /// follows: the store may read them now. Never waits for that work.
@@ -428,7 +428,7 @@ public struct StoreStatistics: Sendable, Equatable {
     public var bytesWritten: Int64 = 0
     /// Wrapper records written.
     public var nodesWritten = 0
-    /// Content bytes cut, hashed and stored ahead of their save by preparations, while they
+    /// Content bytes cut into chunks and hashed ahead of their save by preparations, while they
     /// were written (``ContentsPreparation``).
     public var bytesPrepared: Int64 = 0
     public init() {}
@@ -540,7 +540,7 @@ public protocol DocumentStore: AnyObject, Sendable {
         into buffer: UnsafeMutableRawBufferPointer
     ) throws -> Int
 
-    /// Starts storing a file's new bytes while they are still being written, for the save that
+    /// Starts preparing a file's new bytes while they are still being written, for the save that
     /// will give them (as the ``ContentsSource/preparation`` of its source): `source` reads the
     /// file as it is being written, and the caller says which of its bytes are final
     /// (``ContentsPreparation/advance(to:)``). Nil when the store does not prepare contents.
