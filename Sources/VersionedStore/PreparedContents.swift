@@ -234,12 +234,14 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
             // A cut with a maximum chunk of bytes after it is final: bytes past those never
             // move it. The rest waits for more bytes, or for the save.
             while buffer.count - start >= maximum {
-                let length = buffer.withUnsafeBytes { raw in
-                    chunker.cut(UnsafeRawBufferPointer(rebasing: raw[start...]))
+                // Hashed where it lies: nothing keeps the chunk's bytes but the save's source.
+                let (length, hash) = buffer.withUnsafeBytes { raw -> (Int, Data?) in
+                    let rest = UnsafeRawBufferPointer(rebasing: raw[start...])
+                    let length = chunker.cut(rest)
+                    let chunk = UnsafeRawBufferPointer(rebasing: rest[..<length])
+                    return (length, VersionedStore.isZero(chunk) ? nil : VersionedStore.hash(chunk))
                 }
-                let chunk = Data(buffer[start..<start + length])
                 start += length
-                let hash = VersionedStore.isZero(chunk) ? nil : VersionedStore.hash(chunk)
                 guard publish(Precut.Piece(length: length, hash: hash)) else { return false }
             }
         }

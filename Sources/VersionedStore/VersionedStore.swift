@@ -955,22 +955,25 @@ public final class VersionedStore: Sendable {
 
     package static func hash(_ data: Data) -> Data { SHA256.hash(data) }
 
+    package static func hash(_ bytes: UnsafeRawBufferPointer) -> Data { SHA256.hash(bytes) }
+
     /// Whether every byte is zero: such a chunk is stored as a hole.
-    package static func isZero(_ data: Data) -> Bool {
-        data.withUnsafeBytes { raw in
-            var words = raw.count / 8
-            var index = 0
-            while words > 0 {
-                if raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) != 0 { return false }
-                index += 8
-                words -= 1
-            }
-            while index < raw.count {
-                if raw[index] != 0 { return false }
-                index += 1
-            }
-            return true
+    package static func isZero(_ data: Data) -> Bool { data.withUnsafeBytes { isZero($0) } }
+
+    /// Whether every byte is zero.
+    package static func isZero(_ raw: UnsafeRawBufferPointer) -> Bool {
+        var words = raw.count / 8
+        var index = 0
+        while words > 0 {
+            if raw.loadUnaligned(fromByteOffset: index, as: UInt64.self) != 0 { return false }
+            index += 8
+            words -= 1
         }
+        while index < raw.count {
+            if raw[index] != 0 { return false }
+            index += 1
+        }
+        return true
     }
 }
 
