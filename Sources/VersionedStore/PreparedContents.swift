@@ -86,7 +86,7 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
     private let chunker: ContentDefinedChunker
 
     // What the writer's side touches, without a lock: it calls in under a file system's lock,
-    // which must never wait for the idle thread.
+    // which must never wait for the preparation's thread.
     /// The bytes the writer said are final.
     private let final = Atomic<Int64>(0)
     /// A step is queued or running; while it is, only it uses the step's fields below.
@@ -265,7 +265,7 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
     /// and the rest read from it and cut, hashed and stored, at the caller's priority. Nil when cancelled,
     /// or when the file is not what was prepared (shorter than what was cut, or cut otherwise
     /// for its size). Outside any write transaction: batches are stored in transactions of
-    /// their own. Never waits for the idle thread.
+    /// their own. Never waits for the preparation's thread.
     func finish(size: Int64, source: any ContentsSource) throws -> Precut? {
         finishes.lock()
         defer { finishes.unlock() }
