@@ -517,7 +517,7 @@ final class FileContents: @unchecked Sendable {
         self.size = base.size
         self.pageSize = pageSize
         self.spill = spill
-        appended = base.size == 0 ? 0 : nil
+        track(from: base.size == 0 ? 0 : nil)
     }
 
     deinit { preparation?.cancel() }
@@ -530,15 +530,18 @@ final class FileContents: @unchecked Sendable {
     static let preparationStart: Int64 = 8 << 20
     static let preparationLag: Int64 = 1 << 20
 
+    /// Tracks the bytes written in order from `start` (0: the file is empty), or not at all.
+    private func track(from start: Int64?) {
+        appended = start
+        ahead = []
+    }
+
     /// Records a committed write or zeroing of `range` in ``appended``.
     private func recordWritten(_ range: Range<Int64>) {
         guard var end = appended, !range.isEmpty else { return }
         if range.lowerBound > end {
             ahead.append(range)
-            if ahead.count > 64 {
-                appended = nil
-                ahead = []
-            }
+            if ahead.count > 64 { track(from: nil) }
             return
         }
         end = max(end, range.upperBound)
@@ -744,7 +747,7 @@ final class FileContents: @unchecked Sendable {
         fetched: [Int: (base: ContentBase, data: Data)]
     ) -> PlannedChange {
         // Before the change's I/O, which a preparation reading those bytes might see.
-        if let lowest = [range?.lowerBound, newSize].compactMap({ $0 }).min(), lowest < prepared {
+        if preparation != nil, min(range?.lowerBound ?? .max, newSize ?? .max) < prepared {
             stopPreparation()
         }
         // The layer is made or reopened only once nothing is missing: a plan that must fetch
@@ -826,8 +829,7 @@ final class FileContents: @unchecked Sendable {
         size = newSize
         edits &+= 1
         if newSize == 0 {
-            appended = 0
-            ahead = []
+            track(from: 0)
         } else if let end = appended {
             appended = min(end, newSize)
             ahead = ahead.compactMap {
@@ -1074,8 +1076,7 @@ final class FileContents: @unchecked Sendable {
         // The file has stored bytes now: what follows is an edit of them.
         if snapshot.size > 0 {
             stopPreparation()
-            appended = nil
-            ahead = []
+            track(from: nil)
         }
     }
 
@@ -1102,8 +1103,7 @@ final class FileContents: @unchecked Sendable {
         generation &+= 1
         edits &+= 1
         stopPreparation()
-        appended = base.size == 0 ? 0 : nil
-        ahead = []
+        track(from: base.size == 0 ? 0 : nil)
     }
 }
 

@@ -23,26 +23,29 @@ extension VersionedStore {
     func finishPreparation(of update: ContentUpdate, size: Int64, source: any ContentsSource) throws
         -> Precut?
     {
-        guard let preparation = update.source?.preparation else { return nil }
-        guard let prepared = preparation as? PreparedContents, prepared.store === self else {
-            preparation.cancel()
-            return nil
-        }
-        return try prepared.finish(size: size, source: source)
+        try preparation(of: update)?.finish(size: size, source: source)
     }
 
     /// The precut of `update` that its source's finished preparation gives, inside a write
     /// transaction, where finishing one would store its chunks' batches in transactions of
     /// their own, which wait for this one. An unfinished or unusable one is cancelled.
     func finishedPreparation(of update: ContentUpdate) -> Precut? {
-        guard let preparation = update.source?.preparation else { return nil }
-        guard let (size, _) = precutSource(update), let prepared = preparation as? PreparedContents,
-            prepared.store === self
-        else {
-            preparation.cancel()
+        guard let prepared = preparation(of: update) else { return nil }
+        guard let (size, _) = precutSource(update) else {
+            prepared.cancel()
             return nil
         }
         return prepared.finished(size: size)
+    }
+
+    /// The preparation `update`'s source carries, if this store made it; another's is cancelled.
+    private func preparation(of update: ContentUpdate) -> PreparedContents? {
+        guard let preparation = update.source?.preparation else { return nil }
+        guard let prepared = preparation as? PreparedContents, prepared.store === self else {
+            preparation.cancel()
+            return nil
+        }
+        return prepared
     }
 }
 
@@ -109,6 +112,7 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
         mutating func drop() {
             source = nil
             pieces = []
+            cut = 0
         }
     }
     private let shared = Mutex(Shared())
@@ -262,9 +266,9 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
     }
 
     /// The precut of a file of `size` bytes: the chunks published, stored now from `source`,
-    /// and the rest read from it and cut, hashed and stored, at the caller's priority. Nil when cancelled,
-    /// or when the file is not what was prepared (shorter than what was cut, or cut otherwise
-    /// for its size). Outside any write transaction: batches are stored in transactions of
+    /// and the rest read from it and cut, hashed and stored, at the caller's priority. Nil when
+    /// cancelled, or when the file is not what was prepared (shorter than what was cut, or cut
+    /// otherwise for its size). Outside any write transaction: batches are stored in transactions of
     /// their own. Never waits for the preparation's thread.
     func finish(size: Int64, source: any ContentsSource) throws -> Precut? {
         finishes.lock()
@@ -278,10 +282,17 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
         guard !cancelled.load(ordering: .acquiring), size >= taken.cut,
             case .contentDefined(let method) = store.chunking.method(forSize: size), method == chunker
         else { return nil }
-        let builder = PrecutBuilder(store: store)
-        try builder.take(taken.pieces, from: source)
-        let precut = try builder.cut(
-            size: size, source: source, page: Int64(store.chunkSize), from: taken.cut)
+        let precut: Precut
+        do {
+            let builder = PrecutBuilder(store: store)
+            try builder.take(taken.pieces, from: source)
+            precut = try builder.cut(
+                size: size, source: source, page: Int64(store.chunkSize), from: taken.cut)
+        } catch {
+            // The chunks it took are gone with it: a save tried again cuts the file itself.
+            cancel()
+            throw error
+        }
         shared.withLock { $0.result = precut }
         if started.load(ordering: .acquiring) { wake.signal() }
         return precut

@@ -35,8 +35,8 @@ import VersionedStore
     struct Saved: ContentsSource {
         let logged: LoggingSource
         let preparation: (any ContentsPreparation)?
-        init(_ bytes: Data, _ preparation: (any ContentsPreparation)?) {
-            logged = LoggingSource(bytes, stable: true)
+        init(_ bytes: Data, _ preparation: (any ContentsPreparation)?, failingRead: Int? = nil) {
+            logged = LoggingSource(bytes, failingRead: failingRead, stable: true)
             self.preparation = preparation
         }
         var count: Int64 { logged.count }
@@ -110,6 +110,19 @@ import VersionedStore
         let short = bytes.prefix(10 << 20)
         try file.save(.replace(Saved(short, longer)))
         try file.expectHolds(short)
+    }
+
+    @Test("a save tried again after its finish failed stores the file", arguments: StoreKind.all)
+    func failedFinishIsNotTakenAgain(_ kind: StoreKind) throws {
+        let file = try FlatFile(kind, chunkSize: Self.chunk)
+        let bytes = sampleBytes(Self.size, seed: 46)
+        let preparation = try Self.prepare(file.store, bytes, final: 20 << 20, waitFor: 16 << 20)
+        // Its third read fails: the prepared chunks were taken, the save was not made.
+        #expect(throws: (any Error).self) {
+            try file.save(.replace(Saved(bytes, preparation, failingRead: 3)))
+        }
+        try file.save(.replace(Saved(bytes, preparation)))
+        try file.expectHolds(bytes)
     }
 
     @Test(
