@@ -10,7 +10,8 @@
 # median, ratio, target, met or not) and writes a JSON file with every sample.
 #
 # The figures (their function names, for BENCH_ONLY):
-#   b1   `ls -l` of a package of many wrappers and of a root of many documents, cold and warm
+#   b1   `ls -l` of a package of many wrappers and of a root of many documents, cold and warm,
+#        also on the peer (copies of both folders under it)
 #   b2   incremental saves (an append, an image replaced, vim): time and bytes the store grew
 #   b3   sequential write and read of a big wrapper, with the daemon's peak RSS (B7)
 #   b4   4 KiB random reads and writes (fio), also on the peer (a copy of the file under it),
@@ -56,7 +57,7 @@
 #        the peer, as info
 #   fuse_layer  the FUSE layer's micro-benchmark (scripts/fuse-bench.sh)
 #
-# The peer (issue 16): B4, B5, B12, B13 and B14 also run on a FUSE passthrough file system beside the native
+# The peer (issue 16): B1, B4, B5, B12, B13 and B14 also run on a FUSE passthrough file system beside the native
 # folder, so that the table's "DocFS ÷ peer" shows what is FUSE's cost and what is DocFS's.
 # BENCH_PEER chooses it: libfuse's own `passthrough_ll` (the default), compiled from the examples
 # folder of Debian's libfuse3-dev (its default options: no writeback cache, its own timeouts), or
@@ -221,7 +222,7 @@ mkdir -p "$native" "$native_roots" "$work/store" "$mnt" "$mnt_roots" "$mnt_secon
 : >"$samples"
 
 # The FUSE passthrough peer (BENCH_PEER), over a folder beside the native one (so both use the
-# same disk), mounted for B4, B5, B12, B13 and B14 once the data is made (below, "The peer").
+# same disk), mounted for B1, B4, B5, B12, B13 and B14 once the data is made (below, "The peer").
 # peer_name, peer_options and peer_version say which ran, for the report ("none" when none did).
 peer_src=$work/peer-source
 mnt_peer=$work/mnt-peer
@@ -592,9 +593,14 @@ mount_mergerfs() {
         is_mounted "$mnt_peer"
 }
 
-if selected b4 || selected b5 || selected b12 || selected b13 || selected b14; then
+if selected b1 || selected b4 || selected b5 || selected b12 || selected b13 || selected b14; then
     mkdir -p "$peer_src" "$mnt_peer"
-    # B4's file under the peer, copied before the mount: the peer's caches never saw it absent.
+    # B1's folders and B4's file under the peer, copied before the mount: the peer's caches
+    # never saw them absent.
+    if selected b1; then
+        cp -a "$native/pkg.pkg" "$peer_src/pkg.pkg"
+        cp -a "$native_roots" "$peer_src/roots"
+    fi
     if selected b4; then
         mkdir -p "$peer_src/rand.pkg"
         cp "$native/rand.pkg/rand.bin" "$peer_src/rand.pkg/rand.bin"
@@ -603,8 +609,8 @@ if selected b4 || selected b5 || selected b12 || selected b13 || selected b14; t
         peer=$mnt_peer peer_name=$peer_kind
         log "the peer: $peer_version at $mnt_peer ($peer_options)"
     else
-        log "the $peer_kind peer could not be built, installed or mounted; B4, B5, B12, B13 and B14 run without a peer"
-        rm -f "$peer_src/rand.pkg/rand.bin"
+        log "the $peer_kind peer could not be built, installed or mounted; B1, B4, B5, B12, B13 and B14 run without a peer"
+        rm -rf "$peer_src/rand.pkg/rand.bin" "$peer_src/pkg.pkg" "$peer_src/roots"
         peer_options="$peer_kind could not be built, installed or mounted" peer_version=""
     fi
 fi
@@ -618,17 +624,26 @@ b1() {
     local r side pkg root read_before read_after rchar_before pid runs i
     for r in $(seq "$rounds"); do
         local content=0
-        for side in $(sides "$r"); do
-            if [ "$side" = docfs ]; then
+        for side in $(sides_with_peer "$r"); do
+            case $side in
+            docfs)
                 pkg=$mnt/pkg.pkg root=$mnt_roots
                 remount "$store" "$mnt"
                 pid=$(daemon_pid "$mnt")
                 read_before=$(bytes_read "$mnt")
                 rchar_before=$(proc_io "$pid" rchar)
-            else
+                ;;
+            native)
                 pkg=$native/pkg.pkg root=$native_roots
                 drop_caches
-            fi
+                ;;
+            peer)
+                # Cold as the kernel can make it: dropping the caches forgets the peer's inodes
+                # too, so it opens each file again.
+                pkg=$peer/pkg.pkg root=$peer/roots
+                drop_caches
+                ;;
+            esac
             sample b1.ls.pkg.cold "$side" "$r" "$(time_ls "$pkg")"
             if [ "$side" = docfs ]; then sample b1.daemon.rchar docfs "$r" $(($(proc_io "$pid" rchar) - rchar_before)); fi
             runs=$(for i in 1 2 3 4 5; do time_ls "$pkg"; echo; done | median)
