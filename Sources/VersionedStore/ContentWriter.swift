@@ -553,40 +553,86 @@ struct Precut: Sendable {
 /// Stores a precut's batches of chunks in write transactions of their own, on a serial queue,
 /// at most one at a time while the caller fills the next.
 private final class BatchStorer: @unchecked Sendable {
+    /// A chunk of a batch: its bytes, or none when they are to be read from the batch's source
+    /// only if the store lacks the chunk.
+    struct Chunk: Sendable {
+        let hash: Data
+        let offset: Int64
+        let length: Int
+        let data: Data?
+    }
+
     private let store: VersionedStore
     private let queue = DispatchQueue(label: "docfs.store.batches", target: .global(qos: .userInitiated))
-    /// One batch in flight: the caller waits for it before handing over the next.
+    /// One batch of bytes in flight: the caller waits for it before handing over the next.
     private let slot = DispatchSemaphore(value: 1)
     private let outcome = Mutex<(stored: (chunks: Int, bytes: Int64), error: (any Error)?)>(
         ((0, 0), nil))
 
     init(store: VersionedStore) { self.store = store }
 
-    /// Hands `chunks` over to be stored, once the batch before is.
-    func store(_ chunks: [(hash: Data, data: Data, offset: Int64)]) {
+    /// Hands `chunks`, each with its bytes, over to be stored, once the batch before is.
+    func store(_ chunks: [Chunk]) {
         slot.wait()
         queue.async { [self] in
             defer { slot.signal() }
-            guard outcome.withLock({ $0.error == nil }) else { return }
-            do {
-                let added = try store.write(durable: false) { tx -> (chunks: Int, bytes: Int64) in
-                    tx.storesBulk()
-                    var added = (chunks: 0, bytes: Int64(0))
-                    for chunk in chunks {
-                        _ = try VersionedStore.storeChunk(
-                            tx, hash: chunk.hash, offset: chunk.offset, written: &added
-                        ) { chunk.data }
-                    }
-                    return added
-                }
-                outcome.withLock {
-                    $0.stored.chunks += added.chunks
-                    $0.stored.bytes += added.bytes
-                }
-            } catch {
-                outcome.withLock { $0.error = error }
-            }
+            run(chunks, source: nil)
         }
+    }
+
+    /// Hands `chunks` without their bytes over to be stored after the batches before; the bytes
+    /// of those the store lacks are read from `source` then. Such a batch holds no bytes while it
+    /// waits, so the caller does not wait for the one before.
+    func store(_ chunks: [Chunk], readingFrom source: any ContentsSource) {
+        queue.async { [self] in run(chunks, source: source) }
+    }
+
+    private func run(_ chunks: [Chunk], source: (any ContentsSource)?) {
+        guard outcome.withLock({ $0.error == nil }) else { return }
+        do {
+            // The bytes of the chunks the store lacks, read before the write transaction, which
+            // the saves of other documents wait for. Bytes the store has are never read: a file
+            // written again with the same bytes costs no second pass over them.
+            var read: [Int: Data] = [:]
+            let unread = chunks.indices.filter { chunks[$0].data == nil }
+            if let source, !unread.isEmpty {
+                let lacking = try store.backend.read { tx in
+                    try unread.filter { try tx.chunkID(hash: chunks[$0].hash) == nil }
+                }
+                for index in lacking { read[index] = try Self.bytes(of: chunks[index], from: source) }
+            }
+            let added = try store.write(durable: false) { tx -> (chunks: Int, bytes: Int64) in
+                tx.storesBulk()
+                var added = (chunks: 0, bytes: Int64(0))
+                for (index, chunk) in chunks.enumerated() {
+                    _ = try VersionedStore.storeChunk(
+                        tx, hash: chunk.hash, offset: chunk.offset, written: &added
+                    ) {
+                        if let data = chunk.data ?? read[index] { return data }
+                        // There when looked up, collected since.
+                        guard let source else {
+                            throw DocumentStoreError.invalidChange("a batch's chunk has no bytes")
+                        }
+                        return try Self.bytes(of: chunk, from: source)
+                    }
+                }
+                return added
+            }
+            outcome.withLock {
+                $0.stored.chunks += added.chunks
+                $0.stored.bytes += added.bytes
+            }
+        } catch {
+            outcome.withLock { $0.error = error }
+        }
+    }
+
+    private static func bytes(of chunk: Chunk, from source: any ContentsSource) throws -> Data {
+        let data = try source.read(offset: chunk.offset, count: chunk.length)
+        guard data.count == chunk.length else {
+            throw DocumentStoreError.invalidChange("the contents source ended early")
+        }
+        return data
     }
 
     /// What every batch stored, once all are; the first failure, if one failed.
@@ -674,7 +720,7 @@ final class PrecutBuilder {
     private let storer: BatchStorer
     private var pieces: [Precut.Piece] = []
     private var unhashed = 0
-    private var batch: [(hash: Data, data: Data, offset: Int64)] = []
+    private var batch: [BatchStorer.Chunk] = []
     private var batched = 0
     /// Where the next collected chunk starts.
     private var offset: Int64 = 0
@@ -686,23 +732,25 @@ final class PrecutBuilder {
     }
 
     /// Takes chunks already cut and hashed (a preparation's, ``PreparedContents``), from offset
-    /// 0 on, before any other: reads their bytes from `source` to store them in batches.
-    func take(_ prepared: [Precut.Piece], from source: any ContentsSource) throws {
-        do {
-            for piece in prepared {
-                // A chunk of zeros (a hole) is not stored: no need to read it.
-                let bytes =
-                    piece.hash == nil
-                    ? Data(count: piece.length) : try source.read(offset: offset, count: piece.length)
-                guard bytes.count == piece.length else {
-                    throw DocumentStoreError.invalidChange("the contents source ended early")
-                }
-                collect([ChunkHasher.Hashed(data: bytes, hash: piece.hash)])
-            }
-        } catch {
-            abandon()
-            throw error
+    /// 0 on, before any other, and hands them over to be stored in batches at once: their bytes
+    /// are read from `source` there, and only for chunks the store lacks, while this builder
+    /// cuts the rest of the file.
+    func take(_ prepared: [Precut.Piece], from source: any ContentsSource) {
+        var lazy: [BatchStorer.Chunk] = []
+        var length = 0
+        for piece in prepared {
+            pieces.append(piece)
+            defer { offset += Int64(piece.length) }
+            // A chunk of zeros (a hole) is not stored.
+            guard let hash = piece.hash else { continue }
+            lazy.append(BatchStorer.Chunk(hash: hash, offset: offset, length: piece.length, data: nil))
+            length += piece.length
+            guard length >= Precut.batchBytes else { continue }
+            storer.store(lazy, readingFrom: source)
+            lazy = []
+            length = 0
         }
+        if !lazy.isEmpty { storer.store(lazy, readingFrom: source) }
     }
 
     /// Takes the file's next chunk.
@@ -722,7 +770,8 @@ final class PrecutBuilder {
             pieces.append(Precut.Piece(length: chunk.data.count, hash: chunk.hash))
             defer { offset += Int64(chunk.data.count) }
             guard let hash = chunk.hash else { continue }
-            batch.append((hash, chunk.data, offset))
+            batch.append(
+                BatchStorer.Chunk(hash: hash, offset: offset, length: chunk.data.count, data: chunk.data))
             batched += chunk.data.count
             guard batched >= Precut.batchBytes else { continue }
             storer.store(batch)

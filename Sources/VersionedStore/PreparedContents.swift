@@ -83,7 +83,8 @@ extension ContentUpdate {
 /// It keeps only each chunk's length and hash, and stores nothing: storing them while the file
 /// was written, at normal priority (the store's write lock must never be held at low priority),
 /// made the writes a tenth slower on two cores, for little. The save stores them (a precut's
-/// batches, outside its transaction, ``PrecutBuilder``), reading their bytes from its own source.
+/// batches, outside its transaction, ``PrecutBuilder``), reading from its own source the bytes
+/// of those the store lacks, while it cuts the rest.
 final class PreparedContents: ContentsPreparation, @unchecked Sendable {
     let store: VersionedStore
     private let chunker: ContentDefinedChunker
@@ -285,7 +286,7 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
         let precut: Precut
         do {
             let builder = PrecutBuilder(store: store)
-            try builder.take(taken.pieces, from: source)
+            builder.take(taken.pieces, from: source)
             precut = try builder.cut(
                 size: size, source: source, page: Int64(store.chunkSize), from: taken.cut)
         } catch {

@@ -92,6 +92,25 @@ import VersionedStore
         #expect(try file.rows(of: again.version.id).isEmpty)
     }
 
+    @Test(
+        "a file written again with bytes the store has: the prepared chunks' bytes are not read",
+        arguments: StoreKind.all)
+    func storedBytesAreNotReadAgain(_ kind: StoreKind) throws {
+        let file = try FlatFile(kind, chunkSize: Self.chunk)
+        let bytes = sampleBytes(Self.size, seed: 47)
+        try file.save(.replace(LoggingSource(bytes, stable: true)))
+        let preparation = try Self.prepare(file.store, bytes, final: 20 << 20, waitFor: 16 << 20)
+        let source = Saved(bytes, preparation)
+        let saved = try file.save(.replace(source))
+        try file.expectHolds(bytes)
+        #expect(saved.chunksWritten == 0)
+        // Only the bytes past the prepared chunks (from the page the first of them is in): the
+        // store has every prepared chunk, so none is read to be stored.
+        let read = source.reads.reduce(0) { $0 + $1.count }
+        #expect(read <= Self.size - (16 << 20) + 2 * Self.chunk, "\(read) bytes read")
+        #expect(source.reads.allSatisfy { $0.offset >= (15 << 20) }, "\(source.reads.prefix(4))")
+    }
+
     @Test("a cancelled preparation, or one of other bytes, is not taken", arguments: StoreKind.all)
     func cancelledIsNotTaken(_ kind: StoreKind) throws {
         let file = try FlatFile(kind, chunkSize: Self.chunk)
