@@ -68,16 +68,26 @@ import VersionedStore
         return preparation
     }
 
+    /// A fresh file of `size` sample bytes, saved once first if `storedBefore`, then saved with
+    /// a preparation that has read 16 of its first 20 MiB; checked to hold the bytes.
+    static func savePrepared(_ kind: StoreKind, seed: UInt64, storedBefore: Bool) throws
+        -> (file: FlatFile, bytes: Data, source: Saved, saved: SaveResult)
+    {
+        let file = try FlatFile(kind, chunkSize: chunk)
+        let bytes = sampleBytes(size, seed: seed)
+        if storedBefore { try file.save(.replace(LoggingSource(bytes, stable: true))) }
+        let preparation = try prepare(file.store, bytes, final: 20 << 20, waitFor: 16 << 20)
+        let source = Saved(bytes, preparation)
+        let saved = try file.save(.replace(source))
+        try file.expectHolds(bytes)
+        return (file, bytes, source, saved)
+    }
+
     @Test(
         "a save takes a preparation's chunks, cut as it would cut them, and reads only the rest",
         arguments: StoreKind.all)
     func saveTakesThePreparation(_ kind: StoreKind) throws {
-        let file = try FlatFile(kind, chunkSize: Self.chunk)
-        let bytes = sampleBytes(Self.size, seed: 41)
-        let preparation = try Self.prepare(file.store, bytes, final: 20 << 20, waitFor: 16 << 20)
-        let source = Saved(bytes, preparation)
-        let saved = try file.save(.replace(source))
-        try file.expectHolds(bytes)
+        let (file, bytes, source, saved) = try Self.savePrepared(kind, seed: 41, storedBefore: false)
         // Every byte once: the prepared chunks' to store them, one read each, where the
         // preparation cut them (not at whole pages, as a save cuts a file itself), and the rest.
         let reads = source.reads
@@ -96,13 +106,7 @@ import VersionedStore
         "a file written again with bytes the store has: the prepared chunks' bytes are not read",
         arguments: StoreKind.all)
     func storedBytesAreNotReadAgain(_ kind: StoreKind) throws {
-        let file = try FlatFile(kind, chunkSize: Self.chunk)
-        let bytes = sampleBytes(Self.size, seed: 47)
-        try file.save(.replace(LoggingSource(bytes, stable: true)))
-        let preparation = try Self.prepare(file.store, bytes, final: 20 << 20, waitFor: 16 << 20)
-        let source = Saved(bytes, preparation)
-        let saved = try file.save(.replace(source))
-        try file.expectHolds(bytes)
+        let (_, _, source, saved) = try Self.savePrepared(kind, seed: 47, storedBefore: true)
         #expect(saved.chunksWritten == 0)
         // Only the bytes past the prepared chunks (from the page the first of them is in): the
         // store has every prepared chunk, so none is read to be stored.
