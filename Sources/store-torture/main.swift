@@ -14,9 +14,9 @@
 // document whose contents are the round's files, saved with `save(to:for:)` round after round.
 
 import DocumentEngine
-import SQLiteStore
 import Foundation
 import PostgresStore
+import SQLiteStore
 
 #if canImport(Glibc)
     import Glibc
@@ -46,6 +46,26 @@ enum TortureContents {
             }
         }
         return Data(bytes)
+    }
+
+    /// Puts round `round`'s files into `tree`, each in place of the file of its name, with a
+    /// `sub` folder made if it has none.
+    static func fill(_ tree: FileWrapper, round: Int) {
+        let sub: FileWrapper
+        if let existing = tree.fileWrappers?["sub"] {
+            sub = existing
+        } else {
+            sub = FileWrapper(directoryWithFileWrappers: [:])
+            sub.preferredFilename = "sub"
+            tree.addFileWrapper(sub)
+        }
+        for index in 0..<fileCount {
+            let (inSub, key) = place(index)
+            let directory = inSub ? sub : tree
+            if let old = directory.fileWrappers?[key] { directory.removeFileWrapper(old) }
+            directory.addRegularFile(
+                withContents: contents(round: round, index: index), preferredFilename: key)
+        }
     }
 
     /// The round a file's header names, if it has one.
@@ -102,21 +122,7 @@ final class TortureDocument: Document {
 
     override func contents(forType typeName: String) throws -> Any {
         let tree = wrapper ?? FileWrapper(directoryWithFileWrappers: [:])
-        let sub: FileWrapper
-        if let existing = tree.fileWrappers?["sub"] {
-            sub = existing
-        } else {
-            sub = FileWrapper(directoryWithFileWrappers: [:])
-            sub.preferredFilename = "sub"
-            tree.addFileWrapper(sub)
-        }
-        for index in 0..<TortureContents.fileCount {
-            let (inSub, key) = TortureContents.place(index)
-            let directory = inSub ? sub : tree
-            if let old = directory.fileWrappers?[key] { directory.removeFileWrapper(old) }
-            directory.addRegularFile(
-                withContents: TortureContents.contents(round: round, index: index), preferredFilename: key)
-        }
+        TortureContents.fill(tree, round: round)
         wrapper = tree
         return tree
     }
@@ -124,9 +130,10 @@ final class TortureDocument: Document {
     override func load(fromContents contents: Any, ofType typeName: String?) throws {
         guard let tree = contents as? FileWrapper else { throw CocoaError(.fileReadCorruptFile) }
         wrapper = tree
-        round = try tree.fileWrappers?["f00.bin"].flatMap {
-            TortureContents.round(of: try $0.readContents(offset: 0, count: 64))
-        } ?? 0
+        round =
+            try tree.fileWrappers?["f00.bin"].flatMap {
+                TortureContents.round(of: try $0.readContents(offset: 0, count: 64))
+            } ?? 0
     }
 }
 
@@ -202,35 +209,11 @@ do {
         if round % 2 == 0 {
             // A tree built from scratch: the store matches new wrappers to nodes by place.
             tree = FileWrapper(directoryWithFileWrappers: [:])
-            let sub = FileWrapper(directoryWithFileWrappers: [:])
-            sub.preferredFilename = "sub"
-            tree.addFileWrapper(sub)
-            for index in 0..<TortureContents.fileCount {
-                let (inSub, key) = TortureContents.place(index)
-                (inSub ? sub : tree).addRegularFile(
-                    withContents: TortureContents.contents(round: round, index: index), preferredFilename: key
-                )
-            }
         } else {
             // The stored tree, with every file replaced in place.
             tree = try store.fileWrapper(for: info.id, at: info.currentVersion)
-            let sub: FileWrapper
-            if let existing = tree.fileWrappers?["sub"] {
-                sub = existing
-            } else {
-                sub = FileWrapper(directoryWithFileWrappers: [:])
-                sub.preferredFilename = "sub"
-                tree.addFileWrapper(sub)
-            }
-            for index in 0..<TortureContents.fileCount {
-                let (inSub, key) = TortureContents.place(index)
-                let directory = inSub ? sub : tree
-                if let old = directory.fileWrappers?[key] { directory.removeFileWrapper(old) }
-                directory.addRegularFile(
-                    withContents: TortureContents.contents(round: round, index: index), preferredFilename: key
-                )
-            }
         }
+        TortureContents.fill(tree, round: round)
         let result = try store.save(
             tree, to: info.id, base: info.currentVersion, origin: "store-torture", conflictPolicy: .fail)
         info.currentVersion = result.version.id
