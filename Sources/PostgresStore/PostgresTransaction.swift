@@ -390,6 +390,24 @@ struct PostgresTransaction: StoreTransaction {
         try db.scalar("SELECT id FROM chunks WHERE hash = $1", [.bytes(hash)])
     }
 
+    func chunkIDs(hashes: [Data]) throws -> [Data: Int64] {
+        var ids: [Data: Int64] = [:]
+        for batch in Self.batches(hashes) {
+            // Hex text in a text array, decoded by the server: bytea has no array literal of its own
+            // that libpq's text parameters pass without escaping.
+            let hex =
+                "{" + batch.map { $0.map { String(format: "%02x", $0) }.joined() }.joined(separator: ",")
+                + "}"
+            for row in try db.query(
+                "SELECT hash, id FROM chunks WHERE hash = ANY(ARRAY(SELECT decode(h, 'hex') FROM unnest($1::text[]) AS h))",
+                [.text(hex)])
+            {
+                if let hash = try row.optionalData("hash") { ids[hash] = try row.int("id") }
+            }
+        }
+        return ids
+    }
+
     func insertChunk(hash: Data, data: Data, offset: Int64) throws -> Int64 {
         guard
             let id = try db.scalar(

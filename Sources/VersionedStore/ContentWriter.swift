@@ -596,9 +596,10 @@ private final class BatchStorer: @unchecked Sendable {
             var read: [Int: Data] = [:]
             let unread = chunks.indices.filter { chunks[$0].data == nil }
             if let source, !unread.isEmpty {
-                let lacking = try store.backend.read { tx in
-                    try unread.filter { try tx.chunkID(hash: chunks[$0].hash) == nil }
+                let stored = try store.backend.read { tx in
+                    try tx.chunkIDs(hashes: unread.map { chunks[$0].hash })
                 }
+                let lacking = unread.filter { stored[chunks[$0].hash] == nil }
                 for index in lacking { read[index] = try Self.bytes(of: chunks[index], from: source) }
             }
             let added = try store.write(durable: false) { tx -> (chunks: Int, bytes: Int64) in

@@ -282,6 +282,9 @@ public protocol StoreTransaction {
     // MARK: Chunks
 
     func chunkID(hash: Data) throws -> Int64?
+    /// The ids of those chunks of `hashes` the store has, by hash: ``chunkID(hash:)`` of each,
+    /// which a backend whose every statement is a round trip answers in one.
+    func chunkIDs(hashes: [Data]) throws -> [Data: Int64]
     /// Stores a new chunk; `offset` is where it starts in the file it is stored for. A backend
     /// that keeps chunks in files of its own places it so that that file's page boundaries fall
     /// on its own: a page-aligned read of the file is then one page of the pack, not two.
@@ -345,4 +348,12 @@ extension FileWrapper.Kind {
 
 extension StoreTransaction {
     public func storesBulk() {}
+
+    public func chunkIDs(hashes: [Data]) throws -> [Data: Int64] {
+        var ids: [Data: Int64] = [:]
+        for hash in hashes where ids[hash] == nil {
+            if let id = try chunkID(hash: hash) { ids[hash] = id }
+        }
+        return ids
+    }
 }

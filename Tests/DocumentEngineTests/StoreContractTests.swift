@@ -6,6 +6,7 @@ import StoreTestSupport
 import Synchronization
 import TestSupport
 import Testing
+import VersionedStore
 
 /// The stores (SQLite, PostgreSQL): documents, lazy reads, incremental and atomic saves, versions,
 /// conflicts. Each test taking a `StoreKind` runs once per store.
@@ -62,6 +63,23 @@ import Testing
     func contents(_ id: StoreNodeID, at version: VersionID? = nil) throws -> Data {
         let size = try #require(try store.node(id, at: version)).size
         return try store.readContents(of: id, at: version, offset: 0, count: Int(size))
+    }
+
+    @Test("A transaction finds stored chunks by hash, many in one call", arguments: StoreKind.everyBackend)
+    static func chunkIDsByHash(_ kind: StoreKind) throws { try Self(kind).chunkIDsByHash() }
+    func chunkIDsByHash() throws {
+        let backend = try #require(store as? any VersionedDocumentStore).versionedStore.backend
+        let chunks = (0..<3).map { sampleBytes(5_000 + $0, seed: UInt64(80 + $0)) }
+        let hashes = chunks.map { VersionedStore.hash($0) }
+        let ids = try backend.write(durable: true) { tx in
+            try (0..<2).map { try tx.insertChunk(hash: hashes[$0], data: chunks[$0], offset: 0) }
+        }
+        // The third was never stored; a hash asked twice is answered once.
+        let found = try backend.read { tx in
+            try tx.chunkIDs(hashes: [hashes[0], hashes[2], hashes[1], hashes[0]])
+        }
+        #expect(found == [hashes[0]: ids[0], hashes[1]: ids[1]])
+        #expect(try backend.read { tx in try tx.chunkIDs(hashes: []) }.isEmpty)
     }
 
     @Test("Documents: create, list, find, rename, delete and undelete", arguments: StoreKind.everyBackend)
