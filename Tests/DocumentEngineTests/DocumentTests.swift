@@ -21,6 +21,17 @@ final class TextDocument: Document {
     var saveStarts: [Duration] = []
     var onContents: (() -> Void)?
 
+    /// When set, a write waits for it first, off the main actor.
+    nonisolated let writeGate = Locked<DispatchSemaphore?>(nil)
+
+    nonisolated override func writeContents(
+        _ contents: Any, andAttributes attributes: [AnyHashable: Any]?, safelyTo url: URL,
+        for saveOperation: SaveOperation
+    ) throws {
+        writeGate.withLock { $0 }?.wait()
+        try super.writeContents(contents, andAttributes: attributes, safelyTo: url, for: saveOperation)
+    }
+
     override func contents(forType typeName: String) throws -> Any {
         if failContents { throw CocoaError(.fileWriteUnknown) }
         saveStarts.append(clock.now)
@@ -273,6 +284,34 @@ final class RichTextDocument: Document {
         #expect(
             await eventually(within: .seconds(30)) { (try? String(contentsOf: url, encoding: .utf8)) != "v1" }
         )
+        await doc.close()
+    }
+
+    @Test("UD-31: an autosave that comes due while a save writes finds the changes saved and writes nothing")
+    func autosaveDuringSave() async throws {
+        let clock = ManualClock()
+        let url = try tmp.write("during.txt", "v0")
+        let doc = TextDocument(fileURL: url)
+        doc.clock = DocumentClock(clock)
+        doc.monitoringInterval = .seconds(3600)
+        #expect(await doc.open())
+        doc.text = "v1"
+        doc.updateChangeCount(.done)
+        #expect(await eventually { clock.sleeperCount >= 2 })  // the monitor and the autosave timer
+        let gate = DispatchSemaphore(value: 0)
+        doc.writeGate.withLock { $0 = gate }
+        let save = Task { await doc.save(to: url, for: .forOverwriting) }
+        #expect(await eventually { doc.saveStarts.count == 1 })  // contents taken; the write waits
+        clock.advance(by: .seconds(15))  // the autosave comes due meanwhile
+        try await Task.sleep(for: .milliseconds(50))
+        doc.writeGate.withLock { $0 = nil }
+        gate.signal()
+        #expect(await save.value)
+        #expect(await eventually { !doc.hasPendingAutosave })
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(doc.saveStarts.count == 1)
+        #expect(!doc.hasUnsavedChanges)
+        #expect(try String(contentsOf: url, encoding: .utf8) == "v1")
         await doc.close()
     }
 

@@ -89,6 +89,9 @@ extension Document {
     /// Saves if there are unsaved changes (UD-31); reschedules if changes remain afterwards.
     @discardableResult
     public func autosave() async -> Bool {
+        // A save under way may be saving these very changes: look once it is done, rather than
+        // write the same contents again behind it.
+        await untilSaved()
         guard hasUnsavedChanges, !documentState.contains(.closed) else { return true }
         let saved = await save(to: fileURL, for: .forOverwriting)
         if hasUnsavedChanges { scheduleAutosave() }

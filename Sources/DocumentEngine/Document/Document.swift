@@ -111,7 +111,15 @@ open class Document {
     private var generation = 0
     private var isOpening = false
     private var isClosing = false
-    private var isSaving = false
+    private var isSaving = false {
+        didSet {
+            guard !isSaving else { return }
+            let waiting = savingWaiters
+            savingWaiters = []
+            for waiter in waiting { waiter.resume() }
+        }
+    }
+    private var savingWaiters: [CheckedContinuation<Void, Never>] = []
     private var lastSignature: DiskSignature?
     private var monitorTask: Task<Void, Never>?
     private var stateContinuations: [UUID: AsyncStream<State>.Continuation] = [:]
@@ -417,6 +425,11 @@ open class Document {
     /// type updated and the change count settled by token (UD-26); on failure
     /// ``handleError(_:userInteractionPermitted:)`` is called and the previous version is intact.
     @discardableResult
+    /// Returns once no save is under way.
+    func untilSaved() async {
+        while isSaving { await withCheckedContinuation { savingWaiters.append($0) } }
+    }
+
     public func save(to url: URL, for saveOperation: SaveOperation) async -> Bool {
         var target = url
         let type = savingFileType ?? fileType ?? "public.data"
