@@ -244,10 +244,11 @@ final class RichTextDocument: Document {
         await doc.close()
     }
 
-    @Test("UD-31: autosave after 15 s of quiet, and edits cannot postpone it past 300 s")
-    func autosaveTiming() async throws {
+    /// A document of `name` ("v0" on disk) on a manual clock, opened and edited to "v1", once
+    /// its autosave timer waits on the clock.
+    func editedOnManualClock(_ name: String) async throws -> (ManualClock, URL, TextDocument) {
         let clock = ManualClock()
-        let url = try tmp.write("auto.txt", "v0")
+        let url = try tmp.write(name, "v0")
         let doc = TextDocument(fileURL: url)
         doc.clock = DocumentClock(clock)
         doc.monitoringInterval = .seconds(3600)
@@ -255,6 +256,12 @@ final class RichTextDocument: Document {
         doc.text = "v1"
         doc.updateChangeCount(.done)
         #expect(await eventually { clock.sleeperCount >= 2 })  // the monitor and the autosave timer
+        return (clock, url, doc)
+    }
+
+    @Test("UD-31: autosave after 15 s of quiet, and edits cannot postpone it past 300 s")
+    func autosaveTiming() async throws {
+        let (clock, url, doc) = try await editedOnManualClock("auto.txt")
         clock.advance(by: .seconds(14))
         try await Task.sleep(for: .milliseconds(20))
         #expect(try String(contentsOf: url, encoding: .utf8) == "v0")
@@ -289,15 +296,7 @@ final class RichTextDocument: Document {
 
     @Test("UD-31: an autosave that comes due while a save writes finds the changes saved and writes nothing")
     func autosaveDuringSave() async throws {
-        let clock = ManualClock()
-        let url = try tmp.write("during.txt", "v0")
-        let doc = TextDocument(fileURL: url)
-        doc.clock = DocumentClock(clock)
-        doc.monitoringInterval = .seconds(3600)
-        #expect(await doc.open())
-        doc.text = "v1"
-        doc.updateChangeCount(.done)
-        #expect(await eventually { clock.sleeperCount >= 2 })  // the monitor and the autosave timer
+        let (clock, url, doc) = try await editedOnManualClock("during.txt")
         let gate = DispatchSemaphore(value: 0)
         doc.writeGate.withLock { $0 = gate }
         let save = Task { await doc.save(to: url, for: .forOverwriting) }
