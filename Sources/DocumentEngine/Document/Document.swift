@@ -419,17 +419,17 @@ open class Document {
         }
     }
 
+    /// Returns once no save is under way.
+    func untilSaved() async {
+        while isSaving { await withCheckedContinuation { savingWaiters.append($0) } }
+    }
+
     /// Saves the document to `url` (UD-21): takes ``contents(forType:)`` on the main actor, then
     /// writes them safely off it (``writeContents(_:andAttributes:safelyTo:for:)``). Saving to
     /// another URL moves the document there (UD-22). On success the document is open, its URL and
     /// type updated and the change count settled by token (UD-26); on failure
     /// ``handleError(_:userInteractionPermitted:)`` is called and the previous version is intact.
     @discardableResult
-    /// Returns once no save is under way.
-    func untilSaved() async {
-        while isSaving { await withCheckedContinuation { savingWaiters.append($0) } }
-    }
-
     public func save(to url: URL, for saveOperation: SaveOperation) async -> Bool {
         var target = url
         let type = savingFileType ?? fileType ?? "public.data"
