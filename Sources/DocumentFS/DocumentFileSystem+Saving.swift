@@ -131,9 +131,7 @@ extension DocumentFileSystem {
     /// does its work itself.
     private func finishPreparations(_ changes: DocumentChanges) {
         for update in changes.contents.values {
-            guard case .sparse(_, _, let source) = update, let preparation = source.preparation else {
-                continue
-            }
+            guard let source = update.source, let preparation = source.preparation else { continue }
             do { try preparation.finish(reading: source) } catch { preparation.cancel() }
         }
     }

@@ -407,6 +407,13 @@ final class SpillLayer: @unchecked Sendable {
             return nil
         }
         guard let fd else { return }
+        try Self.read(fd, into: buffer, at: offset)
+    }
+
+    /// Reads `buffer.count` bytes of the spill file `fd` at `offset`, zeros past its end.
+    static func read(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(Errno)
+    {
+        guard let address = buffer.baseAddress else { return }
         var done = 0
         while done < buffer.count {
             let n = pread(fd, address + done, buffer.count - done, off_t(offset) + off_t(done))
@@ -1147,21 +1154,12 @@ struct LiveSource: ContentsSource {
 
     func read(offset: Int64, count: Int) throws -> Data {
         var data = Data(count: count)
-        let done = data.withUnsafeMutableBytes { raw -> Int in
-            guard let base = raw.baseAddress else { return 0 }
-            var done = 0
-            while done < count {
-                let n = pread(descriptor, base + done, count - done, off_t(offset) + off_t(done))
-                if n < 0, errno == EINTR { continue }
-                if n <= 0 { return n < 0 ? -1 : done }
-                done += n
-            }
-            return done
+        let result = data.withUnsafeMutableBytes { raw in
+            Result { () throws(Errno) in try SpillLayer.read(descriptor, into: raw, at: offset) }
         }
-        guard done >= 0 else {
-            throw DocumentStoreError.io("a preparation's read of a spill failed: \(errno)")
+        if case .failure(let error) = result {
+            throw DocumentStoreError.io("a preparation's read of a spill failed: \(error)")
         }
-        // Past the spill's end the layer reads as zeros.
         return data
     }
 }

@@ -49,16 +49,6 @@ extension VersionedStore {
     }
 }
 
-extension ContentUpdate {
-    /// The source an update reads its bytes from, if any.
-    var source: (any ContentsSource)? {
-        switch self {
-        case .replace(let source), .sparse(_, _, let source), .derived(_, _, _, let source): source
-        case .chunks, .copy: nil
-        }
-    }
-}
-
 /// A new file's bytes cut into chunks and hashed while it is being written, for the save that
 /// takes them (a ``Precut`` of the whole file).
 ///

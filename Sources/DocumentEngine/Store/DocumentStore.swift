@@ -256,6 +256,16 @@ public enum ContentUpdate: Sendable {
     case derived(from: NodeLookup, size: Int64, chunks: [Int], source: any ContentsSource)
 }
 
+extension ContentUpdate {
+    /// The source the update reads its bytes from, if any.
+    public var source: (any ContentsSource)? {
+        switch self {
+        case .replace(let source), .sparse(_, _, let source), .derived(_, _, _, let source): source
+        case .chunks, .copy: nil
+        }
+    }
+}
+
 /// A store's work on a new file's bytes while they are still being written: cut into chunks
 /// and hashed in order as they become final, so that the save that takes them
 /// (``ContentsSource/preparation``) is left with storing them and the last few bytes. The
