@@ -327,7 +327,7 @@ extension DocumentFileSystem {
     ) throws(Errno) {
         let records = tree.records
         let root = tree.root
-        let ids = try storeCall { try store.makeNodeIDs(count: records.count - 1) }
+        let ids = try newStoreIDs(count: records.count - 1)
         var newIDs: [StoreNodeID: StoreNodeID] = [:]
         for (record, id) in zip(records.filter { $0.id != root.id }, ids) { newIDs[record.id] = id }
         let (info, saved) = try storeCall {
@@ -385,7 +385,7 @@ extension DocumentFileSystem {
         try save(destination, durable: false)
         let records = tree.records
         let root = tree.root
-        let ids = try storeCall { try store.makeNodeIDs(count: records.count) }
+        let ids = try newStoreIDs(count: records.count)
         var newIDs: [StoreNodeID: StoreNodeID] = [:]
         for (record, id) in zip(records, ids) { newIDs[record.id] = id }
         destination.saving.lock()
@@ -454,12 +454,17 @@ extension DocumentFileSystem {
     /// A rename of a conflict entry onto its document's name: the conflict version becomes the
     /// current one, and the conflict is resolved.
     func keepConflict(_ entry: ConflictEntry, as document: DocumentState) throws(Errno) {
-        // The mount's own unsaved changes go into the history first, so nothing is lost.
-        try save(document, durable: false)
+        try ensureLoaded(document)
+        compileTexts(of: document)
         document.saving.lock()
         defer { document.saving.unlock() }
-        _ = try storeCall { try store.restore(entry.version.id, of: document.id, origin: origin) }
-        try storeCall { try store.resolveConflict(entry.version.id) }
+        // The mount's own unsaved changes go into the history first, so nothing is lost: they,
+        // the restore and the resolution are one transaction.
+        let version = entry.version.id
+        try saveLocked(document, durable: false) { tx in
+            _ = try tx.restore(version, of: document.id, origin: self.origin)
+            try tx.resolveConflict(version)
+        }
         try reloadLocked(document, force: true)
         let notices = state.withLock { state -> [Notice] in
             dropConflict(&state, entry)

@@ -501,17 +501,15 @@ extension DocumentFileSystem {
         }
         let files = state.withLock { virtualFolder(&$0, .trashFiles(uid: uid), parent: nil) }
         if state.withLock({ _ in files.children[trashName] != nil }) { throw .fileExists }
-        try save(document, durable: false)
         let now = Timestamp.now
         if isRoot {
-            try storeCall {
-                try store.transaction(durable: true) { tx in
-                    try tx.deleteDocument(document.id, origin: origin)
-                    var record = try tx.trashRecord(location: store.location)
-                    record.names[document.id.rawValue] = trashName.string
-                    record.emptied.remove(document.id.rawValue)
-                    try tx.setTrashRecord(record)
-                }
+            // Its unsaved changes, the deletion and the Trash's record of it: one transaction.
+            try save(document, durable: false) { tx in
+                try tx.deleteDocument(document.id, origin: self.origin)
+                var record = try tx.trashRecord(location: self.store.location)
+                record.names[document.id.rawValue] = trashName.string
+                record.emptied.remove(document.id.rawValue)
+                try tx.setTrashRecord(record)
             }
             let notices = state.withLock { state -> [Notice] in
                 document.dirty = false
@@ -540,18 +538,16 @@ extension DocumentFileSystem {
                 unlinkName(&state, node)
                 return (document.base, parts.reversed().joined(separator: "/"), top)
             }
-            try save(document, durable: false)
             let item = TrashItem(
                 name: trashName.string, document: document.id, node: top, version: version,
                 originalPath: path,
                 deleted: now)
-            try storeCall {
-                try store.transaction(durable: true) { tx in
-                    var record = try tx.trashRecord(location: store.location)
-                    record.wrappers.removeAll { $0.name == item.name }
-                    record.wrappers.append(item)
-                    try tx.setTrashRecord(record)
-                }
+            // The version without the wrapper and the Trash's record of it: one transaction.
+            try save(document, durable: false) { tx in
+                var record = try tx.trashRecord(location: self.store.location)
+                record.wrappers.removeAll { $0.name == item.name }
+                record.wrappers.append(item)
+                try tx.setTrashRecord(record)
             }
             state.withLock { _ in files.listed = false }
         }
@@ -592,21 +588,20 @@ extension DocumentFileSystem {
             }
             if taken { throw .fileExists }
             let (info, root) = try storeCall { () throws -> (DocumentInfo, NodeRecord?) in
-                try store.transaction(durable: true) { tx in
+                try store.transaction(durable: false) { tx in
                     let info = try tx.undeleteDocument(item.document, as: newText)
                     var record = try tx.trashRecord(location: store.location)
                     record.names[item.document.rawValue] = nil
                     record.emptied.remove(item.document.rawValue)
                     try tx.setTrashRecord(record)
-                    return info
+                    return (info, try tx.node(info.root))
                 }
-                let info = try store.document(item.document)
-                return (info, try store.nodes([NodeLookup(info.root, at: info.currentVersion)]).first?.get())
             }
             guard let root else { throw .ioError }
             let notices = state.withLock { state -> [Notice] in
                 afterward(&state)
                 let document = install(&state, info: info, rootRecord: root)
+                document.namesUnsynced = true
                 standIn(&state, shown.ino, for: document.root)
                 state.rootChanged = .now
                 return [.entry(parent: mountRootInode, name: newName), .inode(mountRootInode)]
@@ -637,7 +632,7 @@ extension DocumentFileSystem {
     /// retention expires it.
     func emptyTrashItem(_ item: TrashItem) throws(Errno) {
         try storeCall {
-            try store.transaction(durable: true) { tx in
+            try store.transaction(durable: false) { tx in
                 var record = try tx.trashRecord(location: store.location)
                 record.wrappers.removeAll { $0.name == item.name }
                 if item.isDocument {

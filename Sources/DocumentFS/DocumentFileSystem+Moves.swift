@@ -206,8 +206,7 @@ extension DocumentFileSystem {
             }
             return subtree(node).count
         }
-        var ids: [StoreNodeID] = []
-        for _ in 0..<count { ids.append(try newStoreID()) }
+        let ids = try newStoreIDs(count: count)
         return try state.withLock { state throws(Errno) -> MovePlan? in
             guard let node = from?.children[name] ?? (from == nil ? state.rootEntries[name] : nil),
                 let source = document(&state, of: node)

@@ -163,23 +163,23 @@ extension DocumentFileSystem {
         }
         var root = root
         root.permissions = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
-        let info = try storeCall {
-            try store.createDocument(named: text, root: root, type: nil, origin: origin)
+        root.uid = context.uid
+        root.gid = context.gid
+        // One transaction, the caller's ownership included; durable at the next `fsync` of the
+        // mount root or of the new file, as a create on ext4.
+        let (info, record) = try storeCall { () throws -> (DocumentInfo, NodeRecord?) in
+            try store.transaction(durable: false) { tx in
+                let info = try tx.createDocument(named: text, root: root, type: nil, origin: origin)
+                return (info, try tx.node(info.root))
+            }
         }
-        guard let record = try storeCall({ try store.node(info.root, at: info.currentVersion) }) else {
-            throw .ioError
-        }
+        guard let record else { throw .ioError }
         return try state.withLock { state throws(Errno) -> ViewNode in
             if let existing = state.documents[info.id] { return existing.root }
             guard state.rootEntries[name] == nil else { throw .fileExists }
             let document = install(&state, info: info, rootRecord: record)
             document.committed = [record.id: record]
-            // The store made it as this process's user; the next save records the caller.
-            if record.uid != context.uid || record.gid != context.gid {
-                document.root.record.uid = context.uid
-                document.root.record.gid = context.gid
-                changed(&state, document.root)
-            }
+            document.namesUnsynced = true
             state.rootChanged = .now
             return document.root
         }
@@ -556,7 +556,12 @@ extension DocumentFileSystem {
             // version kept for restoring should be the one with the contents.
             document.saving.lock()
             defer { document.saving.unlock() }
-            try storeCall { try store.deleteDocument(document.id, origin: origin) }
+            // Durable at the next `fsync` of the mount root, as an unlink on ext4.
+            try storeCall {
+                try store.transaction(durable: false) { tx in
+                    try tx.deleteDocument(document.id, origin: origin)
+                }
+            }
             state.withLock { state in
                 document.dirty = false
                 if state.rootEntries[document.root.name] === document.root { detach(&state, document.root) }
@@ -846,6 +851,13 @@ extension DocumentFileSystem {
                 adopt(&state, existing, node)
                 return .save(existing)
             }
+            if let document {
+                // A hidden document's node published under a new name: the document keeps a
+                // node of its own, and stays in the store under its name.
+                document.root = makeNode(
+                    storeID: document.info.root, document: document.id, record: node.record,
+                    name: FUSE.FileName(document.info.name))
+            }
             node.name = newName
             return .createDocument(node)
         }
@@ -859,18 +871,25 @@ extension DocumentFileSystem {
         case .save(let document):
             try save(document, durable: false)
         case .renameDocument(let document, let replaced):
-            if let replaced {
-                try storeCall { try store.deleteDocument(replaced.id, origin: origin) }
-                state.withLock { state in
-                    detach(&state, replaced.root)
-                    state.documents[replaced.id] = nil
-                    state.rootGeneration &+= 1
+            // Replacing is one transaction: a crash leaves the old document under the name, or
+            // the renamed one, never neither (rename(2) is atomic).
+            replaced?.saving.lock()
+            defer { replaced?.saving.unlock() }
+            let info = try storeCall {
+                try store.transaction(durable: false) { tx -> DocumentInfo in
+                    if let replaced { try tx.deleteDocument(replaced.id, origin: origin) }
+                    return try tx.renameDocument(document.id, to: newText)
                 }
             }
-            let info = try storeCall { try store.renameDocument(document.id, to: newText) }
             state.withLock { state in
+                if let replaced {
+                    replaced.dirty = false
+                    detach(&state, replaced.root)
+                    state.documents[replaced.id] = nil
+                }
                 if state.rootEntries[name] === document.root { state.rootEntries[name] = nil }
                 document.info = info
+                document.namesUnsynced = true
                 document.root.name = newName
                 document.root.record.name = newText
                 state.rootEntries[newName] = document.root
@@ -878,51 +897,95 @@ extension DocumentFileSystem {
                 state.rootGeneration &+= 1
             }
         case .exchangeDocuments(let a, let b):
-            // The store renames one at a time: through a temporary name no one else uses.
-            let aName = a.info.name
-            let bName = b.info.name
-            let temporary = ".docfs-exchange-\(a.id.rawValue)-\(b.id.rawValue)-\(getpid())"
-            _ = try storeCall { try store.renameDocument(b.id, to: temporary) }
-            let aInfo = try storeCall { try store.renameDocument(a.id, to: bName) }
-            let bInfo = try storeCall { try store.renameDocument(b.id, to: aName) }
+            let (aInfo, bInfo) = try storeCall {
+                try store.transaction(durable: false) { tx in try tx.exchangeDocuments(a.id, b.id) }
+            }
             state.withLock { state in
                 a.info = aInfo
                 b.info = bInfo
-                (a.root.name, b.root.name) = (FUSE.FileName(bName), FUSE.FileName(aName))
-                a.root.record.name = bName
-                b.root.record.name = aName
+                a.namesUnsynced = true
+                b.namesUnsynced = true
+                (a.root.name, b.root.name) = (FUSE.FileName(aInfo.name), FUSE.FileName(bInfo.name))
+                a.root.record.name = aInfo.name
+                b.root.record.name = bInfo.name
                 state.rootEntries[a.root.name] = a.root
                 state.rootEntries[b.root.name] = b.root
                 state.rootChanged = .now
                 state.rootGeneration &+= 1
             }
         case .createDocument(let node):
-            let mode = state.withLock { _ in node.record.permissions }
-            let info: DocumentInfo
-            do {
-                info = try storeCall {
-                    try store.createDocument(
-                        named: newText, kind: .flat, type: nil, permissions: mode, origin: origin)
-                }
-            } catch {
-                // Put the file back where it was.
-                state.withLock { state in
-                    node.name = name
-                    if state.rootEntries[name] == nil { state.rootEntries[name] = node }
-                }
-                throw error
+            try publishAsDocument(node, from: name, as: newName, newText)
+        }
+    }
+
+    /// Publishes the file `node` (a scratch file renamed from `name`) as a new flat document
+    /// named `newText`: the document and its contents are one store transaction, so a crash
+    /// leaves the file under neither name or under the new one with all of its bytes.
+    private func publishAsDocument(
+        _ node: ViewNode, from name: FUSE.FileName, as newName: FUSE.FileName, _ newText: String
+    ) throws(Errno) {
+        let frozen = state.withLock { _ -> (record: NodeRecord, change: ContentChange?) in
+            var record = node.record
+            record.parent = nil
+            record.name = newText
+            record.linkOf = nil
+            let change = contentChange(node, &record, stored: nil)
+            return (record, change)
+        }
+        var record = frozen.record
+        if frozen.change?.held == true {
+            // Text that does not compile as the property list it stands for.
+            state.withLock { state in
+                node.name = name
+                if state.rootEntries[name] == nil { state.rootEntries[name] = node }
             }
-            let document = state.withLock { state -> DocumentState in
-                let rootRecord = NodeRecord(
-                    id: info.root, document: info.id, parent: nil, name: info.name, kind: .regularFile,
-                    permissions: mode, version: info.currentVersion)
-                let document = DocumentState(info: info, root: node)
-                document.committed = [info.root: rootRecord]
-                state.documents[info.id] = document
-                adopt(&state, document, node)
-                return document
+            throw .invalidArgument
+        }
+        let saved: (info: DocumentInfo, root: NodeRecord?)
+        do {
+            if let update = frozen.change?.update { finishPreparations(of: update) }
+            saved = try storeCall {
+                try store.transaction(durable: false) { tx -> (DocumentInfo, NodeRecord?) in
+                    // The document, with the file's attributes and bytes, as one version.
+                    let info = try tx.createDocument(
+                        named: newText,
+                        root: DocumentRoot(
+                            kind: .regularFile, permissions: record.permissions, uid: record.uid,
+                            gid: record.gid),
+                        type: nil, origin: origin, contents: frozen.change?.update)
+                    return (info, try tx.node(info.root))
+                }
             }
-            try save(document, durable: false)
+        } catch {
+            // Put the file back where it was, its writes still to be saved.
+            state.withLock { state in
+                frozen.change?.snapshot?.contents.saveFailed()
+                node.name = name
+                if state.rootEntries[name] == nil { state.rootEntries[name] = node }
+            }
+            throw error
+        }
+        state.withLock { state in
+            let info = saved.info
+            record.id = info.root
+            record.document = info.id
+            record.version = info.currentVersion
+            let document = DocumentState(info: info, root: node)
+            // The store's record, with the times it gave the new file; the node keeps its own.
+            document.committed = [info.root: saved.root ?? record]
+            document.base = info.currentVersion
+            document.namesUnsynced = true
+            state.documents[info.id] = document
+            state.rootGeneration &+= 1
+            adopt(&state, document, node)
+            // Everything adopting marked as changed is in the store already.
+            document.touched = [:]
+            document.dirty = false
+            if let change = frozen.change, let snapshot = change.snapshot, node.contents === snapshot.contents
+            {
+                snapshot.contents.saved(
+                    snapshot, as: info.root, version: info.currentVersion, text: change.text)
+            }
         }
     }
 }

@@ -17,31 +17,74 @@ extension DocumentFileSystem {
         var intents: [IntentID]
     }
 
+    /// What a save sends of one regular file's contents (``contentChange(_:_:stored:)``).
+    struct ContentChange {
+        /// Nil: the stored bytes stay.
+        var update: ContentUpdate?
+        /// The layers frozen for the update, and the property list text they compile to.
+        var snapshot: FileContents.Snapshot?
+        var text: PropertyListText?
+        /// Text that does not compile (yet): the file waits.
+        var held = false
+    }
+
     /// `fsync` and `fsyncdir`: the document's changes are durable when this returns, and so is
     /// every save the store committed before. Through the store's intent log when it keeps one:
     /// one small sync, where a durable save cuts, hashes and stores every chunk the changes
     /// touch and syncs the store's log and packs; the committer saves them soon after.
     func synchronize(_ document: DocumentState?) throws(Errno) {
-        if let document, try save(document, durable: true, logging: true) { return }
+        // The document's name as this mount last committed it (a create, a rename at the root)
+        // becomes durable with its contents, as ext4 makes a file's new name durable with it.
+        let names = document.map { document in state.withLock { _ in document.namesUnsynced } } ?? false
+        if let document, try save(document, durable: true, logging: true), !names { return }
         // Earlier saves may have been committed without waiting for the disk.
         try storeCall { try store.synchronize() }
+        if let document, names { state.withLock { _ in document.namesUnsynced = false } }
     }
 
     /// Saves the document's changes as one store version. Returns when the save is committed
     /// (and, when `durable`, on disk); throws the errno a `close` or `fsync` should return.
     /// With `logging`, the store may log the changes instead (``DocumentStore/logIntent(_:)``),
-    /// and the committer saves them: returns whether it did.
+    /// and the committer saves them: returns whether it did. With `alongWith`, the save and what
+    /// it does are one store transaction, which commits both or neither (a system call that
+    /// changes the document and something else, a Trash record say); it runs even when there is
+    /// nothing to save.
     @discardableResult
-    func save(_ document: DocumentState, durable: Bool, logging: Bool = false) throws(Errno) -> Bool {
+    func save(
+        _ document: DocumentState, durable: Bool, logging: Bool = false,
+        alongWith other: ((any DocumentStoreTransaction) throws -> Void)? = nil
+    ) throws(Errno) -> Bool {
         try ensureLoaded(document)
         compileTexts(of: document)
         document.saving.lock()
         defer { document.saving.unlock() }
+        return try saveLocked(document, durable: durable, logging: logging && other == nil, alongWith: other)
+    }
+
+    /// ``save(_:durable:logging:alongWith:)`` for a caller that holds `document.saving` and has
+    /// loaded the document.
+    @discardableResult
+    func saveLocked(
+        _ document: DocumentState, durable: Bool, logging: Bool = false,
+        alongWith other: ((any DocumentStoreTransaction) throws -> Void)? = nil
+    ) throws(Errno) -> Bool {
         if let prepared = try prepareShown(document, durable: durable) {
             if logging, store.logsIntents, log(document, prepared) { return true }
             let result: Result<SaveResult, Errno>
             do {
-                result = .success(try storeCall { try store.save(prepared.changes) })
+                if let other {
+                    finishPreparations(prepared.changes)
+                    result = .success(
+                        try storeCall {
+                            try store.transaction(durable: prepared.changes.durable) { tx in
+                                let saved = try tx.save(prepared.changes)
+                                try other(tx)
+                                return saved
+                            }
+                        })
+                } else {
+                    result = .success(try storeCall { try store.save(prepared.changes) })
+                }
             } catch {
                 result = .failure(error)
             }
@@ -49,6 +92,7 @@ extension DocumentFileSystem {
             // Saved whole: a close or rename that asked the committer for it asked for this.
             state.withLock { state in if !document.dirty { state.closeSaves[document.id] = nil } }
         } else {
+            if let other { try storeCall { try store.transaction(durable: durable) { tx in try other(tx) } } }
             try settleIntents(of: [document])
         }
         if state.withLock({ _ in document.needsReload && !document.dirty }) {
@@ -130,10 +174,12 @@ extension DocumentFileSystem {
     /// that takes them, which takes only finished ones; one that fails is cancelled, and the save
     /// does its work itself.
     private func finishPreparations(_ changes: DocumentChanges) {
-        for update in changes.contents.values {
-            guard let source = update.source, let preparation = source.preparation else { continue }
-            do { try preparation.finish(reading: source) } catch { preparation.cancel() }
-        }
+        for update in changes.contents.values { finishPreparations(of: update) }
+    }
+
+    func finishPreparations(of update: ContentUpdate) {
+        guard let source = update.source, let preparation = source.preparation else { return }
+        do { try preparation.finish(reading: source) } catch { preparation.cancel() }
     }
 
     /// The document's prepared save, unless the mount no longer shows it (deleted, replaced).
@@ -363,62 +409,15 @@ extension DocumentFileSystem {
                 record.name = node.name.string
             }
             let stored = committed[record.id]
-            if let contents = node.contents, node.kind == .regularFile, contents.propertyList != nil,
-                contents.isModified || contents.base.text != nil
-            {
-                // Stored as a binary property list, shown and written as text.
-                let sameNode = contents.base.node == record.id && stored?.kind == .regularFile
-                if !contents.isModified, let shown = contents.base.text {
-                    record.size = Int64(shown.binary.count)
-                    if !sameNode {
-                        changes.contents[record.id] = .copy(
-                            of: NodeLookup(contents.base.node, at: contents.base.version))
-                    }
-                } else {
-                    guard let compiled = contents.compiled, compiled.edits == contents.edits,
-                        case .success(let text) = compiled.outcome
-                    else {
-                        held.append(node)
-                        continue
-                    }
-                    record.size = Int64(text.binary.count)
-                    if sameNode, text.binary == contents.base.text?.binary {
-                        // The text shown, written back: the archive stays byte for byte.
-                    } else {
-                        let snapshot = contents.freeze()
-                        snapshots.append((node, record.id, snapshot, text))
-                        changes.contents[record.id] = .replace(DataContentsSource(text.binary))
-                    }
+            if let change = contentChange(node, &record, stored: stored) {
+                if change.held {
+                    held.append(node)
+                    continue
                 }
-            } else if let contents = node.contents, node.kind == .regularFile {
-                record.size = contents.size
-                let sameNode = contents.base.node == record.id && stored?.kind == .regularFile
-                if contents.isModified || !sameNode || stored?.size != contents.size {
-                    let snapshot = contents.freeze()
-                    snapshots.append((node, record.id, snapshot, nil))
-                    if sameNode || snapshot.base.size == 0 {
-                        let storedSize = stored?.kind == .regularFile ? stored?.size ?? 0 : 0
-                        let source = SnapshotSource(
-                            snapshot: snapshot, changedRanges: snapshot.changedRanges(storedSize: storedSize),
-                            heldRanges: snapshot.heldRanges)
-                        changes.contents[record.id] = .sparse(
-                            size: snapshot.size,
-                            chunks: snapshot.changedChunks(storedSize: storedSize, chunkSize: chunkSize),
-                            source: source)
-                    } else {
-                        // The file was another one before (renamed over this name): the store
-                        // starts from that file's chunks and takes only the written ones.
-                        let source = SnapshotSource(
-                            snapshot: snapshot,
-                            changedRanges: snapshot.changedRanges(storedSize: snapshot.base.size),
-                            heldRanges: snapshot.heldRanges)
-                        changes.contents[record.id] = .derived(
-                            from: NodeLookup(snapshot.base.node, at: snapshot.base.version),
-                            size: snapshot.size,
-                            chunks: snapshot.changedChunks(
-                                storedSize: snapshot.base.size, chunkSize: chunkSize), source: source)
-                    }
+                if let snapshot = change.snapshot {
+                    snapshots.append((node, record.id, snapshot, change.text))
                 }
+                if let update = change.update { changes.contents[record.id] = update }
             }
             records[record.id] = record
             if changes.contents[record.id] != nil || !(stored.map { record.sameContent(as: $0) } ?? false) {
@@ -446,6 +445,59 @@ extension DocumentFileSystem {
         if !intents.isEmpty { changes.durable = true }
         return PreparedSave(
             changes: changes, records: records, snapshots: snapshots, touched: touched, intents: intents)
+    }
+
+    /// What a save of the regular file `node` as `record` (its size set here) sends of its
+    /// contents, over `stored`, the record the store has under that id (nil: none). Freezes what
+    /// it sends. Nil for a node without contents of its own.
+    func contentChange(_ node: ViewNode, _ record: inout NodeRecord, stored: NodeRecord?) -> ContentChange? {
+        guard let contents = node.contents, node.kind == .regularFile else { return nil }
+        let sameNode = contents.base.node == record.id && stored?.kind == .regularFile
+        if contents.propertyList != nil, contents.isModified || contents.base.text != nil {
+            // Stored as a binary property list, shown and written as text.
+            if !contents.isModified, let shown = contents.base.text {
+                record.size = Int64(shown.binary.count)
+                if sameNode { return ContentChange() }
+                return ContentChange(
+                    update: .copy(of: NodeLookup(contents.base.node, at: contents.base.version)))
+            }
+            guard let compiled = contents.compiled, compiled.edits == contents.edits,
+                case .success(let text) = compiled.outcome
+            else { return ContentChange(held: true) }
+            record.size = Int64(text.binary.count)
+            // The text shown, written back: the archive stays byte for byte.
+            if sameNode, text.binary == contents.base.text?.binary { return ContentChange() }
+            return ContentChange(
+                update: .replace(DataContentsSource(text.binary)), snapshot: contents.freeze(), text: text)
+        }
+        record.size = contents.size
+        guard contents.isModified || !sameNode || stored?.size != contents.size else {
+            return ContentChange()
+        }
+        let snapshot = contents.freeze()
+        if sameNode || snapshot.base.size == 0 {
+            let storedSize = stored?.kind == .regularFile ? stored?.size ?? 0 : 0
+            let source = SnapshotSource(
+                snapshot: snapshot, changedRanges: snapshot.changedRanges(storedSize: storedSize),
+                heldRanges: snapshot.heldRanges)
+            return ContentChange(
+                update: .sparse(
+                    size: snapshot.size,
+                    chunks: snapshot.changedChunks(storedSize: storedSize, chunkSize: chunkSize),
+                    source: source),
+                snapshot: snapshot)
+        }
+        // The file was another one before (renamed over this name): the store starts from that
+        // file's chunks and takes only the written ones.
+        let source = SnapshotSource(
+            snapshot: snapshot, changedRanges: snapshot.changedRanges(storedSize: snapshot.base.size),
+            heldRanges: snapshot.heldRanges)
+        return ContentChange(
+            update: .derived(
+                from: NodeLookup(snapshot.base.node, at: snapshot.base.version), size: snapshot.size,
+                chunks: snapshot.changedChunks(storedSize: snapshot.base.size, chunkSize: chunkSize),
+                source: source),
+            snapshot: snapshot)
     }
 
     // MARK: - The quiet-interval saver

@@ -514,13 +514,25 @@ public final class DocumentFileSystem: FileSystem {
         document.base = version
     }
 
-    /// Fresh store node ids, taken from the store in batches.
-    func newStoreID() throws(Errno) -> StoreNodeID {
-        if let id = state.withLock({ $0.spareIDs.popLast() }) { return id }
-        let ids = try storeCall { try store.makeNodeIDs(count: 64) }
+    /// A fresh store node id (``newStoreIDs(count:)``).
+    func newStoreID() throws(Errno) -> StoreNodeID { try newStoreIDs(count: 1)[0] }
+
+    /// Fresh store node ids, taken from a pool the store reserves in batches of at least 64.
+    /// A reservation is a durable transaction of its own that changes no name and no contents,
+    /// so that the system calls the ids are for stay one transaction each.
+    func newStoreIDs(count: Int) throws(Errno) -> [StoreNodeID] {
+        guard count > 0 else { return [] }
+        if let ids = state.withLock({ state -> [StoreNodeID]? in
+            guard state.spareIDs.count >= count else { return nil }
+            defer { state.spareIDs.removeLast(count) }
+            return Array(state.spareIDs.suffix(count).reversed())
+        }) {
+            return ids
+        }
+        let fresh = try storeCall { try store.makeNodeIDs(count: max(64, count)) }
         return state.withLock { state in
-            state.spareIDs.append(contentsOf: ids.reversed())
-            return state.spareIDs.removeLast()
+            state.spareIDs.append(contentsOf: fresh.dropFirst(count).reversed())
+            return Array(fresh.prefix(count))
         }
     }
 

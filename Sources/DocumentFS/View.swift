@@ -144,6 +144,10 @@ final class DocumentState: @unchecked Sendable {
     /// Changes the store logged for an `fsync` (``DocumentStore/logIntent(_:)``) that no save
     /// has committed yet: the next save is durable, and retires them.
     var intents: [IntentID] = []
+    /// A change of the document's name or existence at the mount root (a create, a rename, an
+    /// exchange) was committed without waiting for the disk: an `fsync` of one of its files syncs
+    /// the store too, so that the name is as durable as the contents.
+    var namesUnsynced = false
 
     init(info: DocumentInfo, root: ViewNode) {
         id = info.id

@@ -91,9 +91,14 @@ public final class VersionedStore: Sendable {
     }
 
     func createDocument(
-        _ tx: any StoreTransaction, named name: String, root: DocumentRoot, type: String?, origin: String
+        _ tx: any StoreTransaction, named name: String, root: DocumentRoot, type: String?, origin: String,
+        contents: ContentUpdate? = nil
     ) throws -> DocumentInfo {
         try Self.validateDocumentName(name)
+        if contents != nil && root.kind != .regularFile {
+            throw DocumentStoreError.invalidChange(
+                "\(name.debugDescription) is not a regular file: it has no contents")
+        }
         if root.kind == .symbolicLink && root.linkTarget == nil {
             throw DocumentStoreError.invalidChange("link \(name.debugDescription) has no destination")
         }
@@ -108,11 +113,25 @@ public final class VersionedStore: Sendable {
             root: rootID,
             created: now)
         let version = try tx.insertVersion(document: document, base: nil, origin: origin, created: now)
-        let record = NodeRecord(
+        var record = NodeRecord(
             id: rootID, document: document, parent: nil, name: name, kind: root.kind,
-            permissions: root.permissions ?? defaultPermissions, modified: now,
+            permissions: root.permissions ?? defaultPermissions, uid: root.uid ?? UInt32(getuid()),
+            gid: root.gid ?? UInt32(getgid()), modified: now,
             linkTarget: root.kind == .symbolicLink ? root.linkTarget : nil,
             device: isDevice ? root.device : 0)
+        if let contents {
+            // The first contents are written at the version that creates the file.
+            let writer = ContentWriter(
+                store: self, tx: tx, node: rootID, previousSize: nil, lineage: .current, branch: 0,
+                version: version, precut: finishedPreparation(of: contents))
+            let written = try writer.write(contents)
+            record.size = written.size
+            _ = try tx.updateVersion(version, .bytesWritten(written.bytes))
+            counters.withLock {
+                $0.chunksWritten += written.chunks
+                $0.bytesWritten += written.bytes
+            }
+        }
         try tx.insertNode(StoredNode(record: record.at(version), branch: 0, removed: false))
         try tx.updateDocument(document, .currentVersion(version, modified: now))
         try tx.insertEvent(
@@ -122,17 +141,43 @@ public final class VersionedStore: Sendable {
     }
 
     public func renameDocument(_ id: DocumentID, to name: String) throws -> DocumentInfo {
-        try Self.validateDocumentName(name)
-        return try write(durable: true) { tx in
-            let current = try Self.fetchDocument(tx, id)
-            if current.name == name { return current }
-            try Self.requireFreeName(tx, name, except: id)
-            let now = Timestamp.now
-            try tx.updateDocument(id, .rename(name, modified: now))
-            try tx.insertEvent(
-                .renamed, document: id, version: current.currentVersion, name: name, origin: "", time: now)
-            return try Self.fetchDocument(tx, id)
-        }
+        try write(durable: true) { tx in try Self.renameDocument(tx, id, to: name) }
+    }
+
+    static func renameDocument(_ tx: any StoreTransaction, _ id: DocumentID, to name: String) throws
+        -> DocumentInfo
+    {
+        try validateDocumentName(name)
+        let current = try fetchDocument(tx, id)
+        if current.name == name { return current }
+        try requireFreeName(tx, name, except: id)
+        let now = Timestamp.now
+        try tx.updateDocument(id, .rename(name, modified: now))
+        try tx.insertEvent(
+            .renamed, document: id, version: current.currentVersion, name: name, origin: "", time: now)
+        return try fetchDocument(tx, id)
+    }
+
+    /// Swaps two live documents' names, through a name no document can have (the store's names
+    /// are unique among live documents at every statement, not only at the commit).
+    static func exchangeDocuments(_ tx: any StoreTransaction, _ first: DocumentID, _ second: DocumentID)
+        throws -> (DocumentInfo, DocumentInfo)
+    {
+        let a = try fetchDocument(tx, first)
+        let b = try fetchDocument(tx, second)
+        guard a.deleted == nil else { throw DocumentStoreError.noSuchDocument(first.description) }
+        guard b.deleted == nil else { throw DocumentStoreError.noSuchDocument(second.description) }
+        guard first != second else { return (a, b) }
+        let now = Timestamp.now
+        // A slash is in no valid name.
+        try tx.updateDocument(second, .rename("/exchange/\(second.rawValue)", modified: now))
+        try tx.updateDocument(first, .rename(b.name, modified: now))
+        try tx.updateDocument(second, .rename(a.name, modified: now))
+        try tx.insertEvent(
+            .renamed, document: first, version: a.currentVersion, name: b.name, origin: "", time: now)
+        try tx.insertEvent(
+            .renamed, document: second, version: b.currentVersion, name: a.name, origin: "", time: now)
+        return (try fetchDocument(tx, first), try fetchDocument(tx, second))
     }
 
     public func deleteDocument(_ id: DocumentID, origin: String) throws {
@@ -159,10 +204,26 @@ public final class VersionedStore: Sendable {
         let tx: any StoreTransaction
 
         func document(_ id: DocumentID) throws -> DocumentInfo { try VersionedStore.fetchDocument(tx, id) }
-        func createDocument(named name: String, root: DocumentRoot, type: String?, origin: String) throws
-            -> DocumentInfo
-        {
-            try store.createDocument(tx, named: name, root: root, type: type, origin: origin)
+        func document(named name: String) throws -> DocumentInfo? { try tx.liveDocument(named: name) }
+        func node(_ id: StoreNodeID) throws -> NodeRecord? {
+            try VersionedStore.node(tx, id, lineage: .current)
+        }
+        func createDocument(
+            named name: String, root: DocumentRoot, type: String?, origin: String, contents: ContentUpdate?
+        ) throws -> DocumentInfo {
+            try store.createDocument(
+                tx, named: name, root: root, type: type, origin: origin, contents: contents)
+        }
+        func renameDocument(_ id: DocumentID, to name: String) throws -> DocumentInfo {
+            try VersionedStore.renameDocument(tx, id, to: name)
+        }
+        func exchangeDocuments(_ first: DocumentID, _ second: DocumentID) throws -> (
+            DocumentInfo, DocumentInfo
+        ) {
+            try VersionedStore.exchangeDocuments(tx, first, second)
+        }
+        func restore(_ version: VersionID, of document: DocumentID, origin: String) throws -> SaveResult {
+            try store.restore(tx, version, of: document, origin: origin)
         }
         func deleteDocument(_ id: DocumentID, origin: String) throws {
             try VersionedStore.deleteDocument(tx, id, origin: origin)
@@ -609,13 +670,15 @@ public final class VersionedStore: Sendable {
     }
 
     /// A write transaction through the backend, counted for ``synchronize()``.
-    func write<T>(durable: Bool, _ body: (any StoreTransaction) throws -> T) throws -> T {
+    func write<T>(durable: Bool, counted: Bool = true, _ body: (any StoreTransaction) throws -> T) throws -> T
+    {
         // Deferred commits finished before this one starts are in the log ahead of it.
         let before = durability.withLock { $0.deferred }
         let result = try backend.write(durable: durable, body)
         durability.withLock { ledger in
             if durable { ledger.covered = max(ledger.covered, before) } else { ledger.deferred += 1 }
         }
+        if counted { counters.withLock { $0.transactionsCommitted += 1 } }
         return result
     }
 
@@ -629,7 +692,7 @@ public final class VersionedStore: Sendable {
 
     public func makeNodeIDs(count: Int) throws -> [StoreNodeID] {
         guard count > 0 else { return [] }
-        let first = try write(durable: true) { tx in try tx.reserveNodeIDs(count: count) }
+        let first = try write(durable: true, counted: false) { tx in try tx.reserveNodeIDs(count: count) }
         return (0..<Int64(count)).map { StoreNodeID(rawValue: first + $0) }
     }
 
@@ -885,34 +948,38 @@ public final class VersionedStore: Sendable {
     }
 
     public func restore(_ version: VersionID, of document: DocumentID, origin: String) throws -> SaveResult {
-        try write(durable: true) { tx in
-            guard let info = try tx.version(version), info.document == document else {
-                throw DocumentStoreError.noSuchVersion(version)
-            }
-            let doc = try Self.fetchDocument(tx, document)
-            let targetLineage = try Lineage.of(tx, version)
-            let target = try Self.nodes(tx, document: document, lineage: targetLineage)
-            let current = try Self.nodes(tx, document: document, lineage: .current)
-            var changes = DocumentChanges(document: document, base: doc.currentVersion)
-            changes.origin = origin
-            changes.conflictPolicy = .fail
-            for (id, record) in target {
-                var unchanged = record
-                unchanged.version = current[id]?.version ?? unchanged.version
-                if current[id] != unchanged { changes.nodes.append(record) }
-                guard record.kind == .regularFile, record.linkOf == nil else { continue }
-                // Only files whose extents differ change: a restore costs the change.
-                if let now = current[id], now.kind == .regularFile, now.size == record.size {
-                    let all = 0...Int64.max
-                    let then = try Self.extents(tx, node: id, lineage: targetLineage, starts: all)
-                    if then == (try Self.extents(tx, node: id, lineage: .current, starts: all)) { continue }
-                }
-                changes.contents[id] = .copy(of: NodeLookup(id, at: version))
-            }
-            changes.removedNodes = current.keys.filter { target[$0] == nil }.sorted()
-            var carried: [CarriedExtents] = []
-            return try self.save(tx, changes, event: .restored, carried: &carried)
+        try write(durable: true) { tx in try restore(tx, version, of: document, origin: origin) }
+    }
+
+    func restore(_ tx: any StoreTransaction, _ version: VersionID, of document: DocumentID, origin: String)
+        throws -> SaveResult
+    {
+        guard let info = try tx.version(version), info.document == document else {
+            throw DocumentStoreError.noSuchVersion(version)
         }
+        let doc = try Self.fetchDocument(tx, document)
+        let targetLineage = try Lineage.of(tx, version)
+        let target = try Self.nodes(tx, document: document, lineage: targetLineage)
+        let current = try Self.nodes(tx, document: document, lineage: .current)
+        var changes = DocumentChanges(document: document, base: doc.currentVersion)
+        changes.origin = origin
+        changes.conflictPolicy = .fail
+        for (id, record) in target {
+            var unchanged = record
+            unchanged.version = current[id]?.version ?? unchanged.version
+            if current[id] != unchanged { changes.nodes.append(record) }
+            guard record.kind == .regularFile, record.linkOf == nil else { continue }
+            // Only files whose extents differ change: a restore costs the change.
+            if let now = current[id], now.kind == .regularFile, now.size == record.size {
+                let all = 0...Int64.max
+                let then = try Self.extents(tx, node: id, lineage: targetLineage, starts: all)
+                if then == (try Self.extents(tx, node: id, lineage: .current, starts: all)) { continue }
+            }
+            changes.contents[id] = .copy(of: NodeLookup(id, at: version))
+        }
+        changes.removedNodes = current.keys.filter { target[$0] == nil }.sorted()
+        var carried: [CarriedExtents] = []
+        return try self.save(tx, changes, event: .restored, carried: &carried)
     }
 
     public func resolveConflict(_ version: VersionID) throws {

@@ -1,4 +1,4 @@
-// store-torture <store-path | postgres-url> <document-name> <rounds> [deferred|document]
+// store-torture <store-path | postgres-url> <document-name> <rounds> [deferred|document|names]
 //
 // Saves `rounds` new versions of a package document, one after another, as fast as it can, so
 // that a test can kill it with SIGKILL at arbitrary points of a save. Every file of round N holds
@@ -12,6 +12,12 @@
 //
 // With `document`, the saves go through the engine's `Document` (an app's path): a package
 // document whose contents are the round's files, saved with `save(to:for:)` round after round.
+//
+// With `names`, each round is a safe-save at a mount's root, as the mount commits it: a new flat
+// document `<document-name>.tmp-N` with round N's bytes (one transaction), then the deletion of
+// the document named `<document-name>` and the rename of the new one onto its name (one
+// transaction), "saved N" printed once that committed; and an exchange of the names of the
+// documents `<document-name>.a` and `<document-name>.b` (one transaction).
 
 import DocumentEngine
 import Foundation
@@ -114,6 +120,53 @@ func saveDeferred(_ store: any DocumentStore, name: String, rounds: Int) throws 
     }
 }
 
+/// The names mode: see the top of the file.
+func saveByRenaming(_ store: any DocumentStore, name: String, rounds: Int) throws {
+    for side in ["a", "b"] where try store.document(named: "\(name).\(side)") == nil {
+        let info = try store.createDocument(
+            named: "\(name).\(side)", kind: .flat, type: nil, permissions: nil, origin: "store-torture")
+        var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+        changes.contents[info.root] = .replace(DataContentsSource(Data(side.utf8)))
+        _ = try store.save(changes)
+    }
+    guard let a = try store.document(named: "\(name).a"), let b = try store.document(named: "\(name).b")
+    else {
+        fail("the documents to exchange are missing")
+    }
+    var round = 1
+    if let current = try store.document(named: name) {
+        round =
+            (TortureContents.round(
+                of: try store.readContents(of: current.root, at: nil, offset: 0, count: 64)) ?? 0) + 1
+    }
+    // A temporary document an earlier run left (killed between its two transactions) goes.
+    for stale in try store.documents() where stale.name.hasPrefix("\(name).tmp-") {
+        try store.deleteDocument(stale.id, origin: "store-torture")
+    }
+    for _ in 0..<rounds {
+        let data = TortureContents.contents(round: round, index: round % TortureContents.fileCount)
+        let temporary = try store.transaction(durable: true) { tx -> DocumentInfo in
+            let info = try tx.createDocument(
+                named: "\(name).tmp-\(round)", root: DocumentRoot(kind: .regularFile), type: nil,
+                origin: "store-torture")
+            var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+            changes.contents[info.root] = .replace(DataContentsSource(data))
+            changes.origin = "store-torture"
+            _ = try tx.save(changes)
+            return info
+        }
+        try store.transaction(durable: true) { tx in
+            if let replaced = try tx.document(named: name) {
+                try tx.deleteDocument(replaced.id, origin: "store-torture")
+            }
+            _ = try tx.renameDocument(temporary.id, to: name)
+        }
+        say("saved \(round)")
+        _ = try store.transaction(durable: true) { tx in try tx.exchangeDocuments(a.id, b.id) }
+        round += 1
+    }
+}
+
 /// The document mode: an app's `Document` in the store, saved over and over.
 @MainActor
 final class TortureDocument: Document {
@@ -167,8 +220,20 @@ func openStore(_ location: String) throws -> any DocumentStore {
 let arguments = CommandLine.arguments
 let deferred = arguments.count == 5 && arguments[4] == "deferred"
 let throughDocument = arguments.count == 5 && arguments[4] == "document"
-guard arguments.count == 4 || deferred || throughDocument, let rounds = Int(arguments[3]), rounds >= 0 else {
-    fail("usage: store-torture <store-path> <document-name> <rounds> [deferred|document]")
+let renaming = arguments.count == 5 && arguments[4] == "names"
+guard arguments.count == 4 || deferred || throughDocument || renaming, let rounds = Int(arguments[3]),
+    rounds >= 0
+else {
+    fail("usage: store-torture <store-path> <document-name> <rounds> [deferred|document|names]")
+}
+
+if renaming {
+    do {
+        try saveByRenaming(openStore(arguments[1]), name: arguments[2], rounds: rounds)
+    } catch {
+        fail(String(describing: error))
+    }
+    exit(0)
 }
 
 if throughDocument {

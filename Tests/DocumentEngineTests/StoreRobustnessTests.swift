@@ -2,8 +2,8 @@ import CLinuxSupport
 import Foundation
 import GRDB
 import StoreTestSupport
-import Testing
 import TestSupport
+import Testing
 
 @testable import DocumentEngine
 @testable import SQLiteStore
@@ -230,7 +230,8 @@ import TestSupport
         #expect(healthy.chunksChecked > 30)
         #expect(healthy.nodesChecked >= 7)
 
-        let ids = try fixture.sql("SELECT id FROM chunks ORDER BY id LIMIT 2 OFFSET 5;").split(separator: "\n")
+        let ids = try fixture.sql("SELECT id FROM chunks ORDER BY id LIMIT 2 OFFSET 5;").split(
+            separator: "\n")
         #expect(ids.count == 2)
         let (damaged, removed) = (String(ids[0]), String(ids[1]))
         // Other bytes of the same length, so that only the hash disagrees.
@@ -271,7 +272,9 @@ import TestSupport
     }
 
     /// Every regular file of a document at `version`, by path.
-    func files(_ store: any DocumentStore, _ document: DocumentID, at version: VersionID) throws -> [String: Data] {
+    func files(_ store: any DocumentStore, _ document: DocumentID, at version: VersionID) throws -> [String:
+        Data]
+    {
         var result: [String: Data] = [:]
         func visit(_ wrapper: FileWrapper, _ path: String) throws {
             if wrapper.isRegularFile { result[path] = try wrapper.contents() }
@@ -283,7 +286,9 @@ import TestSupport
         return result
     }
 
-    @Test(arguments: StoreKind.all) func garbageCollectionKeepsTheLastVersionsExactly(_ kind: StoreKind) throws {
+    @Test(arguments: StoreKind.all) func garbageCollectionKeepsTheLastVersionsExactly(_ kind: StoreKind)
+        throws
+    {
         let fixture = try StoreFixture(kind, chunkSize: 16 * 1024)
         let store = fixture.store
         let info = try store.createDocument(
@@ -463,10 +468,53 @@ import TestSupport
         try killSavesMidway(kind, mode: "document", iterations: 15)
     }
 
+    /// Safe-saves at a mount's root, as the mount commits them (a replacing rename of documents
+    /// in one transaction), and exchanges of two documents' names, killed at random: the name
+    /// always holds a whole round, at least the last acknowledged one, and both exchanged names
+    /// are always there.
+    @Test(.timeLimit(.minutes(2)), arguments: StoreKind.all)
+    func aKilledRenameLosesNoName(_ kind: StoreKind) throws {
+        let setUp: (any DocumentStore, String) throws -> Void = { store, document in
+            for side in ["a", "b"] {
+                let info = try store.createDocument(
+                    named: "\(document).\(side)", kind: .flat, type: nil, permissions: nil, origin: "test")
+                var changes = DocumentChanges(document: info.id, base: info.currentVersion)
+                changes.contents[info.root] = .replace(DataContentsSource(Data(side.utf8)))
+                _ = try store.save(changes)
+            }
+        }
+        try killSavesMidway(kind, mode: "names", iterations: 25, setUp: setUp) { store, document in
+            let report = try store.checkIntegrity()
+            #expect(report.isClean, "\(report.problems)")
+            let live = try store.documents()
+            let a = live.first { $0.name == document + ".a" }
+            let b = live.first { $0.name == document + ".b" }
+            #expect(a != nil && b != nil && a?.id != b?.id, "both exchanged names are there")
+            let sides = try [a, b].compactMap { $0 }.map { info in
+                String(
+                    decoding: try store.readContents(of: info.root, at: nil, offset: 0, count: 8),
+                    as: UTF8.self)
+            }
+            #expect(Set(sides) == ["a", "b"], "each exchanged document keeps its own bytes")
+            let temporaries = live.filter { $0.name.hasPrefix(document + ".tmp-") }
+            #expect(temporaries.count <= 1, "at most the save in flight left its temporary document")
+            guard let info = live.first(where: { $0.name == document }) else { return 0 }
+            let data = try store.readContents(of: info.root, at: nil, offset: 0, count: 1 << 20)
+            let round = try #require(TortureContents.round(of: data))
+            #expect(data == TortureContents.contents(round: round, index: round % TortureContents.fileCount))
+            return round
+        }
+    }
+
     /// Starts store-torture (in `mode`) `iterations` times and kills it with SIGKILL after a
     /// seeded delay of 5–400 ms; after each kill the store is clean, holds one whole round, at
-    /// least the last acknowledged one, and never goes back.
-    func killSavesMidway(_ kind: StoreKind, mode: String?, iterations: Int) throws {
+    /// least the last acknowledged one, and never goes back (`verify` says which round the
+    /// store holds; by default, the package document's).
+    func killSavesMidway(
+        _ kind: StoreKind, mode: String?, iterations: Int,
+        setUp: ((any DocumentStore, String) throws -> Void)? = nil,
+        verify: ((any DocumentStore, String) throws -> Int)? = nil
+    ) throws {
         guard let program = Self.tortureProgram() else {
             Issue.record(
                 "store-torture is not built next to the tests; run `swift build --build-tests` first")
@@ -476,8 +524,12 @@ import TestSupport
         let fixture = try StoreFixture(kind, name: "Torture")
         let path = fixture.location
         let document = "Torture.pkg"
-        _ = try fixture.store.createDocument(
-            named: document, kind: .package, type: nil, permissions: nil, origin: "test")
+        if let setUp {
+            try setUp(fixture.store, document)
+        } else {
+            _ = try fixture.store.createDocument(
+                named: document, kind: .package, type: nil, permissions: nil, origin: "test")
+        }
         let seed =
             ProcessInfo.processInfo.environment["STORE_TORTURE_SEED"].flatMap { UInt64($0) }
             ?? UInt64.random(in: 1...999_999)
@@ -488,7 +540,9 @@ import TestSupport
             (5 + i * 395 / (iterations - 1) + Int(random.next() % 10)) * scale
         }
         delays.shuffle(using: &random)
-        print("store-torture \(mode ?? "store") on \(kind): seed \(seed) (set STORE_TORTURE_SEED to repeat), delays in ms \(delays)")
+        print(
+            "store-torture \(mode ?? "store") on \(kind): seed \(seed) (set STORE_TORTURE_SEED to repeat), delays in ms \(delays)"
+        )
 
         var lastRound = 0
         var acknowledged = 0
@@ -525,7 +579,9 @@ import TestSupport
             }
             let lastSaved = saved.last ?? 0
             if !saved.isEmpty { killedWhileSaving += 1 }
-            let round = try verifiedRound(try fixture.reopen(), document: document)
+            let reopened = try fixture.reopen()
+            let round =
+                try verify.map { try $0(reopened, document) } ?? verifiedRound(reopened, document: document)
             print(
                 "iteration \(iteration): killed after \(delay) ms, \(saved.count) saves acknowledged (last \(lastSaved)), store at round \(round)"
             )
@@ -543,7 +599,6 @@ import TestSupport
         #expect(acknowledged > 0, "the child never saved: it was killed too early every time")
     }
 }
-
 
 /// Helpers of the store tests: the sqlite3 command, file facts, xattrs and times.
 enum StoreTestTools {

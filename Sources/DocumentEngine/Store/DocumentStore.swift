@@ -215,14 +215,20 @@ public struct DocumentRoot: Sendable, Equatable {
     public var linkTarget: String?
     /// A device's number.
     public var device: UInt64
+    /// The owner; nil for the process's own user and group.
+    public var uid: UInt32?
+    public var gid: UInt32?
 
     public init(
-        kind: FileWrapper.Kind, permissions: Int? = nil, linkTarget: String? = nil, device: UInt64 = 0
+        kind: FileWrapper.Kind, permissions: Int? = nil, linkTarget: String? = nil, device: UInt64 = 0,
+        uid: UInt32? = nil, gid: UInt32? = nil
     ) {
         self.kind = kind
         self.permissions = permissions
         self.linkTarget = linkTarget
         self.device = device
+        self.uid = uid
+        self.gid = gid
     }
 
     /// A package for a folder; flat for anything else.
@@ -441,6 +447,10 @@ public struct StoreStatistics: Sendable, Equatable {
     /// Content bytes cut into chunks and hashed ahead of their save by preparations, while they
     /// were written (``ContentsPreparation``).
     public var bytesPrepared: Int64 = 0
+    /// Write transactions committed that can change documents (saves, creations, renames,
+    /// deletions, ``DocumentStore/transaction(durable:_:)``), not counting reservations of node
+    /// ids, which change nothing a reader sees.
+    public var transactionsCommitted = 0
     public init() {}
 }
 
@@ -613,21 +623,46 @@ public protocol DocumentStore: AnyObject, Sendable {
 }
 
 /// The changes one ``DocumentStore/transaction(durable:_:)`` can make; each is what the store's
-/// method of the same name does, and all of them commit together.
+/// method of the same name does, and all of them commit together: a crash leaves all of them or
+/// none. Each sees what the ones before it in the transaction did.
 public protocol DocumentStoreTransaction {
     func document(_ id: DocumentID) throws -> DocumentInfo
-    func createDocument(named name: String, root: DocumentRoot, type: String?, origin: String) throws
-        -> DocumentInfo
+    /// The live document named `name`, if any, as the transaction sees it.
+    func document(named name: String) throws -> DocumentInfo?
+    /// One wrapper record at the current version as the transaction sees it (a hard link's own
+    /// record), or nil.
+    func node(_ id: StoreNodeID) throws -> NodeRecord?
+    /// Creates a document as ``DocumentStore/createDocument(named:root:type:origin:)`` does; a
+    /// flat document's regular file starts with `contents` (nil: empty), in the same version.
+    func createDocument(
+        named name: String, root: DocumentRoot, type: String?, origin: String, contents: ContentUpdate?
+    ) throws -> DocumentInfo
+    /// Renames a live document; the name must be free (delete the document that has it first, in
+    /// the same transaction, to replace it).
+    func renameDocument(_ id: DocumentID, to name: String) throws -> DocumentInfo
+    /// Swaps the names of two live documents, as `renameat2(RENAME_EXCHANGE)` swaps two names.
+    func exchangeDocuments(_ first: DocumentID, _ second: DocumentID) throws -> (DocumentInfo, DocumentInfo)
     func deleteDocument(_ id: DocumentID, origin: String) throws
     /// Saves one document's changes as a new version of it (the changes' ``DocumentChanges/durable``
     /// is the transaction's).
     func save(_ changes: DocumentChanges) throws -> SaveResult
+    /// Makes `version`'s tree the current one, as a new save (``DocumentStore/restore(_:of:origin:)``).
+    func restore(_ version: VersionID, of document: DocumentID, origin: String) throws -> SaveResult
     func resolveConflict(_ version: VersionID) throws
     /// Brings a deleted document back, as ``DocumentStore/undeleteDocument(_:as:)``.
     func undeleteDocument(_ id: DocumentID, as name: String?) throws -> DocumentInfo
     /// A setting, as ``DocumentStore/setting(_:)``, read inside the transaction.
     func setting(_ key: String) throws -> String?
     func setSetting(_ key: String, _ value: String) throws
+}
+
+extension DocumentStoreTransaction {
+    /// Creates an empty document (``DocumentStore/createDocument(named:root:type:origin:)``).
+    public func createDocument(named name: String, root: DocumentRoot, type: String?, origin: String) throws
+        -> DocumentInfo
+    {
+        try createDocument(named: name, root: root, type: type, origin: origin, contents: nil)
+    }
 }
 
 extension DocumentStore {
