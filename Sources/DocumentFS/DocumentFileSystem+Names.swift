@@ -941,9 +941,24 @@ extension DocumentFileSystem {
             }
             throw .invalidArgument
         }
+        // The new document's file is a node of its own (the scratch file's may be another
+        // document's); its bytes are cut and hashed before the transaction.
+        let rootID = try newStoreID()
+        var contents: PreparedChanges?
+        if let update = frozen.change?.update {
+            var changes = DocumentChanges(document: DocumentID(rawValue: 0), base: VersionID(rawValue: 0))
+            changes.contents[rootID] = update
+            do { contents = try storeCall { try store.prepare(changes) } } catch {
+                state.withLock { state in
+                    frozen.change?.snapshot?.contents.saveFailed()
+                    node.name = name
+                    if state.rootEntries[name] == nil { state.rootEntries[name] = node }
+                }
+                throw error
+            }
+        }
         let saved: (info: DocumentInfo, root: NodeRecord?)
         do {
-            if let update = frozen.change?.update { finishPreparations(of: update) }
             saved = try storeCall {
                 try store.transaction(durable: false) { tx -> (DocumentInfo, NodeRecord?) in
                     // The document, with the file's attributes and bytes, as one version.
@@ -951,8 +966,8 @@ extension DocumentFileSystem {
                         named: newText,
                         root: DocumentRoot(
                             kind: .regularFile, permissions: record.permissions, uid: record.uid,
-                            gid: record.gid),
-                        type: nil, origin: origin, contents: frozen.change?.update)
+                            gid: record.gid, node: rootID),
+                        type: nil, origin: origin, contents: contents)
                     return (info, try tx.node(info.root))
                 }
             }

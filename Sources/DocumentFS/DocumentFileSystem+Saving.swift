@@ -72,18 +72,19 @@ extension DocumentFileSystem {
             if logging, store.logsIntents, log(document, prepared) { return true }
             let result: Result<SaveResult, Errno>
             do {
+                // Cut and hashed before the transaction, which other saves wait for.
+                let work = try storeCall { try store.prepare(prepared.changes) }
                 if let other {
-                    finishPreparations(prepared.changes)
                     result = .success(
                         try storeCall {
                             try store.transaction(durable: prepared.changes.durable) { tx in
-                                let saved = try tx.save(prepared.changes)
+                                let saved = try tx.save(work)
                                 try other(tx)
                                 return saved
                             }
                         })
                 } else {
-                    result = .success(try storeCall { try store.save(prepared.changes) })
+                    result = .success(try storeCall { try store.save(work) })
                 }
             } catch {
                 result = .failure(error)
@@ -138,16 +139,18 @@ extension DocumentFileSystem {
         // Nothing to commit (an fsync saved it first): no transaction, which on PostgreSQL is two
         // round trips with these documents' save locks held.
         if !ready.isEmpty {
-            for item in ready { finishPreparations(item.prepared.changes) }
+            // Cut and hashed here, each document's on its own, outside the transaction.
+            let work = ready.map { item in
+                Result { () throws(Errno) in try storeCall { try store.prepare(item.prepared.changes) } }
+            }
+            let preparedWork = work.compactMap { try? $0.get() }
             do {
-                let saved = try storeCall {
-                    try store.transaction(durable: durable) { tx in
-                        try ready.map { try tx.save($0.prepared.changes) }
-                    }
-                }
-                results = saved.map { .success($0) }
+                var saved = try storeCall {
+                    try store.transaction(durable: durable) { tx in try preparedWork.map { try tx.save($0) } }
+                }[...]
+                results = work.map { outcome in outcome.map { _ in saved.removeFirst() } }
             } catch {
-                results = Array(repeating: .failure(error), count: ready.count)
+                results = work.map { outcome in outcome.flatMap { _ in .failure(error) } }
             }
         }
         var retry: [DocumentState] = []
@@ -168,18 +171,6 @@ extension DocumentFileSystem {
             document.saving.unlock()
         }
         return failed
-    }
-
-    /// Finishes the store's preparations of a save's new contents before the store transaction
-    /// that takes them, which takes only finished ones; one that fails is cancelled, and the save
-    /// does its work itself.
-    private func finishPreparations(_ changes: DocumentChanges) {
-        for update in changes.contents.values { finishPreparations(of: update) }
-    }
-
-    func finishPreparations(of update: ContentUpdate) {
-        guard let source = update.source, let preparation = source.preparation else { return }
-        do { try preparation.finish(reading: source) } catch { preparation.cancel() }
     }
 
     /// The document's prepared save, unless the mount no longer shows it (deleted, replaced).

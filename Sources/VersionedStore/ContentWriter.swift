@@ -2,7 +2,7 @@ import DocumentEngine
 import Foundation
 import Synchronization
 
-/// Writes one file's content update inside a save.
+/// Writes one file's content update inside a save, or plans it before the save's transaction.
 ///
 /// A file's contents are extents: chunks at byte offsets, cut where the content says
 /// (``ContentDefinedChunker``), so an edit anywhere changes only the chunks around it, even when
@@ -47,7 +47,19 @@ struct ContentWriter {
         var rows: [(start: Int64, extent: Extent?)]
     }
 
+    /// Writes `update` in the save's write transaction: cuts, hashes and stores here. Saves
+    /// take this path only when no plan made before the transaction applies
+    /// (``VersionedStore/prepare(_:)``).
     func write(_ update: ContentUpdate) throws -> Outcome {
+        var sink = StoringSink(store: store, tx: tx)
+        return try finish(plan(update, into: &sink))
+    }
+
+    /// Cuts `update` into the windows of new chunks it makes, handing each chunk to `sink`,
+    /// and reads the extents the new ones replace: everything a save needs but storing the
+    /// chunks and writing the rows (``finish(_:)``). Reads through `tx`, which need not be the
+    /// save's: at a saved version the extents never change.
+    func plan<Sink: ChunkSink>(_ update: ContentUpdate, into sink: inout Sink) throws -> ContentPlan {
         let page = Int64(store.chunkSize)
         func pages(_ listed: [Int], below size: Int64) throws -> [Range<Int64>] {
             if let index = listed.first(where: { $0 < 0 }) {
@@ -68,34 +80,36 @@ struct ContentWriter {
                 }
             }
             let source = GivenChunks(chunks: given, page: page, size: size)
-            return try apply(
-                base: .own, size: size, changed: try pages(Array(given.keys), below: size), source: source)
+            return try plan(
+                base: .own, size: size, changed: try pages(Array(given.keys), below: size), source: source,
+                into: &sink)
         case .sparse(let size, let listed, let source):
             guard size >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
-            return try apply(
+            return try plan(
                 base: .own, size: size, changed: try Self.held(pages(listed, below: size), source),
-                edited: source.changedRanges, source: source)
+                edited: source.changedRanges, source: source, into: &sink)
         case .replace(let source):
             guard source.count >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
             // This store's own bytes are shared, not read back inside its transaction.
             if let stored = source as? StoreContentsSource,
                 (stored.store as? any VersionedDocumentStore)?.versionedStore === store
             {
-                return try write(.copy(of: NodeLookup(stored.node, at: stored.version)))
+                return try plan(.copy(of: NodeLookup(stored.node, at: stored.version)), into: &sink)
             }
             let size = source.count
-            return try apply(
+            return try plan(
                 base: .none, size: size, changed: size > 0 ? [0..<size] : [],
-                source: ExactSource(source: source))
+                source: ExactSource(source: source), into: &sink)
         case .copy(let lookup):
             let base = try resolve(lookup)
-            return try apply(
-                base: .other(lookup), size: base.size, changed: [], source: ExactSource(source: nil))
+            return try plan(
+                base: .other(lookup), size: base.size, changed: [], source: ExactSource(source: nil),
+                into: &sink)
         case .derived(let lookup, let size, let listed, let source):
             guard size >= 0 else { throw DocumentStoreError.invalidChange("negative size") }
-            return try apply(
+            return try plan(
                 base: .other(lookup), size: size, changed: try Self.held(pages(listed, below: size), source),
-                edited: source.changedRanges, source: source)
+                edited: source.changedRanges, source: source, into: &sink)
         }
     }
 
@@ -113,14 +127,14 @@ struct ContentWriter {
         return readable
     }
 
-    /// Makes the file `size` bytes long: `base` with the `changed` ranges (ascending, disjoint)
-    /// read from `source`; bytes past the base's end that no range covers are zeros. `edited`,
-    /// if given, are the ranges where the source's bytes may differ from the base's
-    /// (``ContentsSource/changedRanges``): only around those are chunks cut again.
-    private func apply(
+    /// The plan that makes the file `size` bytes long: `base` with the `changed` ranges
+    /// (ascending, disjoint) read from `source`; bytes past the base's end that no range covers
+    /// are zeros. `edited`, if given, are the ranges where the source's bytes may differ from the
+    /// base's (``ContentsSource/changedRanges``): only around those are chunks cut again.
+    private func plan<Sink: ChunkSink>(
         base baseKind: Base, size: Int64, changed: [Range<Int64>], edited: [Range<Int64>]? = nil,
-        source: any ContentsSource
-    ) throws -> Outcome {
+        source: any ContentsSource, into sink: inout Sink
+    ) throws -> ContentPlan {
         let own: Bool
         let base: Layout
         switch baseKind {
@@ -146,15 +160,16 @@ struct ContentWriter {
         let content = NewContent(
             base: base, size: size, changed: changed, source: source, page: Int64(store.chunkSize))
 
-        var written = (chunks: 0, bytes: Int64(0))
-        // The new extents of every window, and where the windows are.
-        var replaced: [(window: Range<Int64>, extents: [Int64: Extent])] = []
+        var plan = ContentPlan(node: node, size: size)
+        // Where the windows of new chunks are.
+        var windows: [Range<Int64>] = []
         var done: Int64 = 0
         var next = 0
         if let precut, precut.size == size, size > 0, Self.merged(changed) == [0..<size] {
             // Every byte is new: one window over the whole file, as the loop below would cut it
             // (from 0 to the end), with the cuts and hashes made before the transaction.
-            replaced.append((0..<Int64.max, try storePrecut(precut, from: content, written: &written)))
+            plan.pieces = try storePrecut(precut, from: content, written: &plan.written)
+            windows.append(0..<Int64.max)
             next = edits.count
         }
         while next < edits.count {
@@ -162,7 +177,6 @@ struct ContentWriter {
             let start = max(done, try base.boundary(before: edits[current].lowerBound))
             var stream = Chunking(store.chunking.method(forSize: size), startingAt: start)
             var cursor = start
-            var extents: [Int64: Extent] = [:]
             var end = Int64.max
             while let data = try stream.next(read: { count in
                 let bytes = try content.bytes(at: cursor, upTo: Int(min(Int64(count), size - cursor)))
@@ -170,8 +184,9 @@ struct ContentWriter {
                 return bytes
             }) {
                 let cut = stream.offset
-                if let extent = try storeChunk(data, at: cut - Int64(data.count), written: &written) {
-                    extents[cut - Int64(data.count)] = extent
+                let at = cut - Int64(data.count)
+                if let chunk = try sink.take(data, at: at) {
+                    plan.pieces.append(ContentPlan.Piece(start: at, length: Int64(data.count), chunk: chunk))
                 }
                 if cut >= size { break }
                 while next < edits.count, edits[next].upperBound <= cut { next += 1 }
@@ -185,47 +200,55 @@ struct ContentWriter {
                 }
             }
             if end == .max { next = edits.count }
-            replaced.append((start..<end, extents))
+            windows.append(start..<end)
             done = end
         }
 
-        // Rows: where the target differs from what the file has now.
-        var target: [Int64: Extent] = [:]
-        var current: [Int64: Extent] = [:]
+        // What the rows are worked out against: the file's extents inside the windows now, or,
+        // when it starts from another base, all of its extents and the base's outside them.
         if own {
-            for (window, extents) in replaced {
-                let old = try base.extents(startingIn: window)
-                for (start, extent) in old { current[start] = extent }
-                target.merge(extents) { _, new in new }
+            for window in windows {
+                plan.current.merge(try base.extents(startingIn: window)) { _, new in new }
             }
         } else {
-            current = try VersionedStore.extents(tx, node: node, lineage: view, starts: 0...Int64.max)
+            plan.current = try VersionedStore.extents(tx, node: node, lineage: view, starts: 0...Int64.max)
             for (start, extent) in try base.extents(startingIn: 0..<Int64.max)
-            where !replaced.contains(where: { $0.window.contains(start) }) && start < size {
-                target[start] = extent
+            where !windows.contains(where: { $0.contains(start) }) && start < size {
+                plan.kept[start] = extent
             }
-            for (_, extents) in replaced { target.merge(extents) { _, new in new } }
         }
-        var rows: [(start: Int64, extent: Extent?)] = []
-        for (start, extent) in target.sorted(by: { $0.key < $1.key }) where current[start] != extent {
-            rows.append((start, extent))
-        }
-        for start in current.keys.sorted() where target[start] == nil { rows.append((start, nil)) }
-        if !rows.isEmpty { try tx.insertExtents(node, branch: branch, version: version, rows) }
-        return Outcome(size: size, chunks: written.chunks, bytes: written.bytes, rows: rows)
+        plan.written.chunks += sink.written.chunks
+        plan.written.bytes += sink.written.bytes
+        sink.written = (0, 0)
+        return plan
     }
 
-    /// Stores one chunk's bytes unless the store has them; nil for zeros (a hole).
-    private func storeChunk(_ data: Data, at offset: Int64, written: inout (chunks: Int, bytes: Int64))
-        throws -> Extent?
-    {
-        if VersionedStore.isZero(data) { return nil }
-        let id = try VersionedStore.storeChunk(
-            tx, hash: VersionedStore.hash(data), offset: offset, written: &written
-        ) {
-            data
+    /// Stores the chunks of `plan` the store lacks (from the plan's bytes) and writes the rows
+    /// where the file's extents change. Throws ``ContentPlan/Stale`` when a chunk the plan did
+    /// not keep the bytes of is gone (collected since the plan was made).
+    func finish(_ plan: ContentPlan) throws -> Outcome {
+        var written = plan.written
+        var target = plan.kept
+        for piece in plan.pieces {
+            let id: Int64
+            switch piece.chunk {
+            case .stored(let stored):
+                id = stored
+            case .hashed(let hash):
+                id = try VersionedStore.storeChunk(tx, hash: hash, offset: piece.start, written: &written) {
+                    guard let data = plan.bytes[hash] else { throw ContentPlan.Stale() }
+                    return data
+                }
+            }
+            target[piece.start] = Extent(chunk: id, length: piece.length)
         }
-        return Extent(chunk: id, length: Int64(data.count))
+        var rows: [(start: Int64, extent: Extent?)] = []
+        for (start, extent) in target.sorted(by: { $0.key < $1.key }) where plan.current[start] != extent {
+            rows.append((start, extent))
+        }
+        for start in plan.current.keys.sorted() where target[start] == nil { rows.append((start, nil)) }
+        if !rows.isEmpty { try tx.insertExtents(node, branch: branch, version: version, rows) }
+        return Outcome(size: plan.size, chunks: written.chunks, bytes: written.bytes, rows: rows)
     }
 
     /// Stores the chunks of a precut file that the store lacks, from the precut's pending bytes
@@ -233,9 +256,9 @@ struct ContentWriter {
     private func storePrecut(
         _ precut: Precut, from content: NewContent, written: inout (chunks: Int, bytes: Int64)
     )
-        throws -> [Int64: Extent]
+        throws -> [ContentPlan.Piece]
     {
-        var extents: [Int64: Extent] = [:]
+        var pieces: [ContentPlan.Piece] = []
         var at: Int64 = 0
         written.chunks += precut.stored.chunks
         written.bytes += precut.stored.bytes
@@ -254,9 +277,9 @@ struct ContentWriter {
                 }
                 return data
             }
-            extents[at] = Extent(chunk: id, length: Int64(piece.length))
+            pieces.append(ContentPlan.Piece(start: at, length: Int64(piece.length), chunk: .stored(id)))
         }
-        return extents
+        return pieces
     }
 
     /// The file a copy or derived update starts from, as of this save's state when its version is

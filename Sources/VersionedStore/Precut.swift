@@ -36,7 +36,7 @@ struct Precut: Sendable {
 
 /// Stores a precut's batches of chunks in write transactions of their own, on a serial queue,
 /// at most one at a time while the caller fills the next.
-private final class BatchStorer: @unchecked Sendable {
+final class BatchStorer: @unchecked Sendable {
     /// A chunk of a batch: its bytes, or none when they are to be read from the batch's source
     /// only if the store lacks the chunk.
     struct Chunk: Sendable {
@@ -86,7 +86,8 @@ private final class BatchStorer: @unchecked Sendable {
                 let lacking = unread.filter { stored[chunks[$0].hash] == nil }
                 for index in lacking { read[index] = try Self.bytes(of: chunks[index], from: source) }
             }
-            let added = try store.write(durable: false) { tx -> (chunks: Int, bytes: Int64) in
+            // Chunks nothing references yet: no reader sees them, so the write is not counted.
+            let added = try store.write(durable: false, counted: false) { tx -> (chunks: Int, bytes: Int64) in
                 tx.storesBulk()
                 var added = (chunks: 0, bytes: Int64(0))
                 for (index, chunk) in chunks.enumerated() {

@@ -67,7 +67,11 @@ extension VersionedDocumentStore {
     public func makeNodeIDs(count: Int) throws -> [StoreNodeID] {
         try versionedStore.makeNodeIDs(count: count)
     }
+    public func prepare(_ changes: DocumentChanges) throws -> PreparedChanges {
+        try versionedStore.prepare(changes)
+    }
     public func save(_ changes: DocumentChanges) throws -> SaveResult { try versionedStore.save(changes) }
+    public func save(_ prepared: PreparedChanges) throws -> SaveResult { try versionedStore.save(prepared) }
     public func transaction<T>(durable: Bool, _ body: (any DocumentStoreTransaction) throws -> T) throws -> T
     {
         try versionedStore.transaction(durable: durable, body)

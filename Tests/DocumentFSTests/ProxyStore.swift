@@ -137,13 +137,15 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
         defer { gate.unlock() }
         return heldTransactions
     }
-    func save(_ changes: DocumentChanges) throws -> SaveResult {
+    func prepare(_ changes: DocumentChanges) throws -> PreparedChanges { try inner.prepare(changes) }
+    func save(_ changes: DocumentChanges) throws -> SaveResult { try save(inner.prepare(changes)) }
+    func save(_ prepared: PreparedChanges) throws -> SaveResult {
         if failSaves.load(ordering: .sequentiallyConsistent) {
             failedSaves.add(1, ordering: .sequentiallyConsistent)
             throw InjectedFailure()
         }
-        let result = try inner.save(changes)
-        log.withLock { $0.append(changes.durable ? "save" : "deferred save") }
+        let result = try inner.save(prepared)
+        log.withLock { $0.append(prepared.changes.durable ? "save" : "deferred save") }
         return result
     }
     func synchronize() throws {

@@ -218,10 +218,13 @@ public struct DocumentRoot: Sendable, Equatable {
     /// The owner; nil for the process's own user and group.
     public var uid: UInt32?
     public var gid: UInt32?
+    /// The root wrapper's node id, reserved with ``DocumentStore/makeNodeIDs(count:)``; nil: a
+    /// new one.
+    public var node: StoreNodeID?
 
     public init(
         kind: FileWrapper.Kind, permissions: Int? = nil, linkTarget: String? = nil, device: UInt64 = 0,
-        uid: UInt32? = nil, gid: UInt32? = nil
+        uid: UInt32? = nil, gid: UInt32? = nil, node: StoreNodeID? = nil
     ) {
         self.kind = kind
         self.permissions = permissions
@@ -229,6 +232,7 @@ public struct DocumentRoot: Sendable, Equatable {
         self.device = device
         self.uid = uid
         self.gid = gid
+        self.node = node
     }
 
     /// A package for a folder; flat for anything else.
@@ -328,6 +332,26 @@ public struct DocumentChanges: Sendable {
 
     /// Whether the save changes nothing.
     public var isEmpty: Bool { nodes.isEmpty && removedNodes.isEmpty && contents.isEmpty }
+}
+
+/// Changes whose new contents a store has cut into chunks and hashed already
+/// (``DocumentStore/prepare(_:)``), outside the write transaction that saves them: the
+/// transaction, which other saves wait for, then only stores the new chunks and writes rows.
+public struct PreparedChanges: Sendable {
+    public var changes: DocumentChanges
+    /// The store's work, for that store only: a transaction of another store ignores it.
+    package var work: (any Sendable)?
+
+    /// Changes with nothing prepared: a transaction that saves them does all the work itself.
+    public init(_ changes: DocumentChanges) {
+        self.changes = changes
+        work = nil
+    }
+
+    package init(_ changes: DocumentChanges, work: any Sendable) {
+        self.changes = changes
+        self.work = work
+    }
 }
 
 /// Changes a store logged durably before saving them (``DocumentStore/logIntent(_:)``).
@@ -447,6 +471,10 @@ public struct StoreStatistics: Sendable, Equatable {
     /// Content bytes cut into chunks and hashed ahead of their save by preparations, while they
     /// were written (``ContentsPreparation``).
     public var bytesPrepared: Int64 = 0
+    /// Bytes of new contents hashed inside write transactions, which other saves wait for: only
+    /// saves whose plan, made before their transaction, no longer applied (another process
+    /// changed the file meanwhile) hash there.
+    public var bytesHashedInWriteTransactions: Int64 = 0
     /// Write transactions committed that can change documents (saves, creations, renames,
     /// deletions, ``DocumentStore/transaction(durable:_:)``), not counting reservations of node
     /// ids, which change nothing a reader sees.
@@ -568,8 +596,16 @@ public protocol DocumentStore: AnyObject, Sendable {
 
     /// Fresh node ids for new wrappers.
     func makeNodeIDs(count: Int) throws -> [StoreNodeID]
-    /// Saves changes atomically as one new version.
+    /// Cuts and hashes the new contents of `changes` against their base, reading the sources
+    /// now, for a transaction to save (``DocumentStoreTransaction/save(_:)-(PreparedChanges)``).
+    /// Blocks no other save. A preparation whose base has changed by the time it is saved (another
+    /// process saved the file meanwhile) is done again inside the transaction.
+    func prepare(_ changes: DocumentChanges) throws -> PreparedChanges
+    /// Saves changes atomically as one new version: prepares them, then saves them in a
+    /// transaction of their own.
     func save(_ changes: DocumentChanges) throws -> SaveResult
+    /// Saves changes this store prepared (``prepare(_:)``) in a transaction of their own.
+    func save(_ prepared: PreparedChanges) throws -> SaveResult
     /// Runs `body` as one atomic write: the documents it creates, saves and deletes are
     /// committed together, or, when it throws, not at all. `body` must not call the store
     /// itself. Durable when `durable`, as ``DocumentChanges/durable``.
@@ -633,9 +669,11 @@ public protocol DocumentStoreTransaction {
     /// record), or nil.
     func node(_ id: StoreNodeID) throws -> NodeRecord?
     /// Creates a document as ``DocumentStore/createDocument(named:root:type:origin:)`` does; a
-    /// flat document's regular file starts with `contents` (nil: empty), in the same version.
+    /// flat document's regular file starts with `contents` (nil: empty), in the same version:
+    /// the update the changes give for the root's node (``DocumentRoot/node``, which must be
+    /// set), prepared by this store; their document and base are not used.
     func createDocument(
-        named name: String, root: DocumentRoot, type: String?, origin: String, contents: ContentUpdate?
+        named name: String, root: DocumentRoot, type: String?, origin: String, contents: PreparedChanges?
     ) throws -> DocumentInfo
     /// Renames a live document; the name must be free (delete the document that has it first, in
     /// the same transaction, to replace it).
@@ -643,9 +681,9 @@ public protocol DocumentStoreTransaction {
     /// Swaps the names of two live documents, as `renameat2(RENAME_EXCHANGE)` swaps two names.
     func exchangeDocuments(_ first: DocumentID, _ second: DocumentID) throws -> (DocumentInfo, DocumentInfo)
     func deleteDocument(_ id: DocumentID, origin: String) throws
-    /// Saves one document's changes as a new version of it (the changes' ``DocumentChanges/durable``
-    /// is the transaction's).
-    func save(_ changes: DocumentChanges) throws -> SaveResult
+    /// Saves one document's changes, prepared by this store, as a new version of it (the
+    /// changes' ``DocumentChanges/durable`` is the transaction's).
+    func save(_ prepared: PreparedChanges) throws -> SaveResult
     /// Makes `version`'s tree the current one, as a new save (``DocumentStore/restore(_:of:origin:)``).
     func restore(_ version: VersionID, of document: DocumentID, origin: String) throws -> SaveResult
     func resolveConflict(_ version: VersionID) throws
@@ -657,6 +695,10 @@ public protocol DocumentStoreTransaction {
 }
 
 extension DocumentStoreTransaction {
+    /// Saves `changes` as a new version, cutting and hashing their new contents here, inside the
+    /// transaction; changes prepared before it (``DocumentStore/prepare(_:)``) keep it short.
+    public func save(_ changes: DocumentChanges) throws -> SaveResult { try save(PreparedChanges(changes)) }
+
     /// Creates an empty document (``DocumentStore/createDocument(named:root:type:origin:)``).
     public func createDocument(named name: String, root: DocumentRoot, type: String?, origin: String) throws
         -> DocumentInfo
@@ -666,6 +708,14 @@ extension DocumentStoreTransaction {
 }
 
 extension DocumentStore {
+    /// Nothing prepared: the transaction that saves the changes does all the work.
+    public func prepare(_ changes: DocumentChanges) throws -> PreparedChanges { PreparedChanges(changes) }
+
+    /// In a transaction of their own.
+    public func save(_ prepared: PreparedChanges) throws -> SaveResult {
+        try transaction(durable: prepared.changes.durable) { try $0.save(prepared) }
+    }
+
     /// None: a save does all of its work itself.
     public func prepareContents(reading source: any ContentsSource) -> (any ContentsPreparation)? { nil }
 
