@@ -55,14 +55,18 @@ let package = Package(
         // backend. Knows no database.
         .target(
             name: "VersionedStore",
-            dependencies: ["DocumentEngine"]
+            // CRC-32C for the intent log's records.
+            dependencies: ["DocumentEngine", "CLinuxSupport"]
         ),
+        // The SQL both database backends run as written, over the tables they share.
+        .target(name: "StoreSQL", dependencies: ["VersionedStore"]),
         // The embedded store on SQLite. The only module that imports GRDB.
         .target(
             name: "SQLiteStore",
             dependencies: [
                 "DocumentEngine",
                 "VersionedStore",
+                "StoreSQL",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 // sqlite3_system_errno, to tell a full disk among SQLite's I/O errors.
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
@@ -76,6 +80,7 @@ let package = Package(
             dependencies: [
                 "DocumentEngine",
                 "VersionedStore",
+                "StoreSQL",
                 "CLibPQ",
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -84,6 +89,8 @@ let package = Package(
             name: "DocumentFS",
             dependencies: [
                 "DocumentEngine",
+                // The versioned store's refinement for file systems (FileSystemStore), no database.
+                "VersionedStore",
                 "CLinuxSupport",
                 "FUSE",
                 .product(name: "SystemPackage", package: "swift-system"),
@@ -105,14 +112,16 @@ let package = Package(
             ]
         ),
         // A child process the store's kill test saves with and kills mid-save.
-        .executableTarget(name: "store-torture", dependencies: ["DocumentEngine", "SQLiteStore", "PostgresStore"]),
+        .executableTarget(
+            name: "store-torture", dependencies: ["DocumentEngine", "SQLiteStore", "PostgresStore"]),
         // The seeds' document types (MyStuff, ImageNotes, text), used by the demo store and tests.
         .target(name: "SampleDocuments", dependencies: ["DocumentEngine"]),
         // Helpers shared by the test targets; not a product.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         // Store fixtures of every kind (SQLite, PostgreSQL) for the parameterised suites.
         .target(
-            name: "StoreTestSupport", dependencies: ["DocumentEngine", "VersionedStore", "SQLiteStore", "PostgresStore"],
+            name: "StoreTestSupport",
+            dependencies: ["DocumentEngine", "VersionedStore", "SQLiteStore", "PostgresStore"],
             path: "Tests/StoreTestSupport"),
         .testTarget(
             name: "DocumentEngineTests",
@@ -121,6 +130,7 @@ let package = Package(
                 "TestSupport",
                 "StoreTestSupport",
                 "VersionedStore",
+                "StoreSQL",
                 "SQLiteStore",
                 "PostgresStore",
                 "CLinuxSupport",
@@ -129,13 +139,22 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
-        .testTarget(name: "SampleDocumentsTests", dependencies: ["SampleDocuments", "DocumentEngine", "SQLiteStore"]),
-        .testTarget(name: "VersionedStoreTests", dependencies: ["VersionedStore", "DocumentEngine", "TestSupport"]),
-        .testTarget(name: "DocumentFSTests", dependencies: ["TestSupport", "StoreTestSupport", "VersionedStore", "SQLiteStore", "PostgresStore", "DocumentFS", "DocumentEngine", "FUSE", "SampleDocuments", "CLinuxSupport", .product(name: "SystemPackage", package: "swift-system")]),
+        .testTarget(
+            name: "SampleDocumentsTests", dependencies: ["SampleDocuments", "DocumentEngine", "SQLiteStore"]),
+        .testTarget(
+            name: "VersionedStoreTests", dependencies: ["VersionedStore", "DocumentEngine", "TestSupport"]),
+        .testTarget(
+            name: "DocumentFSTests",
+            dependencies: [
+                "TestSupport", "StoreTestSupport", "VersionedStore", "SQLiteStore", "PostgresStore",
+                "DocumentFS", "DocumentEngine", "FUSE", "SampleDocuments", "CLinuxSupport",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]),
         .testTarget(
             name: "DocfsTests",
             dependencies: [
                 "docfs", "TestSupport", "StoreTestSupport", "SQLiteStore", "PostgresStore", "DocumentEngine",
+                "VersionedStore",
                 "SampleDocuments",
             ]),
         // Micro-benchmark of the FUSE layer (scripts/fuse-bench.sh).

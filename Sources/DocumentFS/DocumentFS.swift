@@ -1,5 +1,6 @@
 import DocumentEngine
 import FUSE
+import VersionedStore
 
 /// DocumentFS joins the document engine and the FUSE layer: documents become package
 /// directories and their wrappers become files. It is the only module that knows both.

@@ -1,6 +1,7 @@
 import DocumentEngine
 import FUSE
 import Logging
+import VersionedStore
 
 /// A document store mounted at a directory: the ``DocumentFileSystem`` and the FUSE session
 /// serving it.
@@ -66,7 +67,7 @@ public final class DocumentFSMount: Sendable {
     ///
     /// - Throws: ``FUSEError`` when the mount fails, a store error when the store cannot be read.
     public init(
-        store: any DocumentStore, at mountpoint: String, options: Options = Options(),
+        store: any FileSystemStore, at mountpoint: String, options: Options = Options(),
         logger: Logger = Logger(label: "docfs")
     ) throws {
         var configuration = options.fileSystem

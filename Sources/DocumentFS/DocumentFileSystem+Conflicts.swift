@@ -2,6 +2,7 @@ import DocumentEngine
 import FUSE
 import Foundation
 import SystemPackage
+import VersionedStore
 
 /// An unresolved conflict version of a document (a save that lost to another one, FV-1), shown
 /// at the mount root beside the document as `name (conflict N).ext`, read-only.

@@ -3,6 +3,7 @@ import FUSE
 import Foundation
 import Synchronization
 import SystemPackage
+import VersionedStore
 
 #if canImport(Glibc)
     import Glibc

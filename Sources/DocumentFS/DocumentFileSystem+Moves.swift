@@ -2,6 +2,7 @@ import DocumentEngine
 import FUSE
 import Foundation
 import SystemPackage
+import VersionedStore
 
 /// Renames that move a file or folder from one document into another, or between a package and
 /// the mount root. Each is one store transaction that gives both documents a new version (a

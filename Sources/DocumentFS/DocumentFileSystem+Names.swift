@@ -2,6 +2,7 @@ import DocumentEngine
 import FUSE
 import Foundation
 import SystemPackage
+import VersionedStore
 
 #if canImport(Glibc)
     import Glibc

@@ -3,6 +3,7 @@ import FUSE
 import Foundation
 import Logging
 import SystemPackage
+import VersionedStore
 
 /// `-o archives=xml`: binary property lists (keyed archives included) read as their XML text,
 /// and text written to them is stored as a binary property list of the same kind again.

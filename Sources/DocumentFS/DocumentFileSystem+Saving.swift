@@ -2,6 +2,7 @@ import DocumentEngine
 import FUSE
 import Foundation
 import SystemPackage
+import VersionedStore
 
 /// Saving documents, and following other processes' saves.
 extension DocumentFileSystem {
@@ -44,7 +45,7 @@ extension DocumentFileSystem {
 
     /// Saves the document's changes as one store version. Returns when the save is committed
     /// (and, when `durable`, on disk); throws the errno a `close` or `fsync` should return.
-    /// With `logging`, the store may log the changes instead (``DocumentStore/logIntent(_:)``),
+    /// With `logging`, the store may log the changes instead (``FileSystemStore/logIntent(_:)``),
     /// and the committer saves them: returns whether it did. With `alongWith`, the save and what
     /// it does are one store transaction, which commits both or neither (a system call that
     /// changes the document and something else, a Trash record say); it runs even when there is

@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+import VersionedStore
 
 #if canImport(Glibc)
     import Glibc
@@ -80,7 +81,7 @@ public final class DocumentFileSystem: FileSystem {
     }
 
     /// The store shown.
-    public let store: any DocumentStore
+    public let store: any FileSystemStore
     public let configuration: Configuration
     let logger: Logger
     let table: NodeTable<UInt64>
@@ -195,7 +196,7 @@ public final class DocumentFileSystem: FileSystem {
     ///   - configuration: timeouts, save policy and where dirty chunks wait.
     ///   - logger: where store errors are reported.
     public init(
-        store: any DocumentStore, configuration: Configuration = Configuration(),
+        store: any FileSystemStore, configuration: Configuration = Configuration(),
         logger: Logger = Logger(label: "docfs")
     ) throws {
         self.store = store

@@ -2,6 +2,7 @@ import DocumentEngine
 import FUSE
 import Foundation
 import SystemPackage
+import VersionedStore
 
 /// One file, directory or symbolic link of the mount as the kernel sees it. All members are
 /// guarded by the file system's lock.
@@ -141,7 +142,7 @@ final class DocumentState: @unchecked Sendable {
     var needsReload = false
     /// The last save failed with this error; the next save point retries.
     var lastError: Errno?
-    /// Changes the store logged for an `fsync` (``DocumentStore/logIntent(_:)``) that no save
+    /// Changes the store logged for an `fsync` (``FileSystemStore/logIntent(_:)``) that no save
     /// has committed yet: the next save is durable, and retires them.
     var intents: [IntentID] = []
     /// A change of the document's name or existence at the mount root (a create, a rename, an

@@ -1,3 +1,4 @@
+import StoreSQL
 import VersionedStore
 
 /// The PostgreSQL store's schema: the SQLite store's (see `SQLiteSchema` in SQLiteStore), with

@@ -1,5 +1,6 @@
 import DocumentEngine
 import Foundation
+import StoreSQL
 import VersionedStore
 
 /// Row-level reads and writes in PostgreSQL's dialect, on one connection (inside a transaction,

@@ -1,6 +1,7 @@
 import DocumentEngine
 import Foundation
 import GRDB
+import StoreSQL
 import VersionedStore
 
 /// Row-level reads and writes in SQLite's dialect, on one GRDB connection inside a transaction.

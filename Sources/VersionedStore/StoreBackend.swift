@@ -7,7 +7,7 @@ import Foundation
 /// integrity walk) lives once, in ``VersionedStore``; a backend only runs transactions of
 /// row-level reads and writes (``StoreTransaction``) and may offer shortcuts that save round
 /// trips. A backend never calls back into the store.
-public protocol StoreBackend: Sendable {
+package protocol StoreBackend: Sendable {
     /// Where the rows are (a path or URL without password), for messages.
     var location: String { get }
     /// Bytes per content chunk, fixed when the store was created.
@@ -53,11 +53,11 @@ public protocol StoreBackend: Sendable {
 }
 
 extension StoreBackend {
-    public func mainLineLookups(_ lookups: [NodeLookup]) throws -> [Result<MainLineAnswer, any Error>]? {
+    package func mainLineLookups(_ lookups: [NodeLookup]) throws -> [Result<MainLineAnswer, any Error>]? {
         nil
     }
-    public func chunkSlice(_ id: Int64, _ range: Range<Int>) throws -> Data? { nil }
-    public func chunkSlice(_ id: Int64, _ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer)
+    package func chunkSlice(_ id: Int64, _ range: Range<Int>) throws -> Data? { nil }
+    package func chunkSlice(_ id: Int64, _ range: Range<Int>, into buffer: UnsafeMutableRawBufferPointer)
         throws
         -> Bool
     {
@@ -68,30 +68,30 @@ extension StoreBackend {
         _ = data.copyPrefix(into: buffer)
         return true
     }
-    public func wholeChunks(_ ids: [Int64]) throws -> [Int64: Data]? { nil }
-    public func currentVersion(of document: DocumentID) throws -> VersionID? { nil }
-    public func storageProblems() throws -> [String] { [] }
-    public func reclaimSpace() throws {}
+    package func wholeChunks(_ ids: [Int64]) throws -> [Int64: Data]? { nil }
+    package func currentVersion(of document: DocumentID) throws -> VersionID? { nil }
+    package func storageProblems() throws -> [String] { [] }
+    package func reclaimSpace() throws {}
 }
 
 /// What one round trip learned of a lookup: its record on the main line (nil if it does not
 /// exist at that version), that its version is on a conflict branch, or that the store has no
 /// such version (retention may have dropped it while the wrapper stayed as it was). For the
 /// last two a transaction's read answers.
-public enum MainLineAnswer: Sendable {
+package enum MainLineAnswer: Sendable {
     case record(NodeRecord?)
     case onConflictBranch
     case noSuchVersion
 }
 
 /// A wrapper row: a record as one version (or conflict branch) left it, or its removal.
-public struct StoredNode: Sendable, Equatable {
+package struct StoredNode: Sendable, Equatable {
     /// The record; for a removal only its id, document, parent, name and version count.
-    public var record: NodeRecord
+    package var record: NodeRecord
     /// 0 for the main line, else the conflict version whose branch it is on.
-    public var branch: Int64
+    package var branch: Int64
     /// A removal (tombstone): the wrapper does not exist from this version on.
-    public var removed: Bool
+    package var removed: Bool
 
     public init(record: NodeRecord, branch: Int64, removed: Bool) {
         self.record = record
@@ -101,7 +101,7 @@ public struct StoredNode: Sendable, Equatable {
 }
 
 /// A change to a document's row.
-public enum DocumentUpdate: Sendable {
+package enum DocumentUpdate: Sendable {
     case rename(String, modified: Timestamp)
     case currentVersion(VersionID, modified: Timestamp)
     case deleted(Timestamp)
@@ -110,7 +110,7 @@ public enum DocumentUpdate: Sendable {
 }
 
 /// A change to a version's row.
-public enum VersionUpdate: Sendable {
+package enum VersionUpdate: Sendable {
     /// The version lost a conflict: its rows are a branch of its own.
     case conflict
     case resolved
@@ -118,10 +118,10 @@ public enum VersionUpdate: Sendable {
 }
 
 /// The key of a wrapper row, for retention.
-public struct NodeRowKey: Hashable, Sendable {
-    public var node: StoreNodeID
-    public var branch: Int64
-    public var version: VersionID
+package struct NodeRowKey: Hashable, Sendable {
+    package var node: StoreNodeID
+    package var branch: Int64
+    package var version: VersionID
     public init(node: StoreNodeID, branch: Int64, version: VersionID) {
         self.node = node
         self.branch = branch
@@ -130,11 +130,11 @@ public struct NodeRowKey: Hashable, Sendable {
 }
 
 /// The key of an extent row, for retention.
-public struct ExtentRowKey: Hashable, Sendable {
-    public var node: StoreNodeID
-    public var branch: Int64
-    public var start: Int64
-    public var version: VersionID
+package struct ExtentRowKey: Hashable, Sendable {
+    package var node: StoreNodeID
+    package var branch: Int64
+    package var start: Int64
+    package var version: VersionID
     public init(node: StoreNodeID, branch: Int64, start: Int64, version: VersionID) {
         self.node = node
         self.branch = branch
@@ -144,9 +144,9 @@ public struct ExtentRowKey: Hashable, Sendable {
 }
 
 /// A run of a file's bytes that one chunk holds: `length` bytes from the extent's start.
-public struct Extent: Hashable, Sendable {
-    public var chunk: Int64
-    public var length: Int64
+package struct Extent: Hashable, Sendable {
+    package var chunk: Int64
+    package var length: Int64
     public init(chunk: Int64, length: Int64) {
         self.chunk = chunk
         self.length = length
@@ -154,11 +154,11 @@ public struct Extent: Hashable, Sendable {
 }
 
 /// A stored chunk, for the integrity walk.
-public struct ChunkRow: Sendable {
-    public var id: Int64
-    public var hash: Data
-    public var size: Int64
-    public var data: Data
+package struct ChunkRow: Sendable {
+    package var id: Int64
+    package var hash: Data
+    package var size: Int64
+    package var data: Data
     public init(id: Int64, hash: Data, size: Int64, data: Data) {
         self.id = id
         self.hash = hash
@@ -168,7 +168,7 @@ public struct ChunkRow: Sendable {
 }
 
 /// Rows that refer to something missing, by kind, for the integrity walk.
-public enum DanglingReference: Sendable, Hashable, CaseIterable {
+package enum DanglingReference: Sendable, Hashable, CaseIterable {
     /// An extent row names a chunk that does not exist (the id is the chunk's).
     case missingChunk
     /// Wrapper rows name a document that does not exist (the id is the document's).
@@ -197,7 +197,7 @@ public enum DanglingReference: Sendable, Hashable, CaseIterable {
 
 /// Row-level reads and writes inside one backend transaction. Used only on the thread that runs
 /// the transaction's body.
-public protocol StoreTransaction {
+package protocol StoreTransaction {
     // MARK: Store metadata
 
     /// Reserves `count` fresh node ids; returns the first.
@@ -318,7 +318,7 @@ public protocol StoreTransaction {
 
 extension FileWrapper.Kind {
     /// The kind's code in stored rows.
-    public var storedCode: Int64 {
+    package var storedCode: Int64 {
         switch self {
         case .regularFile: return 0
         case .directory: return 1
@@ -347,9 +347,9 @@ extension FileWrapper.Kind {
 }
 
 extension StoreTransaction {
-    public func storesBulk() {}
+    package func storesBulk() {}
 
-    public func chunkIDs(hashes: [Data]) throws -> [Data: Int64] {
+    package func chunkIDs(hashes: [Data]) throws -> [Data: Int64] {
         var ids: [Data: Int64] = [:]
         for hash in hashes where ids[hash] == nil {
             if let id = try chunkID(hash: hash) { ids[hash] = id }

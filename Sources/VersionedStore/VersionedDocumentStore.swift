@@ -4,7 +4,7 @@ import Foundation
 /// A ``DocumentStore`` that is the versioned-store algorithm over a backend of its own: the
 /// store types (``MemoryStore``, `SQLiteStore`, `PostgresStore`) add only how they open and what
 /// is particular to their database; every store operation is ``VersionedStore``'s.
-public protocol VersionedDocumentStore: DocumentStore {
+public protocol VersionedDocumentStore: FileSystemStore {
     var versionedStore: VersionedStore { get }
 }
 

@@ -22,7 +22,7 @@ public final class VersionedStore: Sendable {
     /// The largest chunk size a store may be created with.
     public static let maximumChunkSize = 64 << 20
 
-    public let backend: any StoreBackend
+    package let backend: any StoreBackend
     public var location: String { backend.location }
     public var chunkSize: Int { backend.chunkSize }
     let counters = Mutex(StoreStatistics())
@@ -38,7 +38,7 @@ public final class VersionedStore: Sendable {
     /// for small files (``Chunking/Policy``).
     let chunking: Chunking.Policy
 
-    public init(backend: any StoreBackend) {
+    package init(backend: any StoreBackend) {
         self.backend = backend
         chunking = Chunking.Policy(chunkSize: backend.chunkSize)
     }

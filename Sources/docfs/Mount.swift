@@ -6,6 +6,7 @@ import FUSE
 import Foundation
 import Logging
 import SQLiteStore
+import VersionedStore
 
 #if canImport(Glibc)
     import Glibc
@@ -310,7 +311,7 @@ struct Mount: DocfsCommand {
 
 /// What `docfs mount` will mount, once every check has passed.
 struct MountPlan {
-    var store: any DocumentStore
+    var store: any VersionedDocumentStore
     /// The store file's path or database URL (without a password), for messages and the mount table.
     var storePath: String
     /// The store as given, for the daemon's command line.

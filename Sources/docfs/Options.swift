@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import PostgresStore
 import SQLiteStore
+import VersionedStore
 
 #if canImport(Glibc)
     import Glibc
@@ -69,7 +70,7 @@ struct StoreLocation {
 
     /// Opens the existing store. A missing file gets its own message (with the command that
     /// creates one); everything else is the engine's error, which names the problem.
-    func open(logger: Logger) throws -> any DocumentStore {
+    func open(logger: Logger) throws -> any VersionedDocumentStore {
         if let postgres {
             logger.debug("opening the store", metadata: ["url": "\(path)"])
             do {

@@ -1,6 +1,7 @@
 import DocumentEngine
 import Foundation
 import Testing
+import VersionedStore
 
 @testable import SQLiteStore
 
@@ -106,8 +107,10 @@ struct DocfsErrorTests {
         try FileManager.default.createDirectory(atPath: store + "-intents", withIntermediateDirectories: true)
         // Whole by its checksums, but not a record this DocFS can read (as a newer one's).
         let log = store + "-intents/00000000000000ab.log"
-        try IntentLog.record(epoch: 1, sequence: 1, kind: .changes, payload: Data([0xFF, 0xFF, 0xFF, 0xFF, 9]))
-            .write(to: URL(fileURLWithPath: log))
+        try IntentLog.record(
+            epoch: 1, sequence: 1, kind: .changes, payload: Data([0xFF, 0xFF, 0xFF, 0xFF, 9])
+        )
+        .write(to: URL(fileURLWithPath: log))
         let fsck = try sandbox.run(["fsck", store])
         #expect(fsck.status == 1, "\(fsck)")
         #expect(fsck.stdout.contains("intent log not saved yet") && fsck.stdout.contains("ab.log"), "\(fsck)")

@@ -47,7 +47,7 @@ import VersionedStore
 
     /// Writes `bytes` into a preparation up to `final` bytes and waits until it has read at
     /// least `waitFor` of them.
-    static func prepare(_ store: any DocumentStore, _ bytes: Data, final: Int, waitFor: Int) throws
+    static func prepare(_ store: any FileSystemStore, _ bytes: Data, final: Int, waitFor: Int) throws
         -> any ContentsPreparation
     {
         let source = Growing(bytes)

@@ -3,6 +3,7 @@ import Foundation
 import StoreTestSupport
 import TestSupport
 import Testing
+import VersionedStore
 
 @testable import SQLiteStore
 

@@ -15,7 +15,7 @@ import VersionedStore
 @Suite struct StoreContractTests {
     let tmp: TemporaryDirectory
     let fixture: StoreFixture
-    var store: any DocumentStore { fixture.store }
+    var store: any VersionedDocumentStore { fixture.store }
 
     init(_ kind: StoreKind = .sqlite) throws {
         tmp = try TemporaryDirectory()

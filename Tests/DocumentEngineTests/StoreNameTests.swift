@@ -1,5 +1,6 @@
 import DocumentEngine
 import Foundation
+import StoreSQL
 import StoreTestSupport
 import TestSupport
 import Testing

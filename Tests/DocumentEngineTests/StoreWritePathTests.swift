@@ -3,6 +3,7 @@ import GRDB
 import StoreTestSupport
 import TestSupport
 import Testing
+import VersionedStore
 
 @testable import DocumentEngine
 @testable import PostgresStore
@@ -60,7 +61,7 @@ struct LoggingSource: ContentsSource {
 struct FlatFile {
     static let chunk = 4096
     let fixture: StoreFixture
-    var store: any DocumentStore { fixture.store }
+    var store: any VersionedDocumentStore { fixture.store }
     let document: DocumentInfo
 
     init(_ kind: StoreKind = .sqlite, chunkSize: Int = Self.chunk) throws {

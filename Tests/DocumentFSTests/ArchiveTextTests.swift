@@ -5,6 +5,7 @@ import SampleDocuments
 import StoreTestSupport
 import TestSupport
 import Testing
+import VersionedStore
 
 #if canImport(Glibc)
     import Glibc
@@ -111,7 +112,7 @@ struct ArchiveTextTests {
         try store.versions(of: try #require(try store.document(named: document)).id).count
     }
 
-    func mountAsText(_ store: any DocumentStore, _ body: (TestMount) async throws -> Void) async throws {
+    func mountAsText(_ store: any FileSystemStore, _ body: (TestMount) async throws -> Void) async throws {
         try await withMount(store, configure: { $0.fileSystem.archivesAsText = true }) { try await body($0) }
     }
 

@@ -1,12 +1,13 @@
 import DocumentEngine
 import Foundation
 import Synchronization
+import VersionedStore
 
 /// A store that forwards to a real one, and can be told to fail saves (to see a save error come
 /// back from fsync/close) or to hold reads of contents (a file system request that never
 /// returns, for the watchdog test).
-final class ProxyStore: DocumentStore, @unchecked Sendable {
-    let inner: any DocumentStore
+final class ProxyStore: FileSystemStore, @unchecked Sendable {
+    let inner: any FileSystemStore
     /// When set, every `save` throws.
     let failSaves = Atomic<Bool>(false)
     /// Saves attempted while `failSaves` was set.
@@ -28,7 +29,7 @@ final class ProxyStore: DocumentStore, @unchecked Sendable {
     private var heldConflicts = 0
     private var passedConflicts = 0
 
-    init(_ inner: any DocumentStore) { self.inner = inner }
+    init(_ inner: any FileSystemStore) { self.inner = inner }
 
     struct InjectedFailure: Error, CustomStringConvertible {
         var description: String { "injected save failure" }

@@ -5,8 +5,9 @@ import Foundation
 import SampleDocuments
 import StoreTestSupport
 import SystemPackage
-import Testing
 import TestSupport
+import Testing
+import VersionedStore
 
 #if canImport(Glibc)
     import Glibc
@@ -16,7 +17,6 @@ struct TestFailure: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
 }
-
 
 /// Lines of /proc/self/mounts whose mountpoint is `path`.
 func mountLines(_ path: String) -> [String] {
@@ -38,7 +38,8 @@ func temporaryDirectory(_ prefix: String) throws -> String {
 /// How long a test may hold a mount before the watchdog aborts it: 180 s (a busy cooperative pool can delay a test by tens of seconds), or
 /// `DOCFS_TEST_MOUNT_DEADLINE` seconds.
 let defaultMountDeadline: Duration = {
-    if let text = ProcessInfo.processInfo.environment["DOCFS_TEST_MOUNT_DEADLINE"], let seconds = Double(text),
+    if let text = ProcessInfo.processInfo.environment["DOCFS_TEST_MOUNT_DEADLINE"],
+        let seconds = Double(text),
         seconds > 0
     {
         return .milliseconds(Int64(seconds * 1000))
@@ -75,7 +76,8 @@ final class MountWatchdog: @unchecked Sendable {
             let expired = !cancelled
             condition.unlock()
             guard expired else { return }
-            let message = "watchdog: the mount \(path) was still open after \(deadline); aborted the FUSE connection"
+            let message =
+                "watchdog: the mount \(path) was still open after \(deadline); aborted the FUSE connection"
             condition.lock()
             firedMessage = message
             condition.unlock()
@@ -148,7 +150,7 @@ final class TestMount: Sendable {
     let watchdog: MountWatchdog
 
     init(
-        _ store: any DocumentStore, deadline: Duration = defaultMountDeadline,
+        _ store: any FileSystemStore, deadline: Duration = defaultMountDeadline,
         configure: (inout DocumentFSMount.Options) -> Void = { _ in }
     ) throws {
         path = try temporaryDirectory("docfs-mnt")
@@ -201,7 +203,7 @@ final class TestMount: Sendable {
 
 /// Mounts `store`, runs `body`, and always unmounts.
 func withMount<T>(
-    _ store: any DocumentStore, deadline: Duration = defaultMountDeadline,
+    _ store: any FileSystemStore, deadline: Duration = defaultMountDeadline,
     configure: (inout DocumentFSMount.Options) -> Void = { _ in },
     isolation: isolated (any Actor)? = #isolation,
     _ body: (TestMount) async throws -> T
@@ -239,7 +241,8 @@ func runTimed(
 /// Runs a shell script in `directory` on its own thread; C locale so outputs are stable.
 func sh(_ script: String, in directory: String, seconds: Int = childTimeout) async throws -> ProcessResult {
     try await offThread {
-        try runTimed("/bin/sh", ["-c", "LC_ALL=C; export LC_ALL; " + script], directory: directory, seconds: seconds)
+        try runTimed(
+            "/bin/sh", ["-c", "LC_ALL=C; export LC_ALL; " + script], directory: directory, seconds: seconds)
     }
 }
 
@@ -297,7 +300,7 @@ struct Fixture: Sendable {
     /// The store: a file in a fresh directory (SQLite) or a database of its own (PostgreSQL),
     /// removed when the last copy of the fixture goes.
     let stores: StoreFixture
-    var store: any DocumentStore { stores.store }
+    var store: any VersionedDocumentStore { stores.store }
     /// The SQLite store file's path, or the PostgreSQL database's URL.
     var path: String { stores.location }
     var kind: StoreKind { stores.kind }
@@ -324,7 +327,7 @@ struct Fixture: Sendable {
     }
 
     /// Another store object on the same store, as another process would open it.
-    func reopen() throws -> any DocumentStore { try stores.reopen() }
+    func reopen() throws -> any VersionedDocumentStore { try stores.reopen() }
 
     static func addProject(_ store: some DocumentStore) throws {
         let info = try store.createDocument(

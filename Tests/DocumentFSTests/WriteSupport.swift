@@ -6,6 +6,7 @@ import StoreTestSupport
 import SystemPackage
 import TestSupport
 import Testing
+import VersionedStore
 
 #if canImport(Glibc)
     import Glibc
@@ -81,7 +82,7 @@ extension Fixture {
 /// The store file seen from another process (an app): a second `SQLiteStore` on the same file.
 /// Every result of a write through the mount is checked here, through the engine.
 struct Engine {
-    let store: any DocumentStore
+    let store: any VersionedDocumentStore
 
     init(_ fixture: Fixture) throws { store = try fixture.reopen() }
 

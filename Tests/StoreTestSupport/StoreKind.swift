@@ -36,7 +36,7 @@ public enum StoreKind: String, Sendable, CustomStringConvertible {
 /// folder, for PostgreSQL a database of its own on the test server (dropped at the end).
 public final class StoreFixture: Sendable {
     public let kind: StoreKind
-    public let store: any DocumentStore
+    public let store: any VersionedDocumentStore
     /// For SQLite, the store file; for PostgreSQL, the database URL.
     public let location: String
     /// A folder of the fixture's own (the SQLite store's), removed with it.
@@ -95,7 +95,7 @@ public final class StoreFixture: Sendable {
     }
 
     /// Another store object on the same store, as another process would open it.
-    public func reopen() throws -> any DocumentStore {
+    public func reopen() throws -> any VersionedDocumentStore {
         switch kind {
         case .memory: return store  // a store in memory is one process's; share the object
         case .sqlite: return try SQLiteStore(path: location)

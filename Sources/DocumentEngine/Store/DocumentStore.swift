@@ -354,13 +354,6 @@ public struct PreparedChanges: Sendable {
     }
 }
 
-/// Changes a store logged durably before saving them (``DocumentStore/logIntent(_:)``).
-public struct IntentID: RawRepresentable, Hashable, Comparable, Sendable {
-    public let rawValue: UInt64
-    public init(rawValue: UInt64) { self.rawValue = rawValue }
-    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
-}
-
 /// A saved version of a document.
 public struct VersionInfo: Sendable, Equatable {
     public var id: VersionID
@@ -588,12 +581,6 @@ public protocol DocumentStore: AnyObject, Sendable {
         into buffer: UnsafeMutableRawBufferPointer
     ) throws -> Int
 
-    /// Starts preparing a file's new bytes while they are still being written, for the save that
-    /// will give them (as the ``ContentsSource/preparation`` of its source): `source` reads the
-    /// file as it is being written, and the caller says which of its bytes are final
-    /// (``ContentsPreparation/advance(to:)``). Nil when the store does not prepare contents.
-    func prepareContents(reading source: any ContentsSource) -> (any ContentsPreparation)?
-
     /// Fresh node ids for new wrappers.
     func makeNodeIDs(count: Int) throws -> [StoreNodeID]
     /// Cuts and hashes the new contents of `changes` against their base, reading the sources
@@ -613,18 +600,6 @@ public protocol DocumentStore: AnyObject, Sendable {
     /// Makes every save committed before the call durable, including deferred ones
     /// (``DocumentChanges/durable`` false).
     func synchronize() throws
-    /// Makes `changes` durable without saving them yet, as a file system's journal does: once
-    /// this returns they survive a crash, and the next process that opens the store after one
-    /// saves them (against their base, by their conflict policy). Normally a later durable save
-    /// of the document that includes them commits them, and ``retireIntents(_:)`` then lets the
-    /// log forget them. Returns nil where the store keeps no log, or where saving at once costs
-    /// the disk no more than logging would (bulk writes): the caller then saves durably.
-    func logIntent(_ changes: DocumentChanges) throws -> IntentID?
-    /// Whether ``logIntent(_:)`` can log at all.
-    var logsIntents: Bool { get }
-    /// Intents whose changes a durable save has committed (or that later committed changes made
-    /// obsolete): a crash no longer replays them.
-    func retireIntents(_ intents: [IntentID])
 
     /// Every version of a document, oldest first.
     func versions(of document: DocumentID) throws -> [VersionInfo]
@@ -652,10 +627,6 @@ public protocol DocumentStore: AnyObject, Sendable {
     /// Checks every chunk against its hash, that every wrapper is reachable, that nothing dangles,
     /// and that sizes agree.
     func checkIntegrity() throws -> IntegrityReport
-
-    /// Drops chunks cached in memory, so the next reads come from the database (for tests and
-    /// benchmarks that measure cold reads).
-    func purgeCache()
 }
 
 /// The changes one ``DocumentStore/transaction(durable:_:)`` can make; each is what the store's
@@ -716,9 +687,6 @@ extension DocumentStore {
         try transaction(durable: prepared.changes.durable) { try $0.save(prepared) }
     }
 
-    /// None: a save does all of its work itself.
-    public func prepareContents(reading source: any ContentsSource) -> (any ContentsPreparation)? { nil }
-
     /// Through ``readContents(of:at:offset:count:)``, copied.
     public func readContents(
         of node: StoreNodeID, at version: VersionID?, offset: Int64,
@@ -748,17 +716,9 @@ extension DocumentStore {
         lookups.map { lookup in Result { try node(lookup.node, at: lookup.version) } }
     }
 
-    /// A store without a cache has nothing to drop.
-    public func purgeCache() {}
-
     public func currentVersion(of document: DocumentID) throws -> VersionID {
         try self.document(document).currentVersion
     }
-
-    /// A store without an intent log: every durable save is a durable commit.
-    public func logIntent(_ changes: DocumentChanges) throws -> IntentID? { nil }
-    public var logsIntents: Bool { false }
-    public func retireIntents(_ intents: [IntentID]) {}
 
     /// ``collectGarbage(_:protecting:)`` with nothing protected beyond what the policy keeps, and
     /// the versions the Trash shows wrappers from while the policy keeps deleted documents.

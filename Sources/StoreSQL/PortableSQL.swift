@@ -1,3 +1,5 @@
+import VersionedStore
+
 /// Statements both SQL backends run as written: standard SQL over the tables they share.
 package enum PortableSQL {
     /// The ids (first column) of rows that refer to something missing.
