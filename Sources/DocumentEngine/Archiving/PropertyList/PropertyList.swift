@@ -71,7 +71,8 @@ public enum PropertyList {
     /// How the binary writer shares equal leaf objects.
     public enum BinaryUniquing: Sendable, Hashable {
         /// Equal strings, integers, reals, dates, data and UIDs are written once and shared.
-        /// Booleans are treated as CF treats them (see NOTES.md). The default.
+        /// Booleans are treated as CF treats them: every occurrence is written, and every
+        /// reference points at the first copy (see `BinaryWriter.flatten`). The default.
         case byValue
         /// Reproduces what swift-corelibs-foundation writes for values it bridged from
         /// Swift, where sharing follows object identity: strings, data and dates are

@@ -41,7 +41,7 @@ enum PlistCalendar {
     }
 
     /// Dates with |t| below this are written as calendar dates; beyond it (and NaN/inf)
-    /// as a real number of seconds (an extension; see NOTES.md).
+    /// as a real number of seconds (an extension, not CF's format; `XMLReader.date` reads it).
     static let calendarLimit: Double = 2_305_843_009_213_693_952  // 2^61
 
     struct Parts {

@@ -11,7 +11,7 @@ import Foundation
 public enum PropertyListValue: Sendable {
     case string(String)
     /// Plist range: `Int64.min ... UInt64.max`. Readers never produce values outside it;
-    /// writers write what they are given (see NOTES.md).
+    /// writers write what they are given, so a value outside it does not read back.
     case integer(Int128)
     case real(Double)
     case bool(Bool)
