@@ -358,29 +358,30 @@ open class Document {
     /// actor inside a coordinated read (FC-1, UD-12).
     open func read(from url: URL) async throws {
         let location = self.location
-        let box = try await fileAccess.run { () throws -> ContentsBox in
+        let loaded = try await fileAccess.run { () throws -> ReadContents in
             switch location {
             case .file:
                 return try FileCoordinator().coordinate(readingItemAt: url) { url in
                     // Never mapped: another process may truncate a file of the package in place,
                     // and touching a mapping past the new end would crash the app (SIGBUS).
                     let wrapper = try FileWrapper(url: url, options: .withoutMapping)
-                    return ContentsBox(
-                        wrapper.isDirectory ? wrapper : try wrapper.contents(), version: nil, document: nil)
+                    return ReadContents(
+                        contents: wrapper.isDirectory ? wrapper : try wrapper.contents(), version: nil,
+                        document: nil)
                 }
             case .store(let store, let name):
                 guard let info = try store.document(named: name) else {
                     throw DocumentStoreError.noSuchDocument(name)
                 }
                 let wrapper = try store.fileWrapper(for: info.id, at: info.currentVersion)
-                let contents: Any = info.kind == .package ? wrapper : try wrapper.contents()
-                return ContentsBox(contents, version: info.currentVersion, document: info.id)
+                let contents: any Sendable = info.kind == .package ? wrapper : try wrapper.contents()
+                return ReadContents(contents: contents, version: info.currentVersion, document: info.id)
             }
         }
-        try load(fromContents: box.contents, ofType: fileType)
+        try load(fromContents: loaded.contents, ofType: fileType)
         shared.withLock {
-            $0.storeVersion = box.version ?? $0.storeVersion
-            $0.storeDocument = box.document ?? $0.storeDocument
+            $0.storeVersion = loaded.version ?? $0.storeVersion
+            $0.storeDocument = loaded.document ?? $0.storeDocument
         }
     }
 
@@ -684,25 +685,27 @@ public enum DocumentError: Error, Sendable, Equatable, CustomStringConvertible, 
     public var errorDescription: String? { description }
 }
 
-/// Contents and attributes crossing from the main actor to the file-access executor. `Data` and
-/// ``FileWrapper`` are thread-safe; the subclass hands them over and does not touch them meanwhile,
-/// as with UIDocument's file-access queue.
+/// Contents and attributes crossing from the main actor to the file-access executor, for a save.
+/// `Data` and ``FileWrapper`` are thread-safe; the subclass hands them over and does not touch them
+/// meanwhile, as with UIDocument's file-access queue.
+// @unchecked because Apple's API, not a C type, forces it: `contents(forType:)` returns `Any`
+// and `fileAttributesToWrite(to:for:)` `[AnyHashable: Any]`, which the compiler cannot send.
 struct ContentsBox: @unchecked Sendable {
     let contents: Any
     var attributes: [AnyHashable: Any]? = nil
-    var version: VersionID? = nil
-    var document: DocumentID? = nil
 
     init(_ contents: Any, attributes: [AnyHashable: Any]? = nil) {
         self.contents = contents
         self.attributes = attributes
     }
+}
 
-    init(_ contents: Any, version: VersionID?, document: DocumentID?) {
-        self.contents = contents
-        self.version = version
-        self.document = document
-    }
+/// What a read brings back from the file-access executor: `Data` or a ``FileWrapper``, and for
+/// a store document the version and document it came from.
+struct ReadContents: Sendable {
+    let contents: any Sendable
+    let version: VersionID?
+    let document: DocumentID?
 }
 
 /// The document's serial file-access queue (UD-33): reads and writes run one at a time, off the
