@@ -24,7 +24,7 @@ import Synchronization
 ///
 /// Property lists (binary by default) need an array or a dictionary at the top level; use
 /// ``Format/json`` for a bare scalar. Instances are thread-safe.
-public final class AutosavedValue<Value: Codable & Sendable>: @unchecked Sendable {
+public final class AutosavedValue<Value: Codable & Sendable>: Sendable {
     /// When a change is written.
     public enum SavePolicy: Sendable, Equatable {
         /// In the call that made the change.
@@ -45,16 +45,21 @@ public final class AutosavedValue<Value: Codable & Sendable>: @unchecked Sendabl
     private let defaultValue: Value
     private let scheduler: any AutosaveScheduler
 
-    // `lock` guards the fields below; `ioLock` serializes writes so they land in change order.
-    private let lock = NSLock()
-    private let ioLock = NSLock()
-    private var loaded: Value?
-    private var pendingLoadError: AutosavedValueError?
-    private var generation = 0
-    private var savedGeneration = 0
-    private var saveScheduled = false
-    private var writes = 0
-    private var lastError: (any Error)?
+    /// Everything that changes after init; `modify`'s body runs with it locked.
+    private struct State {
+        var loaded: Value?
+        var pendingLoadError: AutosavedValueError?
+        var generation = 0
+        var savedGeneration = 0
+        var saveScheduled = false
+        var writes = 0
+        var lastError: (any Error)?
+    }
+
+    private let state = Mutex(State())
+    /// Held for a whole save, so writes land in the order of the changes they carry. Taken
+    /// before `state`, never while holding it.
+    private let ioLock = Mutex(())
 
     /// A value stored at `fileURL`, `defaultValue` until the file exists.
     public init(
@@ -89,7 +94,7 @@ public final class AutosavedValue<Value: Codable & Sendable>: @unchecked Sendabl
     /// The value, read from the file on first use. Setting it saves according to ``savePolicy``.
     public var value: Value {
         get {
-            lock.withLock { loadedValueLocked() }
+            state.withLock { loadedValue(&$0) }
         }
         set {
             modify { $0 = newValue }
@@ -99,10 +104,10 @@ public final class AutosavedValue<Value: Codable & Sendable>: @unchecked Sendabl
     /// The value, reading the file on first use; throws a load failure (a corrupt or unreadable
     /// file) once, after which the default value is in use.
     public func load() throws -> Value {
-        try lock.withLock {
-            let value = loadedValueLocked()
-            if let error = pendingLoadError {
-                pendingLoadError = nil
+        try state.withLock { state in
+            let value = loadedValue(&state)
+            if let error = state.pendingLoadError {
+                state.pendingLoadError = nil
                 throw error
             }
             return value
@@ -113,18 +118,18 @@ public final class AutosavedValue<Value: Codable & Sendable>: @unchecked Sendabl
     /// `body` must not use this instance (the lock is not recursive).
     @discardableResult
     public func modify<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-        let (result, scheduleAfter): (Result, Duration?) = try lock.withLock {
-            var value = loadedValueLocked()
-            pendingLoadError = nil
+        let (result, scheduleAfter): (Result, Duration?) = try state.withLock { state in
+            var value = loadedValue(&state)
+            state.pendingLoadError = nil
             let result = try body(&value)
-            loaded = value
-            generation += 1
+            state.loaded = value
+            state.generation += 1
             switch savePolicy {
             case .immediately:
                 return (result, nil)
             case .coalesced(let delay):
-                if saveScheduled { return (result, nil) }
-                saveScheduled = true
+                if state.saveScheduled { return (result, nil) }
+                state.saveScheduled = true
                 return (result, delay)
             }
         }
@@ -136,7 +141,7 @@ public final class AutosavedValue<Value: Codable & Sendable>: @unchecked Sendabl
         case let delay?:
             scheduler.schedule(after: delay) { [weak self] in
                 guard let self else { return }
-                self.lock.withLock { self.saveScheduled = false }
+                self.state.withLock { $0.saveScheduled = false }
                 self.saveLogging()
             }
         }
@@ -149,28 +154,28 @@ public final class AutosavedValue<Value: Codable & Sendable>: @unchecked Sendabl
     }
 
     /// True if a change has not been written yet.
-    public var hasUnsavedChanges: Bool { lock.withLock { generation != savedGeneration } }
+    public var hasUnsavedChanges: Bool { state.withLock { $0.generation != $0.savedGeneration } }
 
     /// How many times this instance has written its file.
-    public var writeCount: Int { lock.withLock { writes } }
+    public var writeCount: Int { state.withLock { $0.writes } }
 
     /// The error of the last save that failed, cleared by a successful save.
-    public var lastSaveError: (any Error)? { lock.withLock { lastError } }
+    public var lastSaveError: (any Error)? { state.withLock { $0.lastError } }
 
     // MARK: Loading
 
-    /// Requires `lock`.
-    private func loadedValueLocked() -> Value {
-        if let loaded { return loaded }
+    /// The loaded value, reading the file the first time; `state` is the locked state.
+    private func loadedValue(_ state: inout State) -> Value {
+        if let loaded = state.loaded { return loaded }
         let value: Value
         do {
             value = try readFile() ?? defaultValue
         } catch {
-            pendingLoadError = error
+            state.pendingLoadError = error
             autosaveLogger.warning("\(error); using the default value")
             value = defaultValue
         }
-        loaded = value
+        state.loaded = value
         return value
     }
 
@@ -234,22 +239,22 @@ public final class AutosavedValue<Value: Codable & Sendable>: @unchecked Sendabl
     }
 
     private func save() throws {
-        try ioLock.withLock {
-            let snapshot: (Value, Int)? = lock.withLock {
-                guard generation != savedGeneration, let loaded else { return nil }
-                return (loaded, generation)
+        try ioLock.withLock { _ in
+            let snapshot: (Value, Int)? = state.withLock { state in
+                guard state.generation != state.savedGeneration, let loaded = state.loaded else { return nil }
+                return (loaded, state.generation)
             }
             guard let (value, savingGeneration) = snapshot else { return }
             do {
                 let data = try encode(value)
                 try AtomicFile.write(data, to: fileURL)
-                lock.withLock {
-                    savedGeneration = savingGeneration
-                    writes += 1
-                    lastError = nil
+                state.withLock {
+                    $0.savedGeneration = savingGeneration
+                    $0.writes += 1
+                    $0.lastError = nil
                 }
             } catch {
-                lock.withLock { lastError = error }
+                state.withLock { $0.lastError = error }
                 throw error
             }
         }

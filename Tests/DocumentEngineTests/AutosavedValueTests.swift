@@ -248,7 +248,7 @@ private struct Entry: Codable, Equatable, Sendable {
             value.value = ["saved on SIGTERM"]
             kill(getpid(), SIGTERM)
             // A signal lost between the install and the kill fails the test instead of hanging it.
-            withExtendedLifetime(value) { sleep(20) }
+            _ = withExtendedLifetime(value) { sleep(20) }
             exit(3)
         }
         #expect(try plist([String].self, at: URL(fileURLWithPath: onSignal)) == ["saved on SIGTERM"])

@@ -1,6 +1,7 @@
 import Dispatch
 import DocumentEngine
 import Foundation
+import Synchronization
 import Testing
 
 /// FileWrapper is used from FUSE worker threads and app threads at once.
@@ -51,14 +52,12 @@ import Testing
     }
 }
 
-/// A value guarded by a lock, for collecting results from threads.
-final class Locked<Value>: @unchecked Sendable {
-    private var value: Value
-    private let lock = NSLock()
-    init(_ value: Value) { self.value = value }
+/// A value behind a mutex, for collecting results from threads; it holds only Sendable values,
+/// so the compiler checks that it is Sendable.
+final class Locked<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: Value) { mutex = Mutex(value) }
     func withLock<R>(_ body: (inout Value) -> R) -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return body(&value)
+        mutex.withLock { body(&$0) }
     }
 }

@@ -1,5 +1,6 @@
 import DocumentEngine
 import Foundation
+import Synchronization
 import Testing
 
 /// A model object that registers its own inverse, as Apple's documentation recommends.
@@ -36,10 +37,8 @@ private final class TodoList {
 }
 
 /// Records notifications posted by one undo manager.
-private final class NotificationRecorder: @unchecked Sendable {
-    // Guarded by `lock`: notifications arrive on the posting thread.
-    private let lock = NSLock()
-    private var records: [(name: String, userInfo: [String: Bool])] = []
+private final class NotificationRecorder {
+    private let log = NotificationLog()
     private var tokens: [any NSObjectProtocol] = []
 
     static let all: [Notification.Name] = [
@@ -50,11 +49,12 @@ private final class NotificationRecorder: @unchecked Sendable {
     ]
 
     init(_ manager: UndoManager) {
+        let log = self.log
         for name in Self.all {
             // `object:` delivers only this manager's notifications: receiving one proves its object.
             tokens.append(
                 NotificationCenter.default.addObserver(forName: name, object: manager, queue: nil) {
-                    [weak self] note in self?.record(note)
+                    note in log.record(note)
                 })
         }
     }
@@ -63,21 +63,29 @@ private final class NotificationRecorder: @unchecked Sendable {
         for token in tokens { NotificationCenter.default.removeObserver(token) }
     }
 
-    private func record(_ note: Notification) {
+    /// The names recorded since the last call.
+    func take() -> [String] { takeWithUserInfo().map(\.0) }
+
+    func takeWithUserInfo() -> [(String, [String: Bool])] { log.take() }
+}
+
+/// What a ``NotificationRecorder`` heard, behind a mutex: notifications arrive on the posting
+/// thread.
+private final class NotificationLog: Sendable {
+    private let records = Mutex<[(name: String, userInfo: [String: Bool])]>([])
+
+    func record(_ note: Notification) {
         let short = note.name.rawValue.replacingOccurrences(of: "NSUndoManager", with: "")
             .replacingOccurrences(of: "Notification", with: "")
         var info: [String: Bool] = [:]
         for (key, value) in note.userInfo ?? [:] {
             if let key = key as? String, let value = value as? Bool { info[key] = value }
         }
-        lock.withLock { records.append((short, info)) }
+        records.withLock { $0.append((short, info)) }
     }
 
-    /// The names recorded since the last call.
-    func take() -> [String] { takeWithUserInfo().map(\.0) }
-
-    func takeWithUserInfo() -> [(String, [String: Bool])] {
-        lock.withLock {
+    func take() -> [(String, [String: Bool])] {
+        records.withLock { records in
             defer { records.removeAll() }
             return records.map { ($0.name, $0.userInfo) }
         }

@@ -235,7 +235,7 @@ extension KeyedArchive {
         in data: Data, format: PropertyListSerialization.PropertyListFormat, names: [(AnyClass, String)]
     ) throws -> Data {
         var renames: [String: String] = [:]
-        for (cls, name) in names { renames[String(reflecting: cls)] = name }
+        for (cls, name): (AnyClass, String) in names { renames[String(reflecting: cls)] = name }
         do {
             guard
                 var archive = try PropertyListSerialization.propertyList(from: data, format: nil)

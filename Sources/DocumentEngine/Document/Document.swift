@@ -73,7 +73,7 @@ open class Document {
     // MARK: Identity
 
     /// Values other threads may read (UD-2: overrides may run on background threads).
-    private struct Shared: Sendable {
+    struct Shared: Sendable {
         var location: DocumentLocation
         var fileType: String?
         /// For store documents: the version the in-memory contents are based on.
@@ -81,7 +81,7 @@ open class Document {
         var storeDocument: DocumentID?
     }
 
-    private let shared: Mutex<Shared>
+    let shared: Mutex<Shared>
 
     /// Where the document lives.
     nonisolated public var location: DocumentLocation { shared.withLock { $0.location } }
@@ -105,13 +105,13 @@ open class Document {
     /// How often to look for changes made by other processes while open.
     public var monitoringInterval: Duration = .seconds(1)
 
-    // MARK: Private state
+    // MARK: Internal state (shared with the extensions in Document+*.swift)
 
     private var changeCount = 0
     private var generation = 0
-    private var isOpening = false
-    private var isClosing = false
-    private var isSaving = false {
+    private(set) var isOpening = false
+    private(set) var isClosing = false
+    private(set) var isSaving = false {
         didSet {
             guard !isSaving else { return }
             let waiting = savingWaiters
@@ -120,11 +120,11 @@ open class Document {
         }
     }
     private var savingWaiters: [CheckedContinuation<Void, Never>] = []
-    private var lastSignature: DiskSignature?
-    private var monitorTask: Task<Void, Never>?
+    private(set) var lastSignature: DiskSignature?
+    var monitorTask: Task<Void, Never>?
     private var stateContinuations: [UUID: AsyncStream<State>.Continuation] = [:]
-    private var updateContinuations: [UUID: AsyncStream<Void>.Continuation] = [:]
-    private let fileAccess = FileAccessQueue()
+    private(set) var updateContinuations: [UUID: AsyncStream<Void>.Continuation] = [:]
+    let fileAccess = FileAccessQueue()
     var autosave = AutosaveSchedule()
     var autosaveTask: Task<Void, Never>?
 
@@ -358,29 +358,30 @@ open class Document {
     /// actor inside a coordinated read (FC-1, UD-12).
     open func read(from url: URL) async throws {
         let location = self.location
-        let box = try await fileAccess.run { () throws -> ContentsBox in
+        let loaded = try await fileAccess.run { () throws -> ReadContents in
             switch location {
             case .file:
                 return try FileCoordinator().coordinate(readingItemAt: url) { url in
                     // Never mapped: another process may truncate a file of the package in place,
                     // and touching a mapping past the new end would crash the app (SIGBUS).
                     let wrapper = try FileWrapper(url: url, options: .withoutMapping)
-                    return ContentsBox(
-                        wrapper.isDirectory ? wrapper : try wrapper.contents(), version: nil, document: nil)
+                    return ReadContents(
+                        contents: wrapper.isDirectory ? wrapper : try wrapper.contents(), version: nil,
+                        document: nil)
                 }
             case .store(let store, let name):
                 guard let info = try store.document(named: name) else {
                     throw DocumentStoreError.noSuchDocument(name)
                 }
                 let wrapper = try store.fileWrapper(for: info.id, at: info.currentVersion)
-                let contents: Any = info.kind == .package ? wrapper : try wrapper.contents()
-                return ContentsBox(contents, version: info.currentVersion, document: info.id)
+                let contents: any Sendable = info.kind == .package ? wrapper : try wrapper.contents()
+                return ReadContents(contents: contents, version: info.currentVersion, document: info.id)
             }
         }
-        try load(fromContents: box.contents, ofType: fileType)
+        try load(fromContents: loaded.contents, ofType: fileType)
         shared.withLock {
-            $0.storeVersion = box.version ?? $0.storeVersion
-            $0.storeDocument = box.document ?? $0.storeDocument
+            $0.storeVersion = loaded.version ?? $0.storeVersion
+            $0.storeDocument = loaded.document ?? $0.storeDocument
         }
     }
 
@@ -650,117 +651,13 @@ open class Document {
     /// Called when editing may resume.
     open func enableEditing() {}
 
-    // MARK: Changes by other processes (UD-32, UD-35, FV-*)
+    // MARK: Reloading after other processes' changes
 
-    private func startMonitoring() {
-        OpenDocuments.shared.add(self)
-        monitorTask?.cancel()
-        let clock = self.clock
-        let interval = monitoringInterval
-        monitorTask = Task { [weak self] in
-            while !Task.isCancelled {
-                do { try await clock.sleep(for: interval) } catch { return }
-                guard let self else { return }
-                await self.checkForExternalChanges()
-            }
-        }
-    }
-
-    /// Looks for a change another process made since the last open, save or revert, and reloads
-    /// (editing disabled meanwhile; observers told through ``contentsDidUpdateNotification``,
-    /// ``contentsUpdates`` and ``documentContentsDidUpdate()``).
-    ///
-    /// With unsaved changes, the newer save wins as iCloud does: the document's own contents are
-    /// first kept as an unresolved conflict version (``unresolvedConflictVersions()``), then it
-    /// reloads and enters `inConflict`; nothing is lost. Returns whether a change was found.
-    @discardableResult
-    public func checkForExternalChanges() async -> Bool {
-        guard !documentState.contains(.closed), !isSaving, !isOpening, !isClosing else { return false }
-        let location = self.location
-        let storeVersion = shared.withLock { $0.storeVersion }
-        let changed: Bool = await fileAccess.run { [lastSignature] in
-            switch location {
-            case .file(let url): return DiskSignature(of: url) != lastSignature
-            case .store(let store, let name):
-                guard let info = try? store.document(named: name) else { return false }
-                return info.currentVersion != storeVersion
-            }
-        }
-        guard changed, !isSaving, !isOpening else { return false }
-        var conflict = false
-        if hasUnsavedChanges {
-            conflict = await keepOwnVersionAsConflict()
-            guard conflict else { return true }  // could not keep our version: do not reload over it
-        }
-        insertState(.editingDisabled)
-        disableEditing()
-        let reverted = await revert(toContentsOf: fileURL)
-        if conflict { insertState(.inConflict) }
-        if reverted {
-            documentContentsDidUpdate()
-            NotificationCenter.default.post(name: Self.contentsDidUpdateNotification, object: self)
-            for continuation in updateContinuations.values { continuation.yield() }
-        }
-        return true
-    }
+    // The monitoring and the reload are in Document+ExternalChanges.swift; this hook stays in the
+    // class body because a declaration in an extension cannot be overridden.
 
     /// Called after a reload caused by another process (the seeds' `noteDocumentContentsUpdated`).
     open func documentContentsDidUpdate() {}
-
-    /// Keeps the in-memory contents as an unresolved conflict version; false if that failed.
-    private func keepOwnVersionAsConflict() async -> Bool {
-        let contents: Any
-        do { contents = try self.contents(forType: savingFileType ?? fileType ?? "public.data") } catch {
-            handleError(error, userInteractionPermitted: false)
-            return false
-        }
-        let box = ContentsBox(contents)
-        let location = self.location
-        let (documentID, base) = shared.withLock { ($0.storeDocument, $0.storeVersion) }
-        do {
-            try await fileAccess.run {
-                switch location {
-                case .file(let url):
-                    _ = try DocumentVersionStore(for: url).keep(
-                        box.contents, named: url.lastPathComponent, asConflict: true)
-                case .store(let store, _):
-                    guard let documentID, let base else {
-                        throw DocumentStoreError.noSuchDocument(location.url.lastPathComponent)
-                    }
-                    let wrapper =
-                        (box.contents as? FileWrapper)
-                        ?? FileWrapper(regularFileWithContents: box.contents as? Data ?? Data())
-                    // Based on the version we had, so the store keeps it beside theirs.
-                    _ = try store.save(
-                        wrapper, to: documentID, base: base, origin: "document \(getpid()) (conflict)",
-                        conflictPolicy: .keepBoth)
-                }
-            }
-            return true
-        } catch {
-            Self.logger.error(
-                "could not keep the unsaved version of \(fileURL.path): \(String(describing: error))")
-            handleError(error, userInteractionPermitted: false)
-            return false
-        }
-    }
-
-    // MARK: Conflict versions (FV-1..FV-5)
-
-    /// The unresolved conflict versions of this document (FV-1); `inConflict` ⇔ not empty (UD-8).
-    public func unresolvedConflictVersions() async -> [DocumentVersion] {
-        let location = self.location
-        return await fileAccess.run { DocumentVersion.unresolvedConflictVersions(of: location) }
-    }
-
-    /// Recomputes `inConflict` from the unresolved conflict versions (UD-8, FV-5 step 5).
-    public func updateConflictState() async {
-        if await unresolvedConflictVersions().isEmpty {
-            removeState(.inConflict)
-        } else {
-            insertState(.inConflict)
-        }
-    }
 }
 
 /// Errors of the document layer.
@@ -788,25 +685,27 @@ public enum DocumentError: Error, Sendable, Equatable, CustomStringConvertible, 
     public var errorDescription: String? { description }
 }
 
-/// Contents and attributes crossing from the main actor to the file-access executor. `Data` and
-/// ``FileWrapper`` are thread-safe; the subclass hands them over and does not touch them meanwhile,
-/// as with UIDocument's file-access queue.
+/// Contents and attributes crossing from the main actor to the file-access executor, for a save.
+/// `Data` and ``FileWrapper`` are thread-safe; the subclass hands them over and does not touch them
+/// meanwhile, as with UIDocument's file-access queue.
+// @unchecked because Apple's API, not a C type, forces it: `contents(forType:)` returns `Any`
+// and `fileAttributesToWrite(to:for:)` `[AnyHashable: Any]`, which the compiler cannot send.
 struct ContentsBox: @unchecked Sendable {
     let contents: Any
     var attributes: [AnyHashable: Any]? = nil
-    var version: VersionID? = nil
-    var document: DocumentID? = nil
 
     init(_ contents: Any, attributes: [AnyHashable: Any]? = nil) {
         self.contents = contents
         self.attributes = attributes
     }
+}
 
-    init(_ contents: Any, version: VersionID?, document: DocumentID?) {
-        self.contents = contents
-        self.version = version
-        self.document = document
-    }
+/// What a read brings back from the file-access executor: `Data` or a ``FileWrapper``, and for
+/// a store document the version and document it came from.
+struct ReadContents: Sendable {
+    let contents: any Sendable
+    let version: VersionID?
+    let document: DocumentID?
 }
 
 /// The document's serial file-access queue (UD-33): reads and writes run one at a time, off the

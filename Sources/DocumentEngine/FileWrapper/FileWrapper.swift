@@ -22,7 +22,7 @@ import Synchronization
 /// - **Contents are a ``ContentsSource``** readable by range, so large files need not be loaded.
 ///
 /// All members are thread-safe.
-public final class FileWrapper: @unchecked Sendable {
+public final class FileWrapper: Sendable {
     /// The kinds of wrapper: Apple's three (FW-1), and the special files a POSIX folder can hold
     /// besides, which have no contents: a named pipe, a socket, a character or block device.
     public enum Kind: Sendable, Equatable {
@@ -148,6 +148,8 @@ public final class FileWrapper: @unchecked Sendable {
         var version: VersionID
     }
 
+    /// All that can change about the node. It is the only stored property, so the class is
+    /// `Sendable` by the compiler's check.
     let state: Mutex<State>
 
     init(storage: Storage, attributes: Attributes) {

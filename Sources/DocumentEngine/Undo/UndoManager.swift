@@ -525,6 +525,8 @@ open class UndoManager {
 
 /// A weak reference handed to the main queue. The manager is confined to the main queue when it
 /// schedules there (see ``UndoManager/closesEventGroupsOnMainQueue``), so the hop is safe.
+// @unchecked because UndoManager is not Sendable (as Apple's is not) and libdispatch's C blocks
+// take only @Sendable closures; `isOnMainQueue` checks at run time that the hop is main to main.
 private struct MainQueueReference: @unchecked Sendable {
     weak var object: UndoManager?
     init(_ object: UndoManager) { self.object = object }
