@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 # desktop: PCManFM (GTK 2), an X server without a screen, xdotool to type into it, ImageMagick
 # to capture it, and pngquant for small palette PNGs. libfm-modules has the Trash's Restore and
 # Empty Trash menu entries; lxde-icon-theme (nuoveXT2) is the icon theme libfm recommends.
-./scripts/install-deps.sh pcmanfm libfm-modules lxde-icon-theme xvfb xdotool imagemagick pngquant
+./scripts/install-deps.sh --test pcmanfm libfm-modules lxde-icon-theme xvfb xdotool imagemagick pngquant
 
 command -v swift >/dev/null || { echo "error: swift is missing (https://www.swift.org/install/linux/)" >&2; exit 1; }
 echo "building docfs..." >&2

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-./scripts/install-deps.sh
+./scripts/install-deps.sh --test
 
 # The PostgreSQL store's tests need a server: a local one on loopback unless one is given.
 if [ -z "${DOCFS_TEST_POSTGRES_URL:-}" ]; then
