@@ -154,8 +154,11 @@ public enum KeyedArchive {
     /// (which corelibs encodes but cannot decode) throws here rather than on reading.
     ///
     /// - Parameters:
+    ///   - object: the root of the graph, stored under `$top["root"]`.
+    ///   - requiringSecureCoding: whether every object must adopt `NSSecureCoding`.
     ///   - format: `.binary` (Apple's default) or `.xml` (KA-1).
     ///   - classNames: archive names for classes, e.g. `["MyWhatsit": MyWhatsit.self]` (KL-4).
+    ///   - limits: the depth and size bounds the result is checked against.
     public static func archivedData(
         withRootObject object: Any, requiringSecureCoding: Bool,
         format: PropertyListSerialization.PropertyListFormat = .binary, classNames: [String: AnyClass] = [:],

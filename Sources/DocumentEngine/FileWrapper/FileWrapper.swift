@@ -269,7 +269,7 @@ public final class FileWrapper: @unchecked Sendable {
 
     /// The wrapper's attributes: `.type`, `.posixPermissions` (Int), `.modificationDate`,
     /// `.creationDate`, `.ownerAccountID`/`.groupOwnerAccountID` (Int), `.size` (Int, regular
-    /// files) and ``FileAttributeKey/extendedAttributes`` (`[String: Data]`, `user.` names).
+    /// files) and `FileAttributeKey.extendedAttributes` (`[String: Data]`, `user.` names).
     ///
     /// Setting them marks the node to have its attributes written, which disables hard-linking it
     /// on the next incremental write (FW-6, W-6). A dictionary without `.type` or
