@@ -21,9 +21,41 @@ final class NoteDocument: Document {
     }
 }
 
+/// The repository's root (this file is Tests/SampleDocumentsTests/GettingStartedTests.swift).
+private let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+    .deletingLastPathComponent().deletingLastPathComponent()
+
 @MainActor
 @Suite("The getting-started guide's examples")
 struct GettingStartedTests {
+    @Test(
+        "the guide's Swift examples are this file's code",
+        arguments: [
+            "docs/library/getting-started.md",
+            "Sources/DocumentEngine/DocumentEngine.docc/GettingStarted.md",
+        ])
+    func examplesAreTested(_ guide: String) throws {
+        let text = try String(contentsOf: repository.appendingPathComponent(guide), encoding: .utf8)
+        let code = try String(contentsOf: URL(fileURLWithPath: #filePath), encoding: .utf8)
+            .components(separatedBy: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+        let blocks = text.components(separatedBy: "```swift\n").dropFirst().map {
+            $0.components(separatedBy: "```").first ?? ""
+        }
+        #expect(blocks.count >= 4, "\(guide) has \(blocks.count) Swift examples")
+        for block in blocks where !block.hasPrefix("// Package.swift") {
+            // Every line of the example, in order, is a line of this file.
+            var next = code.startIndex
+            for line in block.components(separatedBy: "\n").map({ $0.trimmingCharacters(in: .whitespaces) })
+            where !line.isEmpty {
+                guard let found = code[next...].firstIndex(of: line) else {
+                    Issue.record("\(guide): an example's line is not in GettingStartedTests.swift: \(line)")
+                    break
+                }
+                next = code.index(after: found)
+            }
+        }
+    }
+
     let folder: URL
 
     init() throws {
