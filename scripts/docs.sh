@@ -45,6 +45,9 @@ if want man; then
     rm -rf "$out/man"
     mkdir -p "$out/man"
     cp .build/plugins/GenerateManual/outputs/docfs/*.1 "$out/man/"
+    # generate-manual leaves the help's blank lines between paragraphs, which mdoc warns about
+    # on every `man docfs`; a paragraph break is `.Pp`.
+    sed -i 's/^$/.Pp/' "$out"/man/*.1
     cp docs/man/*.8 "$out/man/"
     echo "docs: $(ls "$out/man" | wc -l) pages in $out/man" >&2
 fi
