@@ -1,6 +1,7 @@
 import Foundation
 
-/// The iOS sandbox folders of an app, mapped onto the XDG base directories (SB-1, XDG-1..3).
+/// The iOS sandbox folders of an app, mapped onto the XDG base directories (SB-1, XDG-1..3; the
+/// ids are defined in docs/library/apple-behaviours.md).
 ///
 /// | iOS | Linux |
 /// |---|---|

@@ -23,7 +23,7 @@ import Foundation
 public enum PropertyListValue: Sendable {
     case string(String)
     /// Plist range: `Int64.min ... UInt64.max`. Readers never produce values outside it;
-    /// writers write what they are given (see NOTES.md).
+    /// writers write what they are given (see docs/library/property-lists.md).
     case integer(Int128)
     case real(Double)
     case bool(Bool)
@@ -204,7 +204,7 @@ public enum PropertyList {
     /// How the binary writer shares equal leaf objects.
     public enum BinaryUniquing: Sendable, Hashable {
         /// Equal strings, integers, reals, dates, data and UIDs are written once and shared.
-        /// Booleans are treated as CF treats them (see NOTES.md). The default.
+        /// Booleans are treated as CF treats them (see docs/library/property-lists.md). The default.
         case byValue
         /// Reproduces what swift-corelibs-foundation writes for values it bridged from
         /// Swift, where sharing follows object identity: strings, data and dates are
@@ -366,7 +366,7 @@ enum PlistCalendar {
     }
 
     /// Dates with |t| below this are written as calendar dates; beyond it (and NaN/inf)
-    /// as a real number of seconds (an extension; see NOTES.md).
+    /// as a real number of seconds (an extension; see docs/library/property-lists.md).
     static let calendarLimit: Double = 2_305_843_009_213_693_952  // 2^61
 
     struct Parts {
