@@ -1,7 +1,7 @@
 // swift-tools-version: 6.1
 import PackageDescription
 
-// One module per layer (see README "Architecture"): the FUSE binding knows nothing of documents,
+// One module per layer (see docs/design/architecture.md): the FUSE binding knows nothing of documents,
 // the engine knows nothing of FUSE, DocumentFS joins them, and the executable is thin.
 let package = Package(
     name: "DocFS",
@@ -20,6 +20,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        // `swift package generate-documentation` (scripts/docs.sh): DocumentEngine's DocC catalog.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // libfuse 3.14's low-level API, imported through a shim header (FUSE_USE_VERSION 312).

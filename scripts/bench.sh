@@ -172,7 +172,7 @@ log() { printf '%s bench: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # --- What it needs ------------------------------------------------------------------------
 
 # fio (random I/O), vim (B2's editor), sqlite3 (WAL checkpoints between B2 samples).
-./scripts/install-deps.sh fio vim || exit 1
+./scripts/install-deps.sh fio vim sqlite3 || exit 1
 if [ "$store_kind" = postgres ]; then
     postgres_url=${BENCH_POSTGRES_URL:-$(./scripts/postgres.sh start)} || exit 1
     command -v psql >/dev/null || ./scripts/install-deps.sh postgresql || exit 1

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Screenshots of DocFS in a real file manager: runs PCManFM on a virtual X server (Xvfb)
 # against a mounted demo store, browses a package, then the Trash and a document's history,
-# and saves each view as a small PNG, so the README can show what a desktop user sees.
+# and saves each view as a small PNG, so the docs can show what a desktop user sees (docs/user-guide/desktop.md).
 # Nothing of the user's own desktop is touched: HOME, the D-Bus session, the X display and
 # the store are all private to this run and removed at the end.
-# Usage: scripts/desktop.sh [OUTPUT_DIR]      (default: scripts/screenshots)
+# Usage: scripts/desktop.sh [OUTPUT_DIR]      (default: docs/images)
 set -euo pipefail
 # The output folder is relative to where the script is run from, not to the repository.
-out=$(realpath -m "${1:-$(dirname "$0")/screenshots}")
+out=$(realpath -m "${1:-$(dirname "$0")/../docs/images}")
 cd "$(dirname "$0")/.."
 
 # What DocFS and its tests need (FUSE, GIO and its trash backend on a session bus), and the
 # desktop: PCManFM (GTK 2), an X server without a screen, xdotool to type into it, ImageMagick
 # to capture it, and pngquant for small palette PNGs. libfm-modules has the Trash's Restore and
 # Empty Trash menu entries; lxde-icon-theme (nuoveXT2) is the icon theme libfm recommends.
-./scripts/install-deps.sh pcmanfm libfm-modules lxde-icon-theme xvfb xdotool imagemagick pngquant
+./scripts/install-deps.sh --test pcmanfm libfm-modules lxde-icon-theme xvfb xdotool imagemagick pngquant
 
 command -v swift >/dev/null || { echo "error: swift is missing (https://www.swift.org/install/linux/)" >&2; exit 1; }
 echo "building docfs..." >&2

@@ -1,22 +1,41 @@
 #!/usr/bin/env bash
 # Installs the Debian packages DocFS needs, only those that are missing.
-# Usage: scripts/install-deps.sh [extra-package ...]
+#
+# Usage: scripts/install-deps.sh [--build | --test] [extra-package ...]
+#   --build (the default)  what building and running docfs need: scripts/demo.sh and
+#                          scripts/install.sh ask for these only
+#   --test                 those, and the tools the tests drive: scripts/test.sh asks for these
+#
+# Building and running: libfuse3-dev and pkg-config (the FUSE binding), fuse3 (fusermount3 and
+# mount.fuse3), libsqlite3-dev (GRDB links the system's SQLite), libssl-dev (the store hashes
+# chunks with libcrypto's SHA-256), libpq-dev (the PostgreSQL store speaks to its server through
+# libpq).
+#
+# Testing, besides: the store tests inspect and damage store files with the sqlite3 command; the
+# DocumentFS write tests drive real editors and tools on a mount: vim, nano, emacs-nox, rsync, gio
+# (libglib2.0-bin), getfattr/setfattr (attr), getfacl/setfacl (acl), perl -pi, tar, runuser
+# (util-linux) and script (bsdutils, a pty for nano). postgresql: the PostgreSQL store's tests run
+# against a real server on loopback (scripts/postgres.sh). The desktop tests run GIO's trash
+# through its real backend: gvfsd-trash (gvfs-daemons) on a session bus of their own
+# (dbus-run-session, dbus-daemon), reached through GIO's gvfs module (gvfs: without it, and with
+# --no-install-recommends nothing pulls it in, `gio trash --list` answers "Operation not
+# supported").
 set -euo pipefail
 
-# sqlite3: the store tests inspect and damage store files with the sqlite3 command.
-# The DocumentFS write tests drive real editors and tools on a mount: vim, nano, emacs-nox,
-# rsync, gio (libglib2.0-bin), getfattr/setfattr (attr), getfacl/setfacl (acl), perl -pi, tar,
-# runuser (util-linux)
-# and script (bsdutils, a pty for nano). postgresql: the PostgreSQL store's tests run against a
-# real server on loopback (scripts/postgres.sh). The desktop tests run GIO's trash through its
-# real backend: gvfsd-trash (gvfs-daemons) on a session bus of their own (dbus-run-session,
-# dbus-daemon), reached through GIO's gvfs module (gvfs: without it, and with
-# --no-install-recommends nothing pulls it in, `gio trash --list` answers "Operation not
-# supported"). libpq-dev and libssl-dev: the PostgreSQL store speaks to its server through libpq,
-# and the store hashes chunks with libcrypto's SHA-256.
-packages=(libfuse3-dev fuse3 pkg-config attr acl sqlite3 libpq-dev libssl-dev
-    vim nano emacs-nox rsync libglib2.0-bin perl tar util-linux bsdutils postgresql
-    gvfs gvfs-daemons dbus-daemon "$@")
+build=(libfuse3-dev fuse3 pkg-config libsqlite3-dev libpq-dev libssl-dev)
+test=(sqlite3 attr acl vim nano emacs-nox rsync libglib2.0-bin perl tar util-linux bsdutils postgresql
+    gvfs gvfs-daemons dbus-daemon)
+
+packages=("${build[@]}")
+case "${1:-}" in
+--test)
+    packages+=("${test[@]}")
+    shift
+    ;;
+--build) shift ;;
+esac
+packages+=("$@")
+
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

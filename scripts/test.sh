@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs every DocFS test: installs what is missing, builds, runs the whole suite.
-# Exits non-zero on any failure.
+# Runs every DocFS test: installs what is missing, builds, runs the whole suite, and builds
+# DocumentEngine's DocC documentation with warnings as errors. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-./scripts/install-deps.sh
+./scripts/install-deps.sh --test
 
 # The PostgreSQL store's tests need a server: a local one on loopback unless one is given.
 if [ -z "${DOCFS_TEST_POSTGRES_URL:-}" ]; then
@@ -26,4 +26,9 @@ for mountpoint in $leftover; do
     fusermount3 -u -z "$mountpoint" 2>/dev/null || umount -l "$mountpoint" 2>/dev/null || true
 done
 if [ "$status" -eq 124 ]; then echo "error: the test suite did not finish within its time limit" >&2; fi
+# DocumentEngine's DocC documentation must build with no warnings (about half a minute).
+if ! ./scripts/docs.sh docc; then
+    echo "error: DocumentEngine's documentation has warnings (scripts/docs.sh docc)" >&2
+    [ "$status" -ne 0 ] || status=1
+fi
 exit "$status"

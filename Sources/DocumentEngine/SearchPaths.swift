@@ -1,6 +1,7 @@
 import Foundation
 
-/// The iOS sandbox folders of an app, mapped onto the XDG base directories (SB-1, XDG-1..3).
+/// The iOS sandbox folders of an app, mapped onto the XDG base directories (SB-1, XDG-1..3; the
+/// ids are defined in docs/library/apple-behaviours.md).
 ///
 /// | iOS | Linux |
 /// |---|---|
@@ -14,7 +15,7 @@ import Foundation
 ///
 /// XDG variables are honoured only when absolute, as the specification requires; otherwise the
 /// defaults `~/.local/share`, `~/.cache`, `~/.config` and `~/.local/state` apply. Folders are
-/// created on demand by ``url(for:create:)``, with mode 0700.
+/// created on demand by ``url(for:create:)->URL``, with mode 0700.
 public struct SearchPaths: Sendable, Equatable {
     /// The sandbox folders.
     public enum Directory: Sendable, CaseIterable {

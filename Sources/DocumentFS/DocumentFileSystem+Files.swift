@@ -675,7 +675,7 @@ extension DocumentFileSystem {
         answer(reply) { () throws(Errno) in
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             // Only user. attributes are kept with wrappers; ENOTSUP (not EPERM) lets cp and
-            // editors carry on without them (fuse-notes 3.5).
+            // editors carry on without them (docs/design/fuse-notes.md §3.5).
             guard name.hasPrefix("user."), name.utf8.count > 5 else { throw .notSupported }
             guard name.utf8.count <= 255 else { throw .outOfRange }
             guard value.count <= Self.maximumXattrSize else { throw .argListTooLong }

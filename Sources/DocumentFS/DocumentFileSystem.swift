@@ -276,7 +276,8 @@ public final class DocumentFileSystem: FileSystem {
         } catch {
             logger.notice("FUSE_POSIX_ACL not available: \(error)")
         }
-        // Contents come from SQLite, not from a descriptor: splice cannot help (fuse-notes 2.1).
+        // Contents come from SQLite, not from a descriptor: splice cannot help
+        // (docs/design/fuse-notes.md §2.1).
         config.disable([.spliceRead, .spliceWrite, .spliceMove])
         // The observer and the saver start with the session, not with the object, so that a
         // daemonizing caller can fork between mount and start without a thread in flight.

@@ -5,8 +5,9 @@ import FUSE
 #endif
 
 /// Names of the temporary, swap, lock and backup files editors and tools make beside the file
-/// they save (fuse-notes §3). Such files are real files in the mount but never wrappers of the
-/// document: apps never see them, and renaming one onto a wrapper's name publishes it.
+/// they save (docs/design/fuse-notes.md §3). Such files are real files in the mount but never
+/// wrappers of the document: apps never see them, and renaming one onto a wrapper's name publishes
+/// it.
 public struct ScratchNames: Sendable {
     /// `fnmatch(3)` patterns, matched against the whole name.
     public var patterns: [String]

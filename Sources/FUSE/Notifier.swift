@@ -13,7 +13,7 @@ import SystemPackage
 /// inside a request handler.
 ///
 /// Every call only queues the notification: one dedicated thread per session sends them.
-/// That is what makes it safe from a handler. libfuse's `doc/README.notifications` warns that
+/// That is what makes it safe from a handler. libfuse warns (docs/design/fuse-notes.md §3.6) that
 /// `inval_entry`, `inval_inode`, `delete` and `store` can block until the kernel gets a lock
 /// that a pending request holds (e.g. the parent directory's lock during a lookup), so sending
 /// one synchronously from the handler of that request deadlocks. Queued, the handler returns,

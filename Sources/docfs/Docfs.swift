@@ -14,9 +14,10 @@ struct Docfs: AsyncParsableCommand {
         commandName: "docfs",
         abstract: "DocFS: document stores as file systems.",
         discussion: """
-            A store is one SQLite file holding documents and every saved version of them. Without \
-            a STORE argument, commands use the default store, $XDG_DATA_HOME/docfs/Documents/\
-            Default.docstore (~/.local/share/docfs/Documents/Default.docstore).
+            A store holds documents and every saved version of them: an SQLite file, or a \
+            PostgreSQL database named by a postgres:// URL. Without a STORE argument, commands \
+            use the default store, $XDG_DATA_HOME/docfs/Documents/Default.docstore \
+            (~/.local/share/docfs/Documents/Default.docstore).
 
             STORE is an optional first argument: a command that needs other arguments (a \
             DOCUMENT, a PATH) takes the first of them as STORE only when one more argument is \

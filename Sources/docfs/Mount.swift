@@ -55,7 +55,7 @@ struct Mount: DocfsCommand {
 
             `docfs unmount MOUNTPOINT` unmounts and waits for the daemon to finish. \
             `mount -t fuse.docfs STORE MOUNTPOINT` and fstab lines of type fuse.docfs run \
-            docfs through mount.fuse3 (see the README).
+            docfs through mount.fuse.docfs and mount.fuse3 (see mount.fuse.docfs(8)).
             """
     )
 

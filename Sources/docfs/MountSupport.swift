@@ -170,7 +170,7 @@ struct FuseOptions: Equatable {
     /// regardless).
     var quietInterval: Duration?
     /// `attr_timeout=SECONDS` and `entry_timeout=SECONDS`: how long the kernel may answer
-    /// `stat` and name lookups from its cache (default 1 s each). Other processes' and other
+    /// `stat` and name lookups from its cache (default 60 s each). Other processes' and other
     /// mounts' saves invalidate those caches whatever the timeout, so a longer one only saves
     /// round trips; 0 asks the daemon every time.
     var attributeTimeout: Duration?

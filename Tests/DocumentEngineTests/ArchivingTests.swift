@@ -238,7 +238,8 @@ private func expectArchiveError(
 // MARK: - Tests
 
 /// Keyed archiving on Linux: the seeds' NSCoding workflow (KA-1..KA-6, SC-1..SC-4), what
-/// swift-corelibs-foundation does (KL-1..KL-5), and untrusted archives that must throw, not crash.
+/// swift-corelibs-foundation does (KL-1..KL-5), and untrusted archives that must throw, not crash
+/// (the ids: docs/library/apple-behaviours.md).
 @Suite struct ArchivingTests {
     // MARK: Seed workflows
 

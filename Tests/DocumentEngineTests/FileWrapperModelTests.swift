@@ -2,7 +2,7 @@ import DocumentEngine
 import Foundation
 import Testing
 
-/// Kinds, construction, names, keys and directory mutation (FW-1..FW-22).
+/// Kinds, construction, names, keys and directory mutation (FW-1..FW-22, docs/library/apple-behaviours.md).
 @Suite struct FileWrapperModelTests {
     @Test("FW-3: a regular wrapper has 0o666, a modification date of now, and no names")
     func regularDefaults() {

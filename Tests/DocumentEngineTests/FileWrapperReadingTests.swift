@@ -8,7 +8,8 @@ import TestSupport
     import Glibc
 #endif
 
-/// Reading package folders and flat files (R-1..R-9, FW-1, FW-7, FW-9, FW-10).
+/// Reading package folders and flat files (R-1..R-9, FW-1, FW-7, FW-9, FW-10;
+/// docs/library/apple-behaviours.md).
 @Suite struct FileWrapperReadingTests {
     @Test("R-2: lazy read takes names and attributes at init, the child list on first access")
     func lazyDirectory() throws {

@@ -9,7 +9,8 @@ import TestSupport
     import Glibc
 #endif
 
-/// Writing: W-1..W-10, LX-1, LX-3, and the incremental-save guarantee.
+/// Writing: W-1..W-10, LX-1, LX-3 (docs/library/apple-behaviours.md), and the incremental-save
+/// guarantee.
 @Suite struct FileWrapperWritingTests {
     /// A package of `count` images plus an archive, written once and read back lazily.
     func makeImagePackage(in tmp: TemporaryDirectory, count: Int, size: Int = 64 * 1024) throws -> URL {

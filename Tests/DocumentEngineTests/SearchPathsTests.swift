@@ -2,7 +2,7 @@ import DocumentEngine
 import Foundation
 import Testing
 
-/// SB-1, SB-2, XDG-1..XDG-3.
+/// SB-1, SB-2, XDG-1..XDG-3 (docs/library/apple-behaviours.md).
 @Suite struct SearchPathsTests {
     @Test("XDG-3: sandbox folders map onto XDG base directories for the app id")
     func mapping() {

@@ -67,8 +67,8 @@ struct SaveExpectation {
     var oneVersion = false
 }
 
-/// Real editors and in-place tools save through the mount (fuse-notes §3.1–§3.4): each run ends
-/// with the new contents as a new version of the same document in the store (checked through a
+/// Real editors and in-place tools save through the mount (docs/design/fuse-notes.md §3.1–§3.4):
+/// each run ends with the new contents as a new version of the same document in the store (checked through a
 /// second store connection), no scratch name anywhere in the store (all versions), and no
 /// leftover scratch file in the mount. Every edit runs once on a wrapper in a package and once on
 /// a flat document at the mount root.
@@ -173,7 +173,7 @@ struct EditorSaveTests {
         }
     }
 
-    // MARK: Scratch names (fuse-notes §3.4)
+    // MARK: Scratch names (docs/design/fuse-notes.md §3.4)
 
     /// One name of each scratch pattern (and vim's probe numbers), made by hand.
     static let scratchSamples = [
@@ -234,7 +234,7 @@ struct EditorSaveTests {
         }
     }
 
-    // MARK: vim (fuse-notes §3.1)
+    // MARK: vim (docs/design/fuse-notes.md §3.1)
 
     /// vim non-interactively, with a swap file in the same directory (`directory=.`, not `-n`),
     /// `backupskip=` (its default skips /tmp/*, where the mounts are), and a listing of the
@@ -278,7 +278,7 @@ struct EditorSaveTests {
         }
     }
 
-    // MARK: nano (fuse-notes §3.2)
+    // MARK: nano (docs/design/fuse-notes.md §3.2)
 
     /// nano on a pseudo-terminal (`script`), fed keys once its lock file (`--locking`, a
     /// vim-style `.name.swp`) shows it is up: "HELLO " ^O Enter, a pause longer than the quiet
@@ -322,7 +322,7 @@ struct EditorSaveTests {
         }
     }
 
-    // MARK: emacs (fuse-notes §3.3)
+    // MARK: emacs (docs/design/fuse-notes.md §3.3)
 
     @Test("emacs: lock symlink .#name while modified, auto-save #name#, backup by rename to name~", arguments: EditTarget.allCases)
     func emacsSave(_ target: EditTarget) async throws {
@@ -356,7 +356,7 @@ struct EditorSaveTests {
         }
     }
 
-    // MARK: sed -i, perl -pi (fuse-notes §3.4)
+    // MARK: sed -i, perl -pi (docs/design/fuse-notes.md §3.4)
 
     @Test("sed -i: sedXXXXXX in the same directory renamed onto the file, one save", arguments: EditTarget.allCases)
     func sedInPlace(_ target: EditTarget) async throws {
@@ -385,7 +385,7 @@ struct EditorSaveTests {
         }
     }
 
-    // MARK: GIO (fuse-notes §3.4)
+    // MARK: GIO (docs/design/fuse-notes.md §3.4)
 
     @Test("gio save (g_file_replace): .goutputstream-XXXXXX, fsync, rename onto the file, one save", arguments: EditTarget.allCases)
     func gioSave(_ target: EditTarget) async throws {

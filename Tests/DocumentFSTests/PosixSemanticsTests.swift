@@ -17,8 +17,8 @@ let renameExchange: UInt32 = 2  // RENAME_EXCHANGE
 /// (`DocumentFileSystem.Configuration.quietInterval`).
 let quietInterval = 1.0
 
-/// POSIX details of the write path, through direct syscalls (fuse-notes §3.6), each checked in
-/// the mount and through a second store connection.
+/// POSIX details of the write path, through direct syscalls (docs/design/fuse-notes.md §3.6), each
+/// checked in the mount and through a second store connection.
 @Suite(.serialized)
 struct PosixSemanticsTests {
     // MARK: Links and renames

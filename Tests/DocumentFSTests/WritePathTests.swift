@@ -413,7 +413,7 @@ struct WritePathTests {
     }
 }
 
-/// Which names are editors' and tools' scratch files (fuse-notes §3).
+/// Which names are editors' and tools' scratch files (docs/design/fuse-notes.md §3).
 struct ScratchNameTests {
     @Test(
         "swap, backup, lock and temporary names are scratch",

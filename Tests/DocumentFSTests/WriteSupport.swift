@@ -148,7 +148,7 @@ struct Engine {
     }
 
     /// Every scratch name the store holds anywhere: as a live or deleted document, or as a
-    /// wrapper in any version of any document. Must always be empty (fuse-notes §3.4: scratch
+    /// wrapper in any version of any document. Must always be empty (docs/design/fuse-notes.md §3.4: scratch
     /// files are real files in the mount but never become wrappers).
     func scratchNamesInStore() throws -> [String] {
         var found: [String] = []
@@ -166,8 +166,8 @@ struct Engine {
     }
 }
 
-/// fuse-notes §3.1–§3.4: the names editors and tools use for swap, backup, lock, auto-save and
-/// temporary files. Written independently of the file system's own list.
+/// docs/design/fuse-notes.md §3.1–§3.4: the names editors and tools use for swap, backup, lock,
+/// auto-save and temporary files. Written independently of the file system's own list.
 let scratchPatterns = [
     ".*.sw?", "*~", "#*#", ".#*", ".goutputstream-*", "sed??????", ".~lock.*#", "lu*.tmp", "*.kate-swp",
     // File managers' housekeeping files (issue 18).
@@ -176,7 +176,7 @@ let scratchPatterns = [
 
 func isScratchName(_ name: String) -> Bool {
     if scratchPatterns.contains(where: { fnmatch($0, name, 0) == 0 }) { return true }
-    // vim's probe files: 4913, 5036, 5159, … (fuse-notes §3.1.2).
+    // vim's probe files: 4913, 5036, 5159, … (docs/design/fuse-notes.md §3.1.2).
     if let number = Int(name), number >= 4913, (number - 4913) % 123 == 0 { return true }
     return false
 }

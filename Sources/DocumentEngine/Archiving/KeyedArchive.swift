@@ -6,8 +6,8 @@ import Foundation
 /// swift-corelibs-foundation calls `fatalError` where Apple's Foundation reports an error: on a class
 /// outside the allowed set, a class without secure coding (KL-2), a reference cycle, or objects nested
 /// deeply enough to overflow the stack. `KeyedArchive` checks the archive's structure and every class it
-/// names first (KA-1..KA-4), throws ``ArchiveError`` for anything that would crash, and only then hands
-/// the data to `NSKeyedUnarchiver`.
+/// names first (KA-1..KA-4, docs/library/apple-behaviours.md), throws ``ArchiveError`` for anything
+/// that would crash, and only then hands the data to `NSKeyedUnarchiver`.
 ///
 /// Class names on Linux (KL-4): a Swift class archives as `"Module.Class"`, so an archive written by
 /// one module does not decode in another. Pin a stable name with `classNames`, on both sides. For
@@ -154,8 +154,11 @@ public enum KeyedArchive {
     /// (which corelibs encodes but cannot decode) throws here rather than on reading.
     ///
     /// - Parameters:
+    ///   - object: the root of the graph, stored under `$top["root"]`.
+    ///   - requiringSecureCoding: whether every object must adopt `NSSecureCoding`.
     ///   - format: `.binary` (Apple's default) or `.xml` (KA-1).
     ///   - classNames: archive names for classes, e.g. `["MyWhatsit": MyWhatsit.self]` (KL-4).
+    ///   - limits: the depth and size bounds the result is checked against.
     public static func archivedData(
         withRootObject object: Any, requiringSecureCoding: Bool,
         format: PropertyListSerialization.PropertyListFormat = .binary, classNames: [String: AnyClass] = [:],

@@ -10,7 +10,8 @@ import Synchronization
 /// handlers. Subclass it and override ``contents(forType:)`` and ``load(fromContents:ofType:)``
 /// with contents that are `Data` (a flat file) or a ``FileWrapper`` (a package).
 ///
-/// Rule ids (UD-, FC-, FV-) refer to `spec/apple-document-semantics.md`. Differences from Apple:
+/// Rule ids (UD-, FC-, FV-) are defined in `docs/library/apple-behaviours.md`. Differences
+/// from Apple (`docs/library/differences-from-apple.md`):
 /// - Packages are read lazily (UD-20): wrappers' bytes are read when first asked for.
 /// - A document can live in a ``DocumentStore`` as well as on disk (``DocumentLocation``).
 /// - Changes by other processes are found by polling (Linux has no file presenters): every

@@ -1,6 +1,7 @@
 import Foundation
 
-/// A version of a document other than the current one — Apple's `NSFileVersion` (FV-1..FV-5).
+/// A version of a document other than the current one — Apple's `NSFileVersion` (FV-1..FV-5, in
+/// `docs/library/apple-behaviours.md`).
 ///
 /// Linux has no version store (FV-L1). Versions of a document on disk are kept under
 /// `$XDG_STATE_HOME/docfs/Versions/<hash of the document's path>/`; versions of a store document

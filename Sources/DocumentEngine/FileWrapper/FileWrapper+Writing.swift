@@ -37,7 +37,8 @@ extension FileWrapper {
         /// `renameat2(RENAME_EXCHANGE)` swapped the new item with the old one in one step.
         case exchanged
         /// The file system cannot exchange: the old item was moved aside, the new one renamed into
-        /// place, then the old one removed. Not atomic for directories (see README).
+        /// place, then the old one removed. Not atomic for directories (see
+        /// docs/library/differences-from-apple.md).
         case movedAside
     }
 

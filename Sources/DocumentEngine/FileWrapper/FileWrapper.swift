@@ -9,8 +9,8 @@ import Synchronization
 /// A node of a file-system tree — a regular file, a directory or a symbolic link — with Apple's
 /// `NSFileWrapper` semantics, for Linux.
 ///
-/// Rule ids (FW-, R-, W-, SR-) refer to `spec/apple-document-semantics.md`. Deliberate
-/// differences from Apple, all documented in the README:
+/// Rule ids (FW-, R-, W-, SR-) are defined in `docs/library/apple-behaviours.md`. Deliberate
+/// differences from Apple, all in `docs/library/differences-from-apple.md`:
 /// - **Keys are case-sensitive** (FW-13, R-9). Apple folds case; Linux file systems do not, and a
 ///   package holding `Readme` and `README` must read and write back unchanged. Keys compare with
 ///   Swift `String` equality, which is case-sensitive but Unicode-normalization-insensitive, so two
@@ -271,7 +271,7 @@ public final class FileWrapper: Sendable {
 
     /// The wrapper's attributes: `.type`, `.posixPermissions` (Int), `.modificationDate`,
     /// `.creationDate`, `.ownerAccountID`/`.groupOwnerAccountID` (Int), `.size` (Int, regular
-    /// files) and ``FileAttributeKey/extendedAttributes`` (`[String: Data]`, `user.` names).
+    /// files) and `FileAttributeKey.extendedAttributes` (`[String: Data]`, `user.` names).
     ///
     /// Setting them marks the node to have its attributes written, which disables hard-linking it
     /// on the next incremental write (FW-6, W-6). A dictionary without `.type` or

@@ -13,6 +13,9 @@
 // structure) with PropertyListXMLReader+Content (the text inside elements),
 // PropertyListXMLWriter, PropertyListDescriber, and the helpers the XML side and the describer
 // share: PropertyListCalendar (dates) and PropertyListRealFormat (CF's "%.17g").
+//
+// The codec's choices (integers past Int64, booleans' sharing, dates beyond the calendar) are
+// explained in docs/library/property-lists.md.
 
 import Foundation
 
