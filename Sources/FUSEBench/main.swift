@@ -6,6 +6,7 @@
 
 import FUSE
 import Foundation
+import Synchronization
 import SystemPackage
 
 #if canImport(Glibc)
@@ -27,7 +28,8 @@ final class NoopFS: FileSystem {
     }
 
     func lookup(_ context: RequestContext, parent: NodeID, name: FileName, reply: ReplyEntry) {
-        guard parent == .root, name == "file" else { return reply.error(.noSuchFileOrDirectory) }
+        // A name that is not there, never cached: every stat of it is one LOOKUP.
+        guard parent == .root, name == "file" else { return reply.negative(timeout: .zero) }
         reply.entry(
             Entry(node: NodeID(2), attributes: file, attributeTimeout: .zero, entryTimeout: .seconds(60)))
     }
@@ -80,6 +82,35 @@ func measure(rounds: Int, iterations: Int, _ body: () throws -> Void) rethrows -
     return Stats(samples)
 }
 
+/// Requests per second of `threads` threads each running `body` for about `seconds`; the median
+/// of `rounds` rounds.
+func throughput(threads: Int, rounds: Int, seconds: Double = 0.5, _ body: @escaping @Sendable () -> Void)
+    -> Stats
+{
+    var samples: [Double] = []
+    for _ in 0..<rounds {
+        let done = Atomic<Int>(0)
+        let deadline = now() + UInt64(seconds * 1e9)
+        let start = now()
+        let group = DispatchGroup()
+        for _ in 0..<threads {
+            group.enter()
+            Thread.detachNewThread {
+                var count = 0
+                while now() < deadline {
+                    for _ in 0..<64 { body() }
+                    count += 64
+                }
+                done.add(count, ordering: .relaxed)
+                group.leave()
+            }
+        }
+        group.wait()
+        samples.append(Double(done.load(ordering: .relaxed)) / (Double(now() - start) / 1e9))
+    }
+    return Stats(samples)
+}
+
 func main() throws {
     let arguments = CommandLine.arguments
     let rounds = arguments.count > 1 ? Int(arguments[1]) ?? 7 : 7
@@ -119,7 +150,25 @@ func main() throws {
     }
     let mibPerSecond = 1_000_000 / read.median
 
+    let missing = mountpoint + "/missing"
+    var rates: [(String, Stats)] = []
+    for threads in [1, 2] {
+        rates.append(
+            ("getattr_\(threads)t", throughput(threads: threads, rounds: rounds) {
+                var st = stat()
+                _ = stat(path, &st)
+            }))
+        rates.append(
+            ("lookup_\(threads)t", throughput(threads: threads, rounds: rounds) {
+                var st = stat()
+                _ = stat(missing, &st)
+            }))
+    }
+
     func f(_ x: Double) -> String { String(format: "%.1f", x) }
+    for (name, rate) in rates {
+        print("\(name.padding(toLength: 12, withPad: " ", startingAt: 0)) requests/s: median \(Int(rate.median)) (\(Int(rate.min))–\(Int(rate.max)))")
+    }
     print(
         "no-op getattr (stat, attr timeout 0): median \(f(getattr.median)) µs (\(f(getattr.min))–\(f(getattr.max))), \(rounds) rounds × 2000"
     )
@@ -129,7 +178,8 @@ func main() throws {
     print(
         "{\"getattr_us\":{\"median\":\(f(getattr.median)),\"min\":\(f(getattr.min)),\"max\":\(f(getattr.max))},"
             + "\"read_1mib_us\":{\"median\":\(f(read.median)),\"min\":\(f(read.min)),\"max\":\(f(read.max))},"
-            + "\"read_mib_per_s\":\(f(mibPerSecond)),\"rounds\":\(rounds)}")
+            + "\"read_mib_per_s\":\(f(mibPerSecond)),"
+            + rates.map { "\"\($0.0)_per_s\":\(Int($0.1.median))," }.joined() + "\"rounds\":\(rounds)}")
 }
 
 do {
