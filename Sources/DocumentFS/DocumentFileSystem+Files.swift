@@ -11,8 +11,8 @@ import VersionedStore
 
 /// Reading and writing files.
 extension DocumentFileSystem {
-    public func open(_ context: RequestContext, node: NodeID, flags: OpenFlags, reply: ReplyOpen) {
-        answer(reply) { () throws(Errno) in
+    public func open(_ context: RequestContext, node: NodeID, flags: OpenFlags, reply: consuming ReplyOpen) {
+        do throws(Errno) {
             if configuration.readOnly && (flags.isWritable || flags.contains(.truncate)) {
                 throw .readOnlyFileSystem
             }
@@ -44,16 +44,25 @@ extension DocumentFileSystem {
                 return (handle, keep)
             }
             reply.opened(FUSE.FileHandle(handle), options: keep ? [.keepCache] : [])
-        }
+        } catch { reply.error(error) }
     }
 
     public func read(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64, size: Int,
-        reply: ReplyData
+        reply: consuming ReplyData
     ) {
-        answer(reply) { () throws(Errno) in
-            try read(readPlan(handle: handle, offset: offset, size: size)) { reply.data($0) }
+        let plan: FileContents.ReadPlan
+        do { plan = try readPlan(handle: handle, offset: offset, size: size) } catch {
+            reply.error(error)
+            return
         }
+        let buffer = Self.buffer(for: plan)
+        defer { buffer.deallocate() }
+        do { try fill(buffer, from: plan) } catch {
+            reply.error(error)
+            return
+        }
+        reply.data(UnsafeRawBufferPointer(buffer))
     }
 
     /// Up to `size` bytes of an open file from `offset`.
@@ -94,12 +103,21 @@ extension DocumentFileSystem {
     /// past its header, so they straddled two). A large one's is not: glibc's aligned
     /// allocations of a megabyte at a time left a daemon streaming a file 20 MiB larger (B7).
     func read<T>(_ plan: FileContents.ReadPlan, _ body: (UnsafeRawBufferPointer) -> T) throws(Errno) -> T {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(
-            byteCount: plan.count, alignment: plan.count <= Self.alignedReads ? 4096 : 16)
+        let buffer = Self.buffer(for: plan)
         defer { buffer.deallocate() }
-        guard let base = buffer.baseAddress, plan.count > 0 else {
-            return body(UnsafeRawBufferPointer(buffer))
-        }
+        try fill(buffer, from: plan)
+        return body(UnsafeRawBufferPointer(buffer))
+    }
+
+    /// A buffer for the bytes of `plan` (``read(_:_:)``).
+    static func buffer(for plan: FileContents.ReadPlan) -> UnsafeMutableRawBufferPointer {
+        UnsafeMutableRawBufferPointer.allocate(
+            byteCount: plan.count, alignment: plan.count <= alignedReads ? 4096 : 16)
+    }
+
+    /// Reads the bytes of `plan` into `buffer`, as long as the plan, without the lock.
+    func fill(_ buffer: UnsafeMutableRawBufferPointer, from plan: FileContents.ReadPlan) throws(Errno) {
+        guard let base = buffer.baseAddress, plan.count > 0 else { return }
         // Zeroed only when the pieces leave gaps (holes): otherwise they fill it all.
         let covered = plan.spill.reduce(0) { $0 + $1.count } + plan.store.reduce(0) { $0 + $1.count }
         if covered != plan.count { memset(base, 0, plan.count) }
@@ -113,7 +131,6 @@ extension DocumentFileSystem {
             // Past the end of what the store holds (a base shorter than the file).
             if read < within.count { memset(base + within.lowerBound + read, 0, within.count - read) }
         }
-        return body(UnsafeRawBufferPointer(buffer))
     }
 
     /// Changes a file's bytes, holding the file's ``ViewNode/changes`` (the caller holds it).
@@ -199,14 +216,14 @@ extension DocumentFileSystem {
     /// Writes straight from libfuse's buffer: the spill write is done before this returns.
     public func write(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64,
-        bytes: UnsafeRawBufferPointer, info: WriteInfo, reply: ReplyWrite
+        bytes: UnsafeRawBufferPointer, info: WriteInfo, reply: consuming ReplyWrite
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             try writeBytes(
                 context, handle: handle, offset: offset, data: bytes, isWritePage: info.isWritePage,
                 killingSetIDBits: context.killsSetIDBits)
             reply.written(bytes.count)
-        }
+        } catch { reply.error(error) }
     }
 
     /// Writes bytes into an open file's top layer, taking in first the chunks it covers in part.
@@ -261,9 +278,9 @@ extension DocumentFileSystem {
     public func copyFileRange(
         _ context: RequestContext, nodeIn: NodeID, handleIn: FUSE.FileHandle, offsetIn: UInt64,
         nodeOut: NodeID, handleOut: FUSE.FileHandle, offsetOut: UInt64, length: Int, flags: UInt32,
-        reply: ReplyWrite
+        reply: consuming ReplyWrite
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             guard flags == 0 else { throw .invalidArgument }
             if let shared = try shareContents(
@@ -288,7 +305,7 @@ extension DocumentFileSystem {
                 done += piece.count
             }
             reply.written(done)
-        }
+        } catch { reply.error(error) }
     }
 
     /// Makes the empty file open as `handleOut` the copy of the whole saved file open as
@@ -428,9 +445,9 @@ extension DocumentFileSystem {
 
     public func flush(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, lockOwner: LockOwner,
-        reply: ReplyEmpty
+        reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             // Close of a dirty file by a process that wrote it is a save point; its error is what
             // close(2) returns.
             let closer = threadGroup(of: context.pid)
@@ -453,14 +470,14 @@ extension DocumentFileSystem {
                 if let failure = commitSoon(document, reporting: true) { throw failure }
             }
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     public func fsync(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, flags: FsyncFlags,
-        reply: ReplyEmpty
+        reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             let document = state.withLock { state -> DocumentState? in
                 guard let open = state.files[handle.rawValue], isPersisted(open.node) else { return nil }
                 return self.document(&state, of: open.node)
@@ -470,12 +487,12 @@ extension DocumentFileSystem {
             }
             try synchronize(document)
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     public func release(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, info: ReleaseInfo,
-        reply: ReplyEmpty
+        reply: consuming ReplyEmpty
     ) {
         let dropped = state.withLock { state -> [SpillLayer] in
             guard let open = state.files.removeValue(forKey: handle.rawValue) else { return [] }
@@ -495,9 +512,9 @@ extension DocumentFileSystem {
     /// the file; zeroing and hole punching write zeros, which the store keeps as holes.
     public func fallocate(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, mode: FallocateMode,
-        offset: UInt64, length: UInt64, reply: ReplyEmpty
+        offset: UInt64, length: UInt64, reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             let file = try state.withLock { state throws(Errno) -> ViewNode in
                 guard let open = state.files[handle.rawValue] else { throw .badFileDescriptor }
@@ -526,7 +543,7 @@ extension DocumentFileSystem {
             // As for copies: the kernel sends no flag, and root stands for CAP_FSETID.
             if context.uid != 0 { killSetIDBits(context, file) }
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     /// Writes zeros over `start..<stop`, a chunk at a time.
@@ -552,9 +569,9 @@ extension DocumentFileSystem {
     // MARK: - Attributes
 
     public func setattr(
-        _ context: RequestContext, node: NodeID, changes: SetAttributes, reply: ReplyAttr
+        _ context: RequestContext, node: NodeID, changes: SetAttributes, reply: consuming ReplyAttr
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             guard let target = try resolve(node) else {
                 // The mount root's attributes come from the store; nothing to keep.
@@ -627,7 +644,7 @@ extension DocumentFileSystem {
                 return self.attributes(target)
             }
             reply.attributes(attrs, timeout: configuration.attributeTimeout)
-        }
+        } catch { reply.error(error) }
     }
 
     // MARK: - Extended attributes
@@ -636,7 +653,7 @@ extension DocumentFileSystem {
     static let maximumXattrSize = 65536
 
     public func getxattr(
-        _ context: RequestContext, node: NodeID, name: String, reply: ReplyXattr
+        _ context: RequestContext, node: NodeID, name: String, reply: consuming ReplyXattr
     ) {
         // Only user. names exist; every other probe is answered from memory. No ACL is ENODATA:
         // the kernel caches that answer (FUSE_POSIX_ACL) and takes an error for a broken ACL.
@@ -646,7 +663,7 @@ extension DocumentFileSystem {
             reply.error(name.hasPrefix("system.posix_acl_") ? .noData : .notSupported)
             return
         }
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             let value = try state.withLock { state throws(Errno) -> Data in
                 guard let n = try self.node(&state, node), let value = n.record.extendedAttributes[name]
                 else {
@@ -655,24 +672,24 @@ extension DocumentFileSystem {
                 return value
             }
             reply.value(Array(value))
-        }
+        } catch { reply.error(error) }
     }
 
-    public func listxattr(_ context: RequestContext, node: NodeID, reply: ReplyXattr) {
-        answer(reply) { () throws(Errno) in
+    public func listxattr(_ context: RequestContext, node: NodeID, reply: consuming ReplyXattr) {
+        do throws(Errno) {
             let names = try state.withLock { state throws(Errno) -> [String] in
                 guard let n = try self.node(&state, node) else { return [] }
                 return n.record.extendedAttributes.keys.sorted()
             }
             reply.names(names)
-        }
+        } catch { reply.error(error) }
     }
 
     public func setxattr(
         _ context: RequestContext, node: NodeID, name: String, value: [UInt8], flags: XattrFlags,
-        reply: ReplyEmpty
+        reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             // Only user. attributes are kept with wrappers; ENOTSUP (not EPERM) lets cp and
             // editors carry on without them (docs/design/fuse-notes.md §3.5).
@@ -690,13 +707,13 @@ extension DocumentFileSystem {
                 changed(&state, n)
             }
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     public func removexattr(
-        _ context: RequestContext, node: NodeID, name: String, reply: ReplyEmpty
+        _ context: RequestContext, node: NodeID, name: String, reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             guard name.hasPrefix("user.") else { throw .noData }
             try state.withLock { state throws(Errno) in
@@ -709,7 +726,7 @@ extension DocumentFileSystem {
                 changed(&state, n)
             }
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 }
 

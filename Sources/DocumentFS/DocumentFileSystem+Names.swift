@@ -231,9 +231,9 @@ extension DocumentFileSystem {
 
     public func create(
         _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions,
-        flags: OpenFlags, reply: ReplyCreate
+        flags: OpenFlags, reply: consuming ReplyCreate
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             let node = try createFile(context, parent: parent, name: name, permissions: permissions)
             let (handle, attrs) = state.withLock { state in
@@ -249,14 +249,14 @@ extension DocumentFileSystem {
             reply.created(
                 node.ino, in: table, attributes: attrs, handle: FUSE.FileHandle(handle),
                 attributeTimeout: configuration.attributeTimeout, entryTimeout: configuration.entryTimeout)
-        }
+        } catch { reply.error(error) }
     }
 
     public func mknod(
         _ context: RequestContext, parent: NodeID, name: FUSE.FileName, type: FUSE.FileType,
-        permissions: FilePermissions, rdev: UInt64, reply: ReplyEntry
+        permissions: FilePermissions, rdev: UInt64, reply: consuming ReplyEntry
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             let kind: FileWrapper.Kind
             switch type {
@@ -286,14 +286,14 @@ extension DocumentFileSystem {
                     device: device)
             }
             entry(reply, node, state.withLock { _ in attributes(node) })
-        }
+        } catch { reply.error(error) }
     }
 
     public func mkdir(
         _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions,
-        reply: ReplyEntry
+        reply: consuming ReplyEntry
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             let node: ViewNode
             if parent == .root, let owner = Self.trashOwner(name), owner == context.uid {
@@ -317,14 +317,14 @@ extension DocumentFileSystem {
                     context, directory: directory, name: name, kind: .directory, permissions: permissions)
             }
             entry(reply, node, state.withLock { _ in attributes(node) })
-        }
+        } catch { reply.error(error) }
     }
 
     public func symlink(
         _ context: RequestContext, target: [UInt8], parent: NodeID, name: FUSE.FileName,
-        reply: ReplyEntry
+        reply: consuming ReplyEntry
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             guard let destination = String(validating: target, as: UTF8.self) else {
                 throw .illegalByteSequence
@@ -346,14 +346,14 @@ extension DocumentFileSystem {
                     permissions: FilePermissions(rawValue: 0o777), linkTarget: destination)
             }
             entry(reply, node, state.withLock { _ in attributes(node) })
-        }
+        } catch { reply.error(error) }
     }
 
     public func link(
         _ context: RequestContext, node: NodeID, newParent: NodeID, newName: FUSE.FileName,
-        reply: ReplyEntry
+        reply: consuming ReplyEntry
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             let text = try validate(newName)
             // A document is a file system of its own: a link from one into another, or into the
@@ -402,7 +402,7 @@ extension DocumentFileSystem {
             }
             _ = alias
             entry(reply, file, state.withLock { _ in attributes(file) })
-        }
+        } catch { reply.error(error) }
     }
 
     /// The name a file's node moves to when it leaves its own: a saved one first.
@@ -500,23 +500,23 @@ extension DocumentFileSystem {
     }
 
     public func unlink(
-        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: ReplyEmpty
+        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             try remove(parent: parent, name: name, directory: false)
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     public func rmdir(
-        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: ReplyEmpty
+        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             try remove(parent: parent, name: name, directory: true)
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     func remove(parent: NodeID, name: FUSE.FileName, directory: Bool) throws(Errno) {
@@ -597,9 +597,9 @@ extension DocumentFileSystem {
 
     public func rename(
         _ context: RequestContext, parent: NodeID, name: FUSE.FileName, newParent: NodeID,
-        newName: FUSE.FileName, flags: RenameFlags, reply: ReplyEmpty
+        newName: FUSE.FileName, flags: RenameFlags, reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
             guard !flags.contains(.whiteout), flags != [.noReplace, .exchange] else { throw .invalidArgument }
             try checkLength(name)
@@ -623,7 +623,7 @@ extension DocumentFileSystem {
                 try renameInPackage(parent, name, newParent, newName, newText, flags: flags)
             }
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     func renameInPackage(

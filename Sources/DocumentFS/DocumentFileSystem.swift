@@ -656,7 +656,7 @@ public final class DocumentFileSystem: FileSystem {
             ctime: record.changed.timespec)
     }
 
-    func entry(_ reply: ReplyEntry, _ node: ViewNode, _ attributes: FileAttributes) {
+    func entry(_ reply: consuming ReplyEntry, _ node: ViewNode, _ attributes: FileAttributes) {
         reply.entry(
             node.ino, in: table, attributes: attributes,
             attributeTimeout: configuration.attributeTimeout, entryTimeout: configuration.entryTimeout)
@@ -665,9 +665,9 @@ public final class DocumentFileSystem: FileSystem {
     // MARK: - Names
 
     public func lookup(
-        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: ReplyEntry
+        _ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: consuming ReplyEntry
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             let found: ViewNode
             let attrs: FileAttributes
             do throws(Errno) {
@@ -681,7 +681,7 @@ public final class DocumentFileSystem: FileSystem {
                 return
             }
             entry(reply, found, attrs)
-        }
+        } catch { reply.error(error) }
     }
 
     /// The node named `name` in the directory `parent`, with its attributes.
@@ -726,9 +726,9 @@ public final class DocumentFileSystem: FileSystem {
     public func batchForget(_ items: [ForgetItem]) { table.forget(items) }
 
     public func getattr(
-        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle?, reply: ReplyAttr
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle?, reply: consuming ReplyAttr
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             if node == .root { try ensureListing() }
             if configuration.archivesAsText, let file = try resolve(node) { try showAsText(file) }
             let attrs = try state.withLock { state throws(Errno) in
@@ -736,11 +736,11 @@ public final class DocumentFileSystem: FileSystem {
                 return attributes(n)
             }
             reply.attributes(attrs, timeout: configuration.attributeTimeout)
-        }
+        } catch { reply.error(error) }
     }
 
-    public func readlink(_ context: RequestContext, node: NodeID, reply: ReplyReadlink) {
-        answer(reply) { () throws(Errno) in
+    public func readlink(_ context: RequestContext, node: NodeID, reply: consuming ReplyReadlink) {
+        do throws(Errno) {
             let target = try state.withLock { state throws(Errno) -> String in
                 guard let n = try self.node(&state, node), n.kind == .symbolicLink,
                     let target = n.record.linkTarget
@@ -748,15 +748,15 @@ public final class DocumentFileSystem: FileSystem {
                 return target
             }
             reply.target(target)
-        }
+        } catch { reply.error(error) }
     }
 
     // MARK: - Directories
 
     public func opendir(
-        _ context: RequestContext, node: NodeID, flags: OpenFlags, reply: ReplyOpen
+        _ context: RequestContext, node: NodeID, flags: OpenFlags, reply: consuming ReplyOpen
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             if node == .root { try ensureListing() }
             let directory = try resolve(node, loadingChildren: true)
             if let directory { try revalidate(directory) }
@@ -777,7 +777,7 @@ public final class DocumentFileSystem: FileSystem {
             // The kernel may cache the listing; a change invalidates the directory's inode.
             reply.opened(
                 FUSE.FileHandle(handle), options: keep ? [.cacheDirectory, .keepCache] : [.cacheDirectory])
-        }
+        } catch { reply.error(error) }
     }
 
     /// A directory's entries with their attributes, `.` and `..` first, then in the order of
@@ -840,9 +840,9 @@ public final class DocumentFileSystem: FileSystem {
 
     public func readdir(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64,
-        reply: ReplyDirectory
+        reply: consuming ReplyDirectory
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             for entry in try entries(node, handle, after: offset) {
                 let full = reply.add(
                     ino: entry.attributes.ino, offset: entry.cookie, type: entry.attributes.type,
@@ -850,14 +850,14 @@ public final class DocumentFileSystem: FileSystem {
                 if full { break }
             }
             reply.finish()
-        }
+        } catch { reply.error(error) }
     }
 
     public func readdirplus(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64,
-        reply: ReplyDirectoryPlus
+        reply: consuming ReplyDirectoryPlus
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             if offset == 0 { try showChildrenAsText(node) }
             for entry in try entries(node, handle, after: offset) {
                 let full = reply.add(
@@ -867,11 +867,11 @@ public final class DocumentFileSystem: FileSystem {
                 if full { break }
             }
             reply.finish()
-        }
+        } catch { reply.error(error) }
     }
 
     public func releasedir(
-        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, reply: ReplyEmpty
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, reply: consuming ReplyEmpty
     ) {
         _ = state.withLock { $0.directories.removeValue(forKey: handle.rawValue) }
         reply.ok()
@@ -879,19 +879,19 @@ public final class DocumentFileSystem: FileSystem {
 
     public func fsyncdir(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, flags: FsyncFlags,
-        reply: ReplyEmpty
+        reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             let directory = try resolve(node)
             try synchronize(
                 directory.flatMap { directory in state.withLock { self.document(&$0, of: directory) } })
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     // MARK: - File system
 
-    public func statfs(_ context: RequestContext, node: NodeID, reply: ReplyStatfs) {
+    public func statfs(_ context: RequestContext, node: NodeID, reply: consuming ReplyStatfs) {
         // Space is the store's: report the filesystem holding the store file, in 4 KiB blocks.
         var st = statvfs()
         // A store that is no local file (on a server, in memory) has no disk to report.
@@ -911,11 +911,6 @@ public final class DocumentFileSystem: FileSystem {
                 blockSize: 4096, blocks: blocks(UInt64(st.f_blocks)),
                 blocksFree: blocks(UInt64(st.f_bfree)), blocksAvailable: blocks(UInt64(st.f_bavail)),
                 files: files, filesFree: free, nameMax: 255))
-    }
-
-    /// Runs a handler body, answering its error.
-    func answer<R: Reply>(_ reply: R, _ body: () throws(Errno) -> Void) {
-        do { try body() } catch { reply.error(error) }
     }
 }
 

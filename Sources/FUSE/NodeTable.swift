@@ -15,13 +15,16 @@ import Synchronization
 ///   runs when the last of them is forgotten.
 ///
 /// The root (``NodeID/root``) is pinned to `root` and never forgotten.
+///
+/// The table is sharded by key, each shard behind a lock of its own, and a node id names its
+/// shard: a request touches one shard, so requests of other keys never wait for it.
 public final class NodeTable<Key: Hashable & Sendable>: Sendable {
     private struct Node {
         var key: Key
         var lookups: UInt64
         var generation: Generation
     }
-    private struct State {
+    private struct Shard {
         var nodes: [UInt64: Node] = [:]
         /// The node id that the next lookup of a key gets.
         var ids: [Key: UInt64] = [:]
@@ -29,10 +32,18 @@ public final class NodeTable<Key: Hashable & Sendable>: Sendable {
         var retired: [Key: [UInt64]] = [:]
         /// Released node ids with the generation they last had.
         var free: [(id: UInt64, generation: Generation)] = []
-        var next: UInt64 = NodeID.root.rawValue + 1
+        /// The next local number; 0 is never used, so no node id is 0 or the root's.
+        var next: UInt64 = 1
     }
 
-    private let state: Mutex<State>
+    /// Node ids are `local << shardBits | shard`.
+    private static var shardBits: Int { 4 }
+    private static var shardCount: Int { 1 << shardBits }
+    /// A shard behind its own lock (a class: an array cannot hold a lock itself).
+    private final class Locked: Sendable {
+        let shard = Mutex(Shard())
+    }
+    private let shards: [Locked]
     private let onForget: (@Sendable (Key, NodeID) -> Void)?
     /// The key of the root directory.
     public let rootKey: Key
@@ -43,18 +54,20 @@ public final class NodeTable<Key: Hashable & Sendable>: Sendable {
     public init(root: Key, onForget: (@Sendable (Key, NodeID) -> Void)? = nil) {
         rootKey = root
         self.onForget = onForget
-        var initial = State()
-        initial.nodes[NodeID.root.rawValue] = Node(key: root, lookups: 1, generation: Generation(0))
-        initial.ids[root] = NodeID.root.rawValue
-        state = Mutex(initial)
+        shards = (0..<Self.shardCount).map { _ in Locked() }
     }
+
+    private func shard(of key: Key) -> Int { Int(UInt(bitPattern: key.hashValue) % UInt(Self.shardCount)) }
+    private func shard(of node: UInt64) -> Int { Int(node & UInt64(Self.shardCount - 1)) }
 
     /// Counts one kernel lookup of `key`, giving it a node id if it has none. Use this only when
     /// sending an entry by hand; the table-taking reply methods call it for you.
     public func acquire(_ key: Key) -> (node: NodeID, generation: Generation) {
-        state.withLock { state in
+        if key == rootKey { return (.root, Generation(0)) }
+        let index = shard(of: key)
+        return shards[index].shard.withLock { state in
             if let id = state.ids[key], var node = state.nodes[id] {
-                if id != NodeID.root.rawValue { node.lookups += 1 }
+                node.lookups += 1
                 state.nodes[id] = node
                 return (NodeID(id), node.generation)
             }
@@ -64,7 +77,7 @@ public final class NodeTable<Key: Hashable & Sendable>: Sendable {
                 id = reused.id
                 generation = Generation(reused.generation.rawValue + 1)
             } else {
-                id = state.next
+                id = state.next << UInt64(Self.shardBits) | UInt64(index)
                 state.next += 1
                 generation = Generation(0)
             }
@@ -86,7 +99,7 @@ public final class NodeTable<Key: Hashable & Sendable>: Sendable {
 
     private func release(_ node: NodeID, _ lookups: UInt64) -> Key? {
         guard node != .root else { return nil }
-        return state.withLock { state -> Key? in
+        return shards[shard(of: node.rawValue)].shard.withLock { state -> Key? in
             guard var entry = state.nodes[node.rawValue] else { return nil }
             // More forgets than lookups is a bug somewhere; treat it as "all gone".
             entry.lookups -= min(lookups, entry.lookups)
@@ -117,8 +130,9 @@ public final class NodeTable<Key: Hashable & Sendable>: Sendable {
     /// - Returns: whether the kernel held a node for `key`.
     @discardableResult
     public func retire(_ key: Key) -> Bool {
-        state.withLock { state in
-            guard key != rootKey, let id = state.ids.removeValue(forKey: key) else { return false }
+        guard key != rootKey else { return false }
+        return shards[shard(of: key)].shard.withLock { state in
+            guard let id = state.ids.removeValue(forKey: key) else { return false }
             state.retired[key, default: []].append(id)
             return true
         }
@@ -126,18 +140,23 @@ public final class NodeTable<Key: Hashable & Sendable>: Sendable {
 
     /// The key a node id stands for, or nil if the kernel holds no such node.
     public func key(for node: NodeID) -> Key? {
-        state.withLock { $0.nodes[node.rawValue]?.key }
+        if node == .root { return rootKey }
+        return shards[shard(of: node.rawValue)].shard.withLock { $0.nodes[node.rawValue]?.key }
     }
 
     /// The node id of `key` if the kernel knows it (for notifications); counts nothing. For a
     /// retired key not looked up since, its newest old node id.
     public func node(for key: Key) -> NodeID? {
-        state.withLock { ($0.ids[key] ?? $0.retired[key]?.last).map { NodeID($0) } }
+        if key == rootKey { return .root }
+        return shards[shard(of: key)].shard.withLock {
+            ($0.ids[key] ?? $0.retired[key]?.last).map { NodeID($0) }
+        }
     }
 
     /// Whether `node` is the node id its key's lookups get now: false for a retired or unknown one.
     public func isCurrent(_ node: NodeID) -> Bool {
-        state.withLock { state in
+        if node == .root { return true }
+        return shards[shard(of: node.rawValue)].shard.withLock { state in
             guard let key = state.nodes[node.rawValue]?.key else { return false }
             return state.ids[key] == node.rawValue
         }
@@ -145,16 +164,20 @@ public final class NodeTable<Key: Hashable & Sendable>: Sendable {
 
     /// Every node id the kernel holds for `key`: the current one and retired ones.
     public func nodes(for key: Key) -> [NodeID] {
-        state.withLock { state in
+        if key == rootKey { return [.root] }
+        return shards[shard(of: key)].shard.withLock { state in
             ((state.retired[key] ?? []) + (state.ids[key].map { [$0] } ?? [])).map { NodeID($0) }
         }
     }
 
     /// The kernel's current lookup count of `node` (0 if unknown).
     public func lookupCount(of node: NodeID) -> UInt64 {
-        state.withLock { $0.nodes[node.rawValue]?.lookups ?? 0 }
+        if node == .root { return 1 }
+        return shards[shard(of: node.rawValue)].shard.withLock { $0.nodes[node.rawValue]?.lookups ?? 0 }
     }
 
     /// How many nodes the kernel holds, the root included.
-    public var count: Int { state.withLock { $0.nodes.count } }
+    public var count: Int {
+        1 + shards.reduce(0) { total, shard in total + shard.shard.withLock { $0.nodes.count } }
+    }
 }

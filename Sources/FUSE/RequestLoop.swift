@@ -1,4 +1,5 @@
 import CFuse3
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -19,10 +20,6 @@ import CFuse3
 final class RequestLoop: @unchecked Sendable {
     private struct State {
         var workers: [pthread_t] = []
-        /// Workers started or being started (counted before their thread exists).
-        var started = 0
-        /// Of those, the ones not busy with a request.
-        var idle = 0
         /// How the first worker to stop saw the connection end (0: unmounted or exited).
         var result: Int32?
     }
@@ -31,6 +28,10 @@ final class RequestLoop: @unchecked Sendable {
     private let maxWorkers: Int
     private let threadName: String
     private let state = Monitor(State())
+    /// Workers started or being started (counted before their thread exists), and of those the
+    /// ones not busy with a request: atomics, since every request changes them twice.
+    private let started = Atomic<Int>(0)
+    private let idle = Atomic<Int>(0)
 
     init(session: OpaquePointer, maxWorkers: Int, threadName: String) {
         self.session = session
@@ -42,10 +43,8 @@ final class RequestLoop: @unchecked Sendable {
     /// the negative errno of the read that ended it. The other workers may still be reading: ``join(abort:)``.
     func run() -> Int32 {
         if let stopped = state.withLock({ $0.result }) { return stopped }
-        state.withLock {
-            $0.started += 1
-            $0.idle += 1
-        }
+        started.add(1, ordering: .relaxed)
+        idle.add(1, ordering: .relaxed)
         guard startWorker() else { return -EAGAIN }
         return state.wait(until: { $0.result != nil }) { $0.result ?? 0 } ?? 0
     }
@@ -82,14 +81,24 @@ final class RequestLoop: @unchecked Sendable {
         }
     }
 
+    /// Counts one more worker in `started` if the limit allows.
+    private func takeWorkerSlot() -> Bool {
+        var current = started.load(ordering: .relaxed)
+        while current < maxWorkers {
+            let (exchanged, seen) = started.compareExchange(
+                expected: current, desired: current + 1, ordering: .relaxed)
+            if exchanged { return true }
+            current = seen
+        }
+        return false
+    }
+
     /// Starts a worker already counted in `started` and `idle`.
     @discardableResult
     private func startWorker() -> Bool {
         guard let thread = startThread(name: threadName, { [self] in work() }) else {
-            state.withLock {
-                $0.started -= 1
-                $0.idle -= 1
-            }
+            started.subtract(1, ordering: .relaxed)
+            idle.subtract(1, ordering: .relaxed)
             return false
         }
         state.withLock { $0.workers.append(thread) }
@@ -115,22 +124,18 @@ final class RequestLoop: @unchecked Sendable {
                 fuse_session_exit(session)
                 break
             }
-            // Nobody waits for the counts (only for `result`): no wake-up.
-            let more = state.withLock(wake: false) { state -> Bool in
-                state.idle -= 1
-                guard state.idle == 0, state.started < maxWorkers else { return false }
-                state.started += 1
-                state.idle += 1
-                return true
+            // The last idle worker taking a request starts another, up to the limit.
+            if idle.subtract(1, ordering: .acquiringAndReleasing).newValue == 0, takeWorkerSlot() {
+                idle.add(1, ordering: .relaxed)
+                startWorker()
             }
-            if more { startWorker() }
             // A request read after the session was told to exit is still answered: its caller
             // would otherwise wait for the abort.
             fuse_session_process_buf(session, &buffer)
-            state.withLock(wake: false) { $0.idle += 1 }
+            idle.add(1, ordering: .relaxed)
         }
+        idle.subtract(1, ordering: .relaxed)
         state.withLock { state in
-            state.idle -= 1
             if state.result == nil { state.result = ended }
         }
     }

@@ -12,21 +12,17 @@ import SystemPackage
 /// What the C callbacks reach through `fuse_req_userdata`: the filesystem, the logger and the
 /// gate that stops replies once libfuse's session is about to be freed.
 final class SessionCore: @unchecked Sendable {
-    struct Gate {
-        /// Reply objects created and not yet answered or dropped.
-        var outstanding = 0
-        /// Replies inside a libfuse call right now.
-        var inFlight = 0
-        /// Set at teardown: later replies are dropped instead of touching a freed session.
-        var closed = false
-    }
-
     let filesystem: any FileSystem
     let logger: Logger
     let options: MountOptions
     /// libfuse's session; set once before mounting, cleared only after the gate is closed.
     nonisolated(unsafe) var session: OpaquePointer?
-    private let gate = Monitor(Gate())
+    /// Replies made and not yet answered or dropped: the end of the session waits for them.
+    private let outstanding = Atomic<Int>(0)
+    /// Replies inside a libfuse call right now.
+    private let inFlight = Atomic<Int>(0)
+    /// Set at teardown: later replies are dropped instead of touching a freed session.
+    private let closed = Atomic<Bool>(false)
     private let destroyed = Atomic<Bool>(false)
     /// Set once the kernel's INIT has been handled; `destroy` pairs with it.
     let initialized = Atomic<Bool>(false)
@@ -55,42 +51,38 @@ final class SessionCore: @unchecked Sendable {
 
     // MARK: Reply accounting
 
-    func replyCreated() { gate.withLock(wake: false) { $0.outstanding += 1 } }
+    // Atomics, not a lock: every request passes here twice, on every worker thread at once,
+    // and waiting for the counts happens only at the end of the session.
+
+    func replyCreated() { outstanding.add(1, ordering: .relaxed) }
 
     /// Runs a reply's libfuse call unless the gate is closed (then answers -ENOTCONN), and counts
-    /// the reply finished: in the same lock as leaving the call, since every request pays for
-    /// each lock taken here.
+    /// the reply finished.
     func sendReply(_ request: fuse_req_t, _ body: (fuse_req_t) -> CInt) -> CInt {
-        // Nobody waits for a count to rise: no wake-up.
-        let open = gate.withLock(wake: false) { gate in
-            if !gate.closed { gate.inFlight += 1 }
-            return !gate.closed
-        }
-        guard open else {
-            gate.withLock { $0.outstanding -= 1 }
+        defer { outstanding.subtract(1, ordering: .releasing) }
+        inFlight.add(1, ordering: .sequentiallyConsistent)
+        defer { inFlight.subtract(1, ordering: .sequentiallyConsistent) }
+        // Checked after counting in flight: `closeGate` sets the flag first and then waits
+        // for what is in flight, so no call starts once it waited.
+        guard !closed.load(ordering: .sequentiallyConsistent) else {
             logger.debug("reply after the session closed: dropped")
             return -ENOTCONN
         }
-        let rc = body(request)
-        gate.withLock { gate in
-            gate.inFlight -= 1
-            gate.outstanding -= 1
-        }
-        return rc
+        return body(request)
     }
 
     /// Waits up to `timeout` for outstanding replies; returns how many are still pending.
     func drain(timeout: Duration) -> Int {
-        if gate.wait(until: { $0.outstanding <= 0 }, timeout: timeout, then: { _ in 0 }) != nil {
-            return 0
-        }
-        return gate.withLock { $0.outstanding }
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        while outstanding.load(ordering: .acquiring) > 0 && clock.now < deadline { usleep(1000) }
+        return max(0, outstanding.load(ordering: .acquiring))
     }
 
     /// Stops replies from reaching libfuse and waits for those inside a libfuse call.
     func closeGate() {
-        gate.withLock { $0.closed = true }
-        _ = gate.wait(until: { $0.inFlight == 0 }, then: { _ in () })
+        closed.store(true, ordering: .sequentiallyConsistent)
+        while inFlight.load(ordering: .sequentiallyConsistent) > 0 { usleep(100) }
     }
 
     // MARK: Lifecycle callbacks

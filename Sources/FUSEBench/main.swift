@@ -27,28 +27,30 @@ final class NoopFS: FileSystem {
         try? config.setMaxWrite(config.maxWriteLimit)
     }
 
-    func lookup(_ context: RequestContext, parent: NodeID, name: FileName, reply: ReplyEntry) {
+    func lookup(_ context: RequestContext, parent: NodeID, name: FileName, reply: consuming ReplyEntry) {
         // A name that is not there, never cached: every stat of it is one LOOKUP.
         guard parent == .root, name == "file" else { return reply.negative(timeout: .zero) }
         reply.entry(
             Entry(node: NodeID(2), attributes: file, attributeTimeout: .zero, entryTimeout: .seconds(60)))
     }
 
-    func getattr(_ context: RequestContext, node: NodeID, handle: FUSE.FileHandle?, reply: ReplyAttr) {
+    func getattr(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle?, reply: consuming ReplyAttr
+    ) {
         reply.attributes(node == .root ? root : file, timeout: .zero)
     }
 
-    func open(_ context: RequestContext, node: NodeID, flags: OpenFlags, reply: ReplyOpen) {
+    func open(_ context: RequestContext, node: NodeID, flags: OpenFlags, reply: consuming ReplyOpen) {
         reply.opened(FUSE.FileHandle(1), options: [.directIO])
     }
 
     func read(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64, size: Int,
-        reply: ReplyData
+        reply: consuming ReplyData
     ) {
         let start = min(Int(offset), Self.fileSize)
         let end = min(start + size, Self.fileSize)
-        Self.zeros[start..<end].withUnsafeBytes { reply.data($0) }
+        reply.data(Self.zeros[start..<end])
     }
 }
 
@@ -154,20 +156,28 @@ func main() throws {
     var rates: [(String, Stats)] = []
     for threads in [1, 2] {
         rates.append(
-            ("getattr_\(threads)t", throughput(threads: threads, rounds: rounds) {
-                var st = stat()
-                _ = stat(path, &st)
-            }))
+            (
+                "getattr_\(threads)t",
+                throughput(threads: threads, rounds: rounds) {
+                    var st = stat()
+                    _ = stat(path, &st)
+                }
+            ))
         rates.append(
-            ("lookup_\(threads)t", throughput(threads: threads, rounds: rounds) {
-                var st = stat()
-                _ = stat(missing, &st)
-            }))
+            (
+                "lookup_\(threads)t",
+                throughput(threads: threads, rounds: rounds) {
+                    var st = stat()
+                    _ = stat(missing, &st)
+                }
+            ))
     }
 
     func f(_ x: Double) -> String { String(format: "%.1f", x) }
     for (name, rate) in rates {
-        print("\(name.padding(toLength: 12, withPad: " ", startingAt: 0)) requests/s: median \(Int(rate.median)) (\(Int(rate.min))–\(Int(rate.max)))")
+        print(
+            "\(name.padding(toLength: 12, withPad: " ", startingAt: 0)) requests/s: median \(Int(rate.median)) (\(Int(rate.min))–\(Int(rate.max)))"
+        )
     }
     print(
         "no-op getattr (stat, attr timeout 0): median \(f(getattr.median)) µs (\(f(getattr.min))–\(f(getattr.max))), \(rounds) rounds × 2000"

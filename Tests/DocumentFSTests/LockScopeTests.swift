@@ -67,7 +67,7 @@ final class GatedFolder: FileSystem, @unchecked Sendable {
 
     private func ino(_ node: NodeID) -> UInt64? { table.key(for: node) }
 
-    func lookup(_ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: ReplyEntry) {
+    func lookup(_ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: consuming ReplyEntry) {
         guard let ino = state.withLock({ $0.names[name] }), let file = state.withLock({ $0.files[ino] })
         else {
             return reply.error(.noSuchFileOrDirectory)
@@ -78,7 +78,9 @@ final class GatedFolder: FileSystem, @unchecked Sendable {
     func forget(node: NodeID, lookups: UInt64) { table.forget(node, lookups: lookups) }
     func batchForget(_ items: [ForgetItem]) { table.forget(items) }
 
-    func getattr(_ context: RequestContext, node: NodeID, handle: FUSE.FileHandle?, reply: ReplyAttr) {
+    func getattr(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle?, reply: consuming ReplyAttr
+    ) {
         if node == .root { return reply.attributes(root, timeout: .zero) }
         guard let ino = ino(node), let file = state.withLock({ $0.files[ino] }) else {
             return reply.error(.noSuchFileOrDirectory)
@@ -86,7 +88,8 @@ final class GatedFolder: FileSystem, @unchecked Sendable {
         reply.attributes(file.attributes, timeout: .zero)
     }
 
-    func setattr(_ context: RequestContext, node: NodeID, changes: SetAttributes, reply: ReplyAttr) {
+    func setattr(_ context: RequestContext, node: NodeID, changes: SetAttributes, reply: consuming ReplyAttr)
+    {
         guard let ino = ino(node) else { return reply.error(.noSuchFileOrDirectory) }
         let attributes = state.withLock { state -> FileAttributes? in
             guard var file = state.files[ino] else { return nil }
@@ -104,7 +107,7 @@ final class GatedFolder: FileSystem, @unchecked Sendable {
 
     func create(
         _ context: RequestContext, parent: NodeID, name: FUSE.FileName, permissions: FilePermissions,
-        flags: OpenFlags, reply: ReplyCreate
+        flags: OpenFlags, reply: consuming ReplyCreate
     ) {
         let made = state.withLock { state -> (UInt64, FileAttributes)? in
             guard state.names[name] == nil else { return nil }
@@ -123,18 +126,18 @@ final class GatedFolder: FileSystem, @unchecked Sendable {
     }
 
     /// Only the name goes: the spill's file lives on while DocFS holds it open.
-    func unlink(_ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: ReplyEmpty) {
+    func unlink(_ context: RequestContext, parent: NodeID, name: FUSE.FileName, reply: consuming ReplyEmpty) {
         let removed = state.withLock { $0.names.removeValue(forKey: name) != nil }
         removed ? reply.ok() : reply.error(.noSuchFileOrDirectory)
     }
 
-    func open(_ context: RequestContext, node: NodeID, flags: OpenFlags, reply: ReplyOpen) {
+    func open(_ context: RequestContext, node: NodeID, flags: OpenFlags, reply: consuming ReplyOpen) {
         reply.opened(FUSE.FileHandle(ino(node) ?? 0), options: [.directIO])
     }
 
     func read(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64, size: Int,
-        reply: ReplyData
+        reply: consuming ReplyData
     ) {
         let ino = handle.rawValue
         let bytes = state.withLock { state -> [UInt8] in
@@ -147,9 +150,10 @@ final class GatedFolder: FileSystem, @unchecked Sendable {
 
     func write(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64, data: [UInt8],
-        info: WriteInfo, reply: ReplyWrite
+        info: WriteInfo, reply: consuming ReplyWrite
     ) {
         let ino = handle.rawValue
+        let reply = DeferredReply(reply)
         let write: @Sendable () -> Void = { [self] in
             state.withLock { state in
                 guard var file = state.files[ino] else { return }
@@ -159,7 +163,7 @@ final class GatedFolder: FileSystem, @unchecked Sendable {
                 file.attributes.size = UInt64(file.data.count)
                 state.files[ino] = file
             }
-            reply.written(data.count)
+            reply.take()?.written(data.count)
         }
         let parked = state.withLock { state -> Bool in
             let waits = state.closed && state.gated?.contains(ino) != false
@@ -171,13 +175,14 @@ final class GatedFolder: FileSystem, @unchecked Sendable {
 
     func fallocate(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, mode: FallocateMode,
-        offset: UInt64, length: UInt64, reply: ReplyEmpty
+        offset: UInt64, length: UInt64, reply: consuming ReplyEmpty
     ) {
         reply.error(.notSupported)
     }
 
     func release(
-        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, info: ReleaseInfo, reply: ReplyEmpty
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, info: ReleaseInfo,
+        reply: consuming ReplyEmpty
     ) {
         let ino = handle.rawValue
         state.withLock { state in

@@ -24,7 +24,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
         var nextHandle: UInt64 = 1
         var posixLocks: [UInt64: [Lock]] = [:]
         var flocks: [UInt64: [(owner: LockOwner, exclusive: Bool)]] = [:]
-        var parked: [ReplyData] = []
+        var parked: [DeferredReply<ReplyData>] = []
         var counters: [String: Int] = [:]
         var configReport: [String] = []
     }
@@ -36,8 +36,6 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
         var openOptions: OpenOptions = []
         /// Reads of files with this prefix are parked and never answered by the handler.
         var blockPrefix = "block"
-        /// Reads of files with this prefix answer twice.
-        var twicePrefix = "twice"
         /// Reads of files with this prefix drop the reply.
         var dropPrefix = "drop"
         /// Ask for FUSE_HANDLE_KILLPRIV_V2 and clear set-ID bits when a request says so.
@@ -112,7 +110,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
             defer { state.parked = [] }
             return state.parked
         }
-        for reply in parked { reply.data(data) }
+        for reply in parked { reply.take()?.data(data) }
     }
     var parkedCount: Int { box.state.withLock { $0.parked.count } }
 
@@ -126,10 +124,6 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
             guard state.inodes[ino] != nil else { throw Errno.noSuchFileOrDirectory }
             return try body(ino, &state)
         }
-    }
-
-    private func answer<R: Reply>(_ reply: R, _ body: () throws(Errno) -> Void) {
-        do { try body() } catch { reply.error(error) }
     }
 
     // MARK: lifecycle
@@ -169,14 +163,14 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
 
     // MARK: names
 
-    private func entry(_ reply: ReplyEntry, _ ino: UInt64, _ attributes: FileAttributes) {
+    private func entry(_ reply: consuming ReplyEntry, _ ino: UInt64, _ attributes: FileAttributes) {
         reply.entry(
             ino, in: table, attributes: attributes, attributeTimeout: behaviour.attributeTimeout,
             entryTimeout: behaviour.entryTimeout)
     }
 
-    func lookup(_ context: RequestContext, parent: NodeID, name: FileName, reply: ReplyEntry) {
-        answer(reply) { () throws(Errno) in
+    func lookup(_ context: RequestContext, parent: NodeID, name: FileName, reply: consuming ReplyEntry) {
+        do throws(Errno) {
             let (child, attributes) = try withInode(parent) { (ino, state) throws(Errno) in
                 guard let dir = state.inodes[ino], dir.attributes.type == .directory else {
                     throw Errno.notDirectory
@@ -187,23 +181,25 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 return (child, inode.attributes)
             }
             entry(reply, child, attributes)
-        }
+        } catch { reply.error(error) }
     }
 
     func forget(node: NodeID, lookups: UInt64) { table.forget(node, lookups: lookups) }
     func batchForget(_ items: [ForgetItem]) { table.forget(items) }
 
-    func getattr(_ context: RequestContext, node: NodeID, handle: FUSE.FileHandle?, reply: ReplyAttr) {
-        answer(reply) { () throws(Errno) in
+    func getattr(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle?, reply: consuming ReplyAttr
+    ) {
+        do throws(Errno) {
             let attributes = try withInode(node) { ino, state in state.inodes[ino]!.attributes }
             reply.attributes(attributes, timeout: behaviour.attributeTimeout)
-        }
+        } catch { reply.error(error) }
     }
 
     func setattr(
-        _ context: RequestContext, node: NodeID, changes: SetAttributes, reply: ReplyAttr
+        _ context: RequestContext, node: NodeID, changes: SetAttributes, reply: consuming ReplyAttr
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             let attributes = try withInode(node) { (ino, state) throws(Errno) in
                 var inode = state.inodes[ino]!
                 let now = Timespec.now
@@ -233,17 +229,17 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 return inode.attributes
             }
             reply.attributes(attributes, timeout: behaviour.attributeTimeout)
-        }
+        } catch { reply.error(error) }
     }
 
-    func readlink(_ context: RequestContext, node: NodeID, reply: ReplyReadlink) {
-        answer(reply) { () throws(Errno) in
+    func readlink(_ context: RequestContext, node: NodeID, reply: consuming ReplyReadlink) {
+        do throws(Errno) {
             let target = try withInode(node) { (ino, state) throws(Errno) in
                 guard state.inodes[ino]!.attributes.type == .symbolicLink else { throw Errno.invalidArgument }
                 return state.inodes[ino]!.target
             }
             reply.target(target)
-        }
+        } catch { reply.error(error) }
     }
 
     /// Adds a new inode named `name` in `parent`.
@@ -274,31 +270,31 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
 
     func mknod(
         _ context: RequestContext, parent: NodeID, name: FileName, type: FUSE.FileType,
-        permissions: FilePermissions, rdev: UInt64, reply: ReplyEntry
+        permissions: FilePermissions, rdev: UInt64, reply: consuming ReplyEntry
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             let (ino, attributes) = try make(
                 context, parent: parent, name: name, type: type, permissions: permissions)
             entry(reply, ino, attributes)
-        }
+        } catch { reply.error(error) }
     }
 
     func mkdir(
         _ context: RequestContext, parent: NodeID, name: FileName, permissions: FilePermissions,
-        reply: ReplyEntry
+        reply: consuming ReplyEntry
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             let (ino, attributes) = try make(
                 context, parent: parent, name: name, type: .directory, permissions: permissions)
             entry(reply, ino, attributes)
-        }
+        } catch { reply.error(error) }
     }
 
     func symlink(
         _ context: RequestContext, target: [UInt8], parent: NodeID, name: FileName,
-        reply: ReplyEntry
+        reply: consuming ReplyEntry
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             let (ino, attributes) = try make(
                 context, parent: parent, name: name, type: .symbolicLink,
                 permissions: FilePermissions(rawValue: 0o777)
@@ -307,14 +303,14 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 $0.attributes.size = UInt64(target.count)
             }
             entry(reply, ino, attributes)
-        }
+        } catch { reply.error(error) }
     }
 
     func create(
         _ context: RequestContext, parent: NodeID, name: FileName, permissions: FilePermissions,
-        flags: OpenFlags, reply: ReplyCreate
+        flags: OpenFlags, reply: consuming ReplyCreate
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             let (ino, attributes) = try make(
                 context, parent: parent, name: name, type: .regular, permissions: permissions
             ) { $0.openCount = 1 }
@@ -325,7 +321,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
             reply.created(
                 ino, in: table, attributes: attributes, handle: handle, options: behaviour.openOptions,
                 attributeTimeout: behaviour.attributeTimeout, entryTimeout: behaviour.entryTimeout)
-        }
+        } catch { reply.error(error) }
     }
 
     /// Removes `name` from `dir`; the inode lives on while open or known to the kernel.
@@ -345,8 +341,8 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
         reap(child, &state, looked: table.node(for: child) != nil)
     }
 
-    func unlink(_ context: RequestContext, parent: NodeID, name: FileName, reply: ReplyEmpty) {
-        answer(reply) { () throws(Errno) in
+    func unlink(_ context: RequestContext, parent: NodeID, name: FileName, reply: consuming ReplyEmpty) {
+        do throws(Errno) {
             try withInode(parent) { (dirIno, state) throws(Errno) in
                 guard let child = state.inodes[dirIno]!.children[name] else {
                     throw Errno.noSuchFileOrDirectory
@@ -355,11 +351,11 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 MemoryFS.removeName(name, in: dirIno, &state, table: table)
             }
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
-    func rmdir(_ context: RequestContext, parent: NodeID, name: FileName, reply: ReplyEmpty) {
-        answer(reply) { () throws(Errno) in
+    func rmdir(_ context: RequestContext, parent: NodeID, name: FileName, reply: consuming ReplyEmpty) {
+        do throws(Errno) {
             try withInode(parent) { (dirIno, state) throws(Errno) in
                 guard let child = state.inodes[dirIno]!.children[name] else {
                     throw Errno.noSuchFileOrDirectory
@@ -369,14 +365,14 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 MemoryFS.removeName(name, in: dirIno, &state, table: table)
             }
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     func rename(
         _ context: RequestContext, parent: NodeID, name: FileName, newParent: NodeID,
-        newName: FileName, flags: RenameFlags, reply: ReplyEmpty
+        newName: FileName, flags: RenameFlags, reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard !flags.contains(.whiteout), flags != [.noReplace, .exchange] else {
                 throw .invalidArgument
             }
@@ -419,14 +415,14 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 state.inodes[source]!.attributes.ctime = now
             }
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     func link(
         _ context: RequestContext, node: NodeID, newParent: NodeID, newName: FileName,
-        reply: ReplyEntry
+        reply: consuming ReplyEntry
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard let source = ino(node), let dir = ino(newParent) else { throw .noSuchFileOrDirectory }
             let attributes = try box.state.withLock { state throws(Errno) in
                 guard state.inodes[source] != nil, state.inodes[dir] != nil else {
@@ -440,13 +436,13 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 return state.inodes[source]!.attributes
             }
             entry(reply, source, attributes)
-        }
+        } catch { reply.error(error) }
     }
 
     // MARK: files
 
-    func open(_ context: RequestContext, node: NodeID, flags: OpenFlags, reply: ReplyOpen) {
-        answer(reply) { () throws(Errno) in
+    func open(_ context: RequestContext, node: NodeID, flags: OpenFlags, reply: consuming ReplyOpen) {
+        do throws(Errno) {
             let handle = try withInode(node) { (ino, state) throws(Errno) in
                 guard state.inodes[ino]!.attributes.type == .regular else { throw Errno.isDirectory }
                 if flags.contains(.truncate) && flags.isWritable {
@@ -461,7 +457,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 return FUSE.FileHandle(state.nextHandle)
             }
             reply.opened(handle, options: behaviour.openOptions)
-        }
+        } catch { reply.error(error) }
     }
 
     private func name(of ino: UInt64, _ state: State) -> String {
@@ -473,7 +469,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
 
     func read(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64, size: Int,
-        reply: ReplyData
+        reply: consuming ReplyData
     ) {
         let result = Result { () throws(Errno) -> ([UInt8], String) in
             try withInode(node) { ino, state in
@@ -489,10 +485,8 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
             reply.error(errno)
         case .success(let (bytes, name)):
             if name.hasPrefix(behaviour.blockPrefix) {
-                box.state.withLock { $0.parked.append(reply) }
-            } else if name.hasPrefix(behaviour.twicePrefix) {
-                reply.data(bytes)
-                reply.error(.ioError)
+                let parked = DeferredReply(reply)
+                box.state.withLock { $0.parked.append(parked) }
             } else if name.hasPrefix(behaviour.dropPrefix) {
                 return
             } else {
@@ -503,9 +497,9 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
 
     func write(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64, data: [UInt8],
-        info: WriteInfo, reply: ReplyWrite
+        info: WriteInfo, reply: consuming ReplyWrite
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             try withInode(node) { ino, state in
                 var inode = state.inodes[ino]!
                 let end = Int(offset) + data.count
@@ -519,12 +513,12 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 state.inodes[ino] = inode
             }
             reply.written(data.count)
-        }
+        } catch { reply.error(error) }
     }
 
     func flush(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, lockOwner: LockOwner,
-        reply: ReplyEmpty
+        reply: consuming ReplyEmpty
     ) {
         box.state.withLock { bump("flush", &$0) }
         reply.ok()
@@ -532,7 +526,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
 
     func release(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, info: ReleaseInfo,
-        reply: ReplyEmpty
+        reply: consuming ReplyEmpty
     ) {
         if let ino = ino(node) {
             let looked = table.node(for: ino) != nil
@@ -549,7 +543,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
 
     func fsync(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, flags: FsyncFlags,
-        reply: ReplyEmpty
+        reply: consuming ReplyEmpty
     ) {
         box.state.withLock { bump(flags.contains(.dataSync) ? "fdatasync" : "fsync", &$0) }
         reply.ok()
@@ -574,22 +568,22 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
 
     func readdir(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64,
-        reply: ReplyDirectory
+        reply: consuming ReplyDirectory
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             let entries = try listing(node)
             for (index, (ino, name, attributes)) in entries.enumerated().dropFirst(Int(offset)) {
                 if reply.add(ino: ino, offset: UInt64(index + 1), type: attributes.type, name: name) { break }
             }
             reply.finish()
-        }
+        } catch { reply.error(error) }
     }
 
     func readdirplus(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64,
-        reply: ReplyDirectoryPlus
+        reply: consuming ReplyDirectoryPlus
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             box.state.withLock { bump("readdirplus", &$0) }
             let entries = try listing(node)
             for (index, (ino, name, attributes)) in entries.enumerated().dropFirst(Int(offset)) {
@@ -599,10 +593,10 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 if full { break }
             }
             reply.finish()
-        }
+        } catch { reply.error(error) }
     }
 
-    func statfs(_ context: RequestContext, node: NodeID, reply: ReplyStatfs) {
+    func statfs(_ context: RequestContext, node: NodeID, reply: consuming ReplyStatfs) {
         reply.statistics(
             FileSystemStatistics(blockSize: 4096, blocks: 1000, blocksFree: 600, files: 500, filesFree: 400))
     }
@@ -611,9 +605,9 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
 
     func setxattr(
         _ context: RequestContext, node: NodeID, name: String, value: [UInt8], flags: XattrFlags,
-        reply: ReplyEmpty
+        reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard name.hasPrefix("user.") else { throw .notSupported }
             try withInode(node) { (ino, state) throws(Errno) in
                 let exists = state.inodes[ino]!.xattrs[name] != nil
@@ -622,41 +616,41 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 state.inodes[ino]!.xattrs[name] = value
             }
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
-    func getxattr(_ context: RequestContext, node: NodeID, name: String, reply: ReplyXattr) {
-        answer(reply) { () throws(Errno) in
+    func getxattr(_ context: RequestContext, node: NodeID, name: String, reply: consuming ReplyXattr) {
+        do throws(Errno) {
             let value = try withInode(node) { (ino, state) throws(Errno) in
                 bump("getxattr " + name, &state)
                 guard let value = state.inodes[ino]!.xattrs[name] else { throw Errno.noData }
                 return value
             }
             reply.value(value)
-        }
+        } catch { reply.error(error) }
     }
 
-    func listxattr(_ context: RequestContext, node: NodeID, reply: ReplyXattr) {
-        answer(reply) { () throws(Errno) in
+    func listxattr(_ context: RequestContext, node: NodeID, reply: consuming ReplyXattr) {
+        do throws(Errno) {
             let names = try withInode(node) { ino, state in state.inodes[ino]!.xattrs.keys.sorted() }
             reply.names(names)
-        }
+        } catch { reply.error(error) }
     }
 
-    func removexattr(_ context: RequestContext, node: NodeID, name: String, reply: ReplyEmpty) {
-        answer(reply) { () throws(Errno) in
+    func removexattr(_ context: RequestContext, node: NodeID, name: String, reply: consuming ReplyEmpty) {
+        do throws(Errno) {
             try withInode(node) { (ino, state) throws(Errno) in
                 guard state.inodes[ino]!.xattrs.removeValue(forKey: name) != nil else { throw Errno.noData }
             }
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     // MARK: locks
 
     func getlk(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, owner: LockOwner,
-        lock: FileLock, reply: ReplyLock
+        lock: FileLock, reply: consuming ReplyLock
     ) {
         let conflict = ino(node).flatMap { ino in
             box.state.withLock { state in
@@ -671,9 +665,9 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
 
     func setlk(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, owner: LockOwner,
-        lock: FileLock, wait: Bool, reply: ReplyEmpty
+        lock: FileLock, wait: Bool, reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             try withInode(node) { (ino, state) throws(Errno) in
                 var locks = state.posixLocks[ino, default: []]
                 if lock.kind == .unlock {
@@ -692,14 +686,14 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 state.posixLocks[ino] = locks
             }
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     func flock(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, owner: LockOwner,
-        operation: FlockOperation, reply: ReplyEmpty
+        operation: FlockOperation, reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             try withInode(node) { (ino, state) throws(Errno) in
                 var holders = state.flocks[ino, default: []]
                 holders.removeAll { $0.owner == owner }
@@ -718,16 +712,16 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 state.flocks[ino] = holders
             }
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     // MARK: ranges
 
     func fallocate(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, mode: FallocateMode,
-        offset: UInt64, length: UInt64, reply: ReplyEmpty
+        offset: UInt64, length: UInt64, reply: consuming ReplyEmpty
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard mode.isEmpty || mode == .keepSize || mode == [.keepSize, .punchHole] else {
                 throw .notSupported
             }
@@ -743,15 +737,15 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 state.inodes[ino]!.attributes.size = UInt64(data.count)
             }
             reply.ok()
-        }
+        } catch { reply.error(error) }
     }
 
     func copyFileRange(
         _ context: RequestContext, nodeIn: NodeID, handleIn: FUSE.FileHandle, offsetIn: UInt64,
         nodeOut: NodeID, handleOut: FUSE.FileHandle, offsetOut: UInt64, length: Int, flags: UInt32,
-        reply: ReplyWrite
+        reply: consuming ReplyWrite
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             guard let source = ino(nodeIn), let target = ino(nodeOut) else { throw .noSuchFileOrDirectory }
             let copied = try box.state.withLock { state throws(Errno) in
                 guard let input = state.inodes[source]?.data, var output = state.inodes[target]?.data else {
@@ -768,14 +762,14 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
                 return chunk.count
             }
             reply.written(copied)
-        }
+        } catch { reply.error(error) }
     }
 
     func lseek(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: Int64,
-        whence: SeekWhence, reply: ReplyLseek
+        whence: SeekWhence, reply: consuming ReplyLseek
     ) {
-        answer(reply) { () throws(Errno) in
+        do throws(Errno) {
             let size = try withInode(node) { ino, state in Int64(state.inodes[ino]!.data.count) }
             switch whence {
             case .data:
@@ -787,6 +781,6 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
             default:
                 throw .invalidArgument
             }
-        }
+        } catch { reply.error(error) }
     }
 }
