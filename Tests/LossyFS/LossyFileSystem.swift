@@ -1,0 +1,737 @@
+import CLinuxSupport
+import FUSE
+import Synchronization
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A passthrough over a backing folder that holds back, in memory, everything nobody made
+/// durable, and drops it all at once at ``cutPower()`` (see main.swift for the model).
+///
+/// One lock guards everything, backing I/O included: requests run one at a time, which is
+/// slow but leaves no interleaving to reason about.
+final class LossyFileSystem: FileSystem {
+    struct Options: Sendable {
+        var backing: String
+        var limbo: String
+        /// Names become durable only by `fsync` of their directory (POSIX), not also by `fsync`
+        /// of the file (ext4).
+        var posixNames = false
+    }
+
+    /// A backing inode the kernel knows, or one with unsynced bytes.
+    struct Node {
+        /// `O_PATH` descriptor: names the inode whatever its names become.
+        var fd: Int32
+        var isDirectory: Bool
+        /// Read-write descriptor, opened on first use.
+        var dataFD: Int32 = -1
+        /// Unsynced bytes; nil when the backing file is current.
+        var overlay: FileOverlay?
+    }
+
+    struct State {
+        var nodes: [UInt64: Node] = [:]
+        var journal = NameJournal()
+        /// Inodes with a name in limbo (`<ino>`), where removed inodes wait for an undo.
+        var inLimbo: Set<UInt64> = []
+        /// Descriptors of the directories journal records name, kept until the cut.
+        var directories: [UInt64: Int32] = [:]
+        /// Open directory handles' listings.
+        var listings: [UInt64: [(name: FileName, ino: UInt64, type: FUSE.FileType)]] = [:]
+        var nextHandle: UInt64 = 1
+        var powerCut = false
+    }
+
+    let options: Options
+    let table: NodeTable<UInt64>
+    let rootIno: UInt64
+    let limboFD: Int32
+    let state = Mutex(State())
+    static let timeout: Duration = .seconds(1)
+
+    init(_ options: Options) throws(Errno) {
+        self.options = options
+        let rootFD = try Backing.openPath(options.backing)
+        let root = try Backing.stat(rootFD)
+        rootIno = UInt64(root.st_ino)
+        table = NodeTable(root: rootIno)
+        if Glibc.mkdir(options.limbo, 0o700) != 0 && errno != EEXIST { throw Errno(rawValue: errno) }
+        limboFD = try Backing.openPath(options.limbo)
+        guard try Backing.stat(limboFD).st_dev == root.st_dev else { throw Errno.improperLink }
+        // Left by a lossyfs that did not end through a cut or an unmount: nothing to undo any more.
+        for entry in try Backing.list(limboFD) where !entry.name.isDotOrDotDot {
+            Backing.removeTree(limboFD, entry.name)
+        }
+        let rootIno = rootIno
+        state.withLock { $0.nodes[rootIno] = Node(fd: rootFD, isDirectory: true) }
+    }
+
+    // MARK: - Helpers
+
+    /// Runs a request under the lock; after a cut every request fails with EIO.
+    private func serve<R: Reply>(_ reply: R, _ body: (inout State) throws(Errno) -> Void) {
+        state.withLock { state in
+            guard !state.powerCut else { return reply.error(.ioError) }
+            do throws(Errno) { try body(&state) } catch { reply.error(error) }
+        }
+    }
+
+    private func node(_ id: NodeID, _ state: State) throws(Errno) -> (ino: UInt64, node: Node) {
+        guard let ino = table.key(for: id), let node = state.nodes[ino] else { throw .noSuchFileOrDirectory }
+        return (ino, node)
+    }
+
+    private func directory(_ id: NodeID, _ state: State) throws(Errno) -> (ino: UInt64, fd: Int32) {
+        let (ino, node) = try node(id, state)
+        guard node.isDirectory else { throw .notDirectory }
+        return (ino, node.fd)
+    }
+
+    private static func time(_ ts: timespec) -> Timespec {
+        Timespec(seconds: Int64(ts.tv_sec), nanoseconds: Int64(ts.tv_nsec))
+    }
+
+    private func attributes(_ ino: UInt64, _ state: State) throws(Errno) -> FileAttributes {
+        guard let node = state.nodes[ino] else { throw .noSuchFileOrDirectory }
+        let st = try Backing.stat(node.fd)
+        guard let type = FUSE.FileType(mode: st.st_mode) else { throw .ioError }
+        var links = UInt32(st.st_nlink)
+        if !node.isDirectory, state.inLimbo.contains(ino), links > 0 { links -= 1 }
+        var attributes = FileAttributes(
+            ino: ino, type: type, permissions: FilePermissions(rawValue: st.st_mode & 0o7777), nlink: links,
+            uid: st.st_uid, gid: st.st_gid, rdev: UInt64(st.st_rdev), size: UInt64(st.st_size),
+            blocks: UInt64(st.st_blocks), blockSize: UInt32(st.st_blksize), atime: Self.time(st.st_atim),
+            mtime: Self.time(st.st_mtim), ctime: Self.time(st.st_ctim))
+        if let overlay = node.overlay {
+            attributes.size = overlay.size
+            attributes.blocks = nil
+            attributes.mtime = overlay.modified
+        }
+        return attributes
+    }
+
+    /// The node for `name` in the directory `parentFD`, made known if new.
+    private func enter(_ state: inout State, _ parentFD: Int32, _ name: FileName) throws(Errno) -> UInt64 {
+        guard let st = try Backing.stat(parentFD, name) else { throw .noSuchFileOrDirectory }
+        let ino = UInt64(st.st_ino)
+        if state.nodes[ino] == nil {
+            let fd = try Backing.openPath(parentFD, name)
+            guard UInt64(try Backing.stat(fd).st_ino) == ino else {
+                close(fd)
+                throw .ioError
+            }
+            state.nodes[ino] = Node(fd: fd, isDirectory: st.st_mode & S_IFMT == S_IFDIR)
+        }
+        return ino
+    }
+
+    private func reply(_ reply: ReplyEntry, _ ino: UInt64, _ state: State) throws(Errno) {
+        reply.entry(
+            ino, in: table, attributes: try attributes(ino, state), attributeTimeout: Self.timeout,
+            entryTimeout: Self.timeout)
+    }
+
+    /// Journals a call's changes; keeps a descriptor of each directory they are in.
+    private func journal(_ state: inout State, _ changes: [Change], changesTree: Bool = false) {
+        for change in changes where state.directories[change.slot.directory] == nil {
+            if let fd = state.nodes[change.slot.directory]?.fd {
+                state.directories[change.slot.directory] = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+            }
+        }
+        state.journal.append(changes, changesTree: changesTree)
+    }
+
+    private static func limboName(_ ino: UInt64) -> FileName { FileName("\(ino)") }
+
+    /// Gives the file at `name` in `directoryFD` a name in limbo, so an undo can bring it back.
+    private func keepInLimbo(_ state: inout State, _ directoryFD: Int32, _ name: FileName, _ ino: UInt64)
+        throws(Errno)
+    {
+        guard !state.inLimbo.contains(ino) else { return }
+        do {
+            try Backing.link(directoryFD, name, limboFD, Self.limboName(ino))
+        } catch .fileExists {
+            try Backing.unlink(limboFD, Self.limboName(ino))
+            try Backing.link(directoryFD, name, limboFD, Self.limboName(ino))
+        }
+        state.inLimbo.insert(ino)
+    }
+
+    /// Removes from limbo what no undo needs any more.
+    private func release(_ inos: [UInt64], _ state: inout State) {
+        for ino in inos where state.inLimbo.contains(ino) && !state.journal.needs(ino) {
+            let name = Self.limboName(ino)
+            let isDirectory = (try? Backing.stat(limboFD, name)).map { $0.st_mode & S_IFMT == S_IFDIR }
+            try? Backing.unlink(limboFD, name, directoryToo: isDirectory ?? false)
+            state.inLimbo.remove(ino)
+        }
+    }
+
+    private func dataFD(_ state: inout State, _ ino: UInt64) throws(Errno) -> Int32 {
+        guard var node = state.nodes[ino] else { throw .noSuchFileOrDirectory }
+        guard !node.isDirectory else { throw .isDirectory }
+        if node.dataFD < 0 {
+            node.dataFD = try Backing.reopenForData(node.fd)
+            state.nodes[ino] = node
+        }
+        return node.dataFD
+    }
+
+    /// Runs `body` on the file's overlay, made if it has none.
+    private func changeContents(
+        _ state: inout State, _ ino: UInt64, _ body: (inout FileOverlay, Int32) throws(Errno) -> Void
+    ) throws(Errno) {
+        let fd = try dataFD(&state, ino)
+        guard var node = state.nodes[ino] else { throw .noSuchFileOrDirectory }
+        var overlay: FileOverlay
+        if let existing = node.overlay {
+            overlay = existing
+        } else {
+            let st = try Backing.stat(fd)
+            overlay = FileOverlay(backingSize: UInt64(st.st_size), modified: Self.time(st.st_mtim))
+        }
+        try body(&overlay, fd)
+        node.overlay = overlay
+        state.nodes[ino] = node
+    }
+
+    /// Drops a node nobody needs: the kernel forgot it and it has no unsynced bytes.
+    private func dropIfUnused(_ state: inout State, _ ino: UInt64) {
+        guard ino != rootIno, let node = state.nodes[ino], node.overlay == nil, table.node(for: ino) == nil
+        else { return }
+        close(node.fd)
+        if node.dataFD >= 0 { close(node.dataFD) }
+        state.nodes[ino] = nil
+    }
+
+    /// Writes every overlay to its backing file and makes every name change durable.
+    private func persistAll(_ state: inout State) -> (files: Int, bytes: Int, names: Int) {
+        var files = 0
+        var bytes = 0
+        for (ino, node) in state.nodes {
+            guard let overlay = node.overlay, node.dataFD >= 0 else { continue }
+            do {
+                try overlay.persist(to: node.dataFD, dataOnly: false)
+                files += 1
+                bytes += overlay.pendingBytes
+                state.nodes[ino]?.overlay = nil
+            } catch {
+                Log.say("could not write back inode \(ino): \(error)")
+            }
+        }
+        let names = state.journal.count
+        release(state.journal.syncAll(), &state)
+        for ino in Array(state.nodes.keys) { dropIfUnused(&state, ino) }
+        return (files, bytes, names)
+    }
+
+    // MARK: - Power
+
+    /// The "sync" signal: what `syncfs(2)` would do if the kernel forwarded it (it does not; see
+    /// main.swift).
+    func syncEverything() {
+        state.withLock { state in
+            guard !state.powerCut else { return }
+            let (files, bytes, names) = persistAll(&state)
+            Log.say("sync: wrote \(bytes) bytes of \(files) files, made \(names) name changes durable")
+        }
+    }
+
+    /// Cuts the power: aborts the connection (`abort` runs while nothing else does), then puts
+    /// the backing folder back as it was at the last durable point and forgets every unsynced byte.
+    func cutPower(abort: () -> Void) {
+        state.withLock { state in
+            guard !state.powerCut else { return }
+            state.powerCut = true
+            abort()
+            let records = state.journal.undoOrder
+            for record in records {
+                for change in record.changes { if let after = change.after { detach(&state, change.slot, after) } }
+                for change in record.changes { if let before = change.before { attach(&state, change.slot, before) } }
+            }
+            for entry in (try? Backing.list(limboFD)) ?? [] where !entry.name.isDotOrDotDot {
+                Backing.removeTree(limboFD, entry.name)
+            }
+            var files = 0
+            var bytes = 0
+            for (_, node) in state.nodes {
+                if let overlay = node.overlay {
+                    files += 1
+                    bytes += overlay.pendingBytes
+                }
+                close(node.fd)
+                if node.dataFD >= 0 { close(node.dataFD) }
+            }
+            state.nodes = [:]
+            for (_, fd) in state.directories { close(fd) }
+            state.directories = [:]
+            Log.say("power cut: dropped \(bytes) unsynced bytes of \(files) files, undid \(records.count) name changes")
+        }
+    }
+
+    private func detach(_ state: inout State, _ slot: Slot, _ object: Object) {
+        guard let directory = state.directories[slot.directory] else {
+            return Log.say("undo: no descriptor for directory \(slot.directory)")
+        }
+        do {
+            guard let st = try Backing.stat(directory, slot.name), UInt64(st.st_ino) == object.ino else {
+                return Log.say("undo: \(slot.name) in \(slot.directory) is not inode \(object.ino)")
+            }
+            if object.isDirectory {
+                try Backing.rename(directory, slot.name, limboFD, Self.limboName(object.ino))
+                state.inLimbo.insert(object.ino)
+            } else {
+                try keepInLimbo(&state, directory, slot.name, object.ino)
+                try Backing.unlink(directory, slot.name)
+            }
+        } catch {
+            Log.say("undo: could not remove \(slot.name) from \(slot.directory): \(error)")
+        }
+    }
+
+    private func attach(_ state: inout State, _ slot: Slot, _ object: Object) {
+        guard let directory = state.directories[slot.directory], state.inLimbo.contains(object.ino) else {
+            return Log.say("undo: cannot put inode \(object.ino) back as \(slot.name)")
+        }
+        do {
+            if object.isDirectory {
+                try Backing.rename(limboFD, Self.limboName(object.ino), directory, slot.name)
+                state.inLimbo.remove(object.ino)
+            } else {
+                try Backing.link(limboFD, Self.limboName(object.ino), directory, slot.name)
+            }
+        } catch {
+            Log.say("undo: could not put inode \(object.ino) back as \(slot.name): \(error)")
+        }
+    }
+
+    // MARK: - Lifecycle
+
+    func initialize(_ config: inout KernelConfig) {
+        // Every write must reach the daemon to be held back: no writeback cache. Nothing changes
+        // the backing folder behind the kernel's back, so cached pages need no invalidation.
+        config.disable([.writebackCache, .autoInvalidateData, .dontMask, .spliceRead, .spliceWrite, .spliceMove])
+        try? config.enable(.atomicOpenTruncate)
+        try? config.setMaxWrite(config.maxWriteLimit)
+    }
+
+    func destroy() {
+        state.withLock { state in
+            guard !state.powerCut else { return }
+            let (files, bytes, names) = persistAll(&state)
+            Log.say("unmounted: wrote \(bytes) bytes of \(files) files, made \(names) name changes durable")
+        }
+    }
+
+    // MARK: - Names
+
+    func lookup(_ context: RequestContext, parent: NodeID, name: FileName, reply: ReplyEntry) {
+        serve(reply) { state throws(Errno) in
+            let (_, parentFD) = try directory(parent, state)
+            try self.reply(reply, try enter(&state, parentFD, name), state)
+        }
+    }
+
+    func forget(node: NodeID, lookups: UInt64) {
+        let ino = table.key(for: node)
+        table.forget(node, lookups: lookups)
+        if let ino { state.withLock { dropIfUnused(&$0, ino) } }
+    }
+
+    func batchForget(_ items: [ForgetItem]) {
+        for item in items { forget(node: item.node, lookups: item.lookups) }
+    }
+
+    /// Makes a node with `make`, gives it the caller's owner, journals it and answers its entry.
+    private func makeNode(
+        _ context: RequestContext, _ parent: NodeID, _ name: FileName, _ reply: ReplyEntry,
+        isDirectory: Bool = false, _ make: (Int32, UnsafePointer<CChar>) -> Int32
+    ) {
+        serve(reply) { state throws(Errno) in
+            let (parentIno, parentFD) = try directory(parent, state)
+            try Backing.withName(name) { cName throws(Errno) in try Backing.check(make(parentFD, cName)) }
+            try? Backing.chown(parentFD, name, uid: context.uid, gid: context.gid)
+            let ino = try enter(&state, parentFD, name)
+            journal(
+                &state, [Change(slot: Slot(directory: parentIno, name: name), before: nil, after: Object(ino: ino, isDirectory: isDirectory))],
+                changesTree: isDirectory)
+            try self.reply(reply, ino, state)
+        }
+    }
+
+    func mknod(
+        _ context: RequestContext, parent: NodeID, name: FileName, type: FUSE.FileType,
+        permissions: FilePermissions, rdev: UInt64, reply: ReplyEntry
+    ) {
+        makeNode(context, parent, name, reply) { mknodat($0, $1, type.modeBits | permissions.rawValue, dev_t(rdev)) }
+    }
+
+    func mkdir(
+        _ context: RequestContext, parent: NodeID, name: FileName, permissions: FilePermissions,
+        reply: ReplyEntry
+    ) {
+        makeNode(context, parent, name, reply, isDirectory: true) { mkdirat($0, $1, permissions.rawValue) }
+    }
+
+    func symlink(
+        _ context: RequestContext, target: [UInt8], parent: NodeID, name: FileName, reply: ReplyEntry
+    ) {
+        let target = target.map { CChar(bitPattern: $0) } + [0]
+        makeNode(context, parent, name, reply) { directory, name in
+            target.withUnsafeBufferPointer { buffer in buffer.baseAddress.map { symlinkat($0, directory, name) } ?? -1 }
+        }
+    }
+
+    func create(
+        _ context: RequestContext, parent: NodeID, name: FileName, permissions: FilePermissions,
+        flags: OpenFlags, reply: ReplyCreate
+    ) {
+        serve(reply) { state throws(Errno) in
+            let (parentIno, parentFD) = try directory(parent, state)
+            let made = try Backing.withName(name) { cName in
+                openat(parentFD, cName, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, permissions.rawValue)
+            }
+            if made < 0 && (errno != EEXIST || flags.contains(.exclusive)) { throw Errno(rawValue: errno) }
+            if made >= 0 { try? Backing.chown(parentFD, name, uid: context.uid, gid: context.gid) }
+            let ino = try enter(&state, parentFD, name)
+            if made >= 0 {
+                if state.nodes[ino]?.dataFD ?? 0 < 0 { state.nodes[ino]?.dataFD = made } else { close(made) }
+                journal(
+                    &state,
+                    [Change(slot: Slot(directory: parentIno, name: name), before: nil, after: Object(ino: ino, isDirectory: false))])
+            } else if flags.contains(.truncate) {
+                try changeContents(&state, ino) { overlay, _ in overlay.truncate(to: 0) }
+            }
+            reply.created(
+                ino, in: table, attributes: try attributes(ino, state), handle: FUSE.FileHandle(ino),
+                options: [.keepCache], attributeTimeout: Self.timeout, entryTimeout: Self.timeout)
+        }
+    }
+
+    func unlink(_ context: RequestContext, parent: NodeID, name: FileName, reply: ReplyEmpty) {
+        serve(reply) { state throws(Errno) in
+            let (parentIno, parentFD) = try directory(parent, state)
+            guard let st = try Backing.stat(parentFD, name) else { throw .noSuchFileOrDirectory }
+            guard st.st_mode & S_IFMT != S_IFDIR else { throw .isDirectory }
+            let ino = UInt64(st.st_ino)
+            try keepInLimbo(&state, parentFD, name, ino)
+            try Backing.unlink(parentFD, name)
+            journal(
+                &state,
+                [Change(slot: Slot(directory: parentIno, name: name), before: Object(ino: ino, isDirectory: false), after: nil)])
+            reply.ok()
+        }
+    }
+
+    func rmdir(_ context: RequestContext, parent: NodeID, name: FileName, reply: ReplyEmpty) {
+        serve(reply) { state throws(Errno) in
+            let (parentIno, parentFD) = try directory(parent, state)
+            guard let st = try Backing.stat(parentFD, name) else { throw .noSuchFileOrDirectory }
+            guard st.st_mode & S_IFMT == S_IFDIR else { throw .notDirectory }
+            let ino = UInt64(st.st_ino)
+            let fd = try Backing.openPath(parentFD, name)
+            defer { close(fd) }
+            guard try Backing.list(fd).allSatisfy({ $0.name.isDotOrDotDot }) else { throw .directoryNotEmpty }
+            try Backing.rename(parentFD, name, limboFD, Self.limboName(ino))
+            state.inLimbo.insert(ino)
+            journal(
+                &state,
+                [Change(slot: Slot(directory: parentIno, name: name), before: Object(ino: ino, isDirectory: true), after: nil)],
+                changesTree: true)
+            reply.ok()
+        }
+    }
+
+    func rename(
+        _ context: RequestContext, parent: NodeID, name: FileName, newParent: NodeID, newName: FileName,
+        flags: RenameFlags, reply: ReplyEmpty
+    ) {
+        serve(reply) { state throws(Errno) in
+            guard !flags.contains(.whiteout), flags != [.noReplace, .exchange] else { throw .invalidArgument }
+            let (fromIno, fromFD) = try directory(parent, state)
+            let (toIno, toFD) = try directory(newParent, state)
+            guard let source = try Backing.stat(fromFD, name) else { throw .noSuchFileOrDirectory }
+            let moved = Object(ino: UInt64(source.st_ino), isDirectory: source.st_mode & S_IFMT == S_IFDIR)
+            let replaced = try Backing.stat(toFD, newName).map {
+                Object(ino: UInt64($0.st_ino), isDirectory: $0.st_mode & S_IFMT == S_IFDIR)
+            }
+            let from = Slot(directory: fromIno, name: name)
+            let to = Slot(directory: toIno, name: newName)
+            if flags.contains(.exchange) {
+                guard let replaced else { throw .noSuchFileOrDirectory }
+                try Backing.rename(fromFD, name, toFD, newName, flags: flags.rawValue)
+                if replaced != moved {
+                    journal(
+                        &state, [Change(slot: from, before: moved, after: replaced), Change(slot: to, before: replaced, after: moved)],
+                        changesTree: moved.isDirectory || replaced.isDirectory)
+                }
+                return reply.ok()
+            }
+            if let replaced {
+                guard !flags.contains(.noReplace) else { throw .fileExists }
+                // Two names of one file: rename does nothing (POSIX).
+                if replaced.ino == moved.ino { return reply.ok() }
+                if moved.isDirectory && !replaced.isDirectory { throw .notDirectory }
+                if !moved.isDirectory && replaced.isDirectory { throw .isDirectory }
+                if replaced.isDirectory {
+                    let fd = try Backing.openPath(toFD, newName)
+                    defer { close(fd) }
+                    guard try Backing.list(fd).allSatisfy({ $0.name.isDotOrDotDot }) else { throw .directoryNotEmpty }
+                    try Backing.rename(toFD, newName, limboFD, Self.limboName(replaced.ino))
+                    do throws(Errno) {
+                        try Backing.rename(fromFD, name, toFD, newName)
+                    } catch {
+                        try? Backing.rename(limboFD, Self.limboName(replaced.ino), toFD, newName)
+                        throw error
+                    }
+                    state.inLimbo.insert(replaced.ino)
+                } else {
+                    try keepInLimbo(&state, toFD, newName, replaced.ino)
+                    do throws(Errno) {
+                        try Backing.rename(fromFD, name, toFD, newName)
+                    } catch {
+                        release([replaced.ino], &state)
+                        throw error
+                    }
+                }
+            } else {
+                try Backing.rename(fromFD, name, toFD, newName, flags: flags.rawValue)
+            }
+            journal(
+                &state, [Change(slot: from, before: moved, after: nil), Change(slot: to, before: replaced, after: moved)],
+                changesTree: moved.isDirectory)
+            reply.ok()
+        }
+    }
+
+    func link(_ context: RequestContext, node: NodeID, newParent: NodeID, newName: FileName, reply: ReplyEntry) {
+        serve(reply) { state throws(Errno) in
+            let (ino, linked) = try self.node(node, state)
+            guard !linked.isDirectory else { throw .notPermitted }
+            guard try attributes(ino, state).nlink > 0 else { throw .noSuchFileOrDirectory }
+            let (parentIno, parentFD) = try directory(newParent, state)
+            try Backing.link(linked.fd, parentFD, newName)
+            journal(
+                &state,
+                [Change(slot: Slot(directory: parentIno, name: newName), before: nil, after: Object(ino: ino, isDirectory: false))])
+            try self.reply(reply, ino, state)
+        }
+    }
+
+    // MARK: - Attributes
+
+    func getattr(_ context: RequestContext, node: NodeID, handle: FUSE.FileHandle?, reply: ReplyAttr) {
+        serve(reply) { state throws(Errno) in
+            reply.attributes(try attributes(try self.node(node, state).ino, state), timeout: Self.timeout)
+        }
+    }
+
+    func setattr(_ context: RequestContext, node: NodeID, changes: SetAttributes, reply: ReplyAttr) {
+        serve(reply) { state throws(Errno) in
+            let (ino, target) = try self.node(node, state)
+            let path = Backing.procPath(target.fd)
+            let isLink = try Backing.stat(target.fd).st_mode & S_IFMT == S_IFLNK
+            if let permissions = changes.permissions, !isLink { try Backing.check(chmod(path, permissions.rawValue)) }
+            if changes.uid != nil || changes.gid != nil {
+                try Backing.check(
+                    fchownat(target.fd, "", changes.uid ?? UInt32.max, changes.gid ?? UInt32.max, Backing.emptyPath))
+            }
+            if let size = changes.size {
+                try changeContents(&state, ino) { overlay, _ in
+                    overlay.truncate(to: size)
+                    overlay.modified = .now
+                }
+            }
+            if !isLink && (changes.atime != nil || changes.mtime != nil) {
+                func spec(_ change: SetAttributes.TimeChange?) -> timespec {
+                    switch change {
+                    case .now: timespec(tv_sec: 0, tv_nsec: (1 << 30) - 1)  // UTIME_NOW
+                    case .time(let t): timespec(tv_sec: Int(t.seconds), tv_nsec: Int(t.nanoseconds))
+                    case nil: timespec(tv_sec: 0, tv_nsec: docfs_utime_omit())
+                    }
+                }
+                var times = [spec(changes.atime), spec(changes.mtime)]
+                try Backing.check(utimensat(AT_FDCWD, path, &times, 0))
+                if changes.mtime != nil, state.nodes[ino]?.overlay != nil {
+                    let st = try Backing.stat(target.fd)
+                    state.nodes[ino]?.overlay?.modified = Self.time(st.st_mtim)
+                }
+            }
+            reply.attributes(try attributes(ino, state), timeout: Self.timeout)
+        }
+    }
+
+    func readlink(_ context: RequestContext, node: NodeID, reply: ReplyReadlink) {
+        serve(reply) { state throws(Errno) in
+            let (_, link) = try self.node(node, state)
+            var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+            let count = try Backing.check(readlinkat(link.fd, "", &buffer, buffer.count))
+            reply.target(buffer[..<count].map { UInt8(bitPattern: $0) })
+        }
+    }
+
+    func statfs(_ context: RequestContext, node: NodeID, reply: ReplyStatfs) {
+        serve(reply) { state throws(Errno) in
+            guard let root = state.nodes[rootIno] else { throw .ioError }
+            var s = statvfs()
+            try Backing.check(fstatvfs(root.fd, &s))
+            reply.statistics(
+                FileSystemStatistics(
+                    blockSize: UInt64(s.f_bsize), fragmentSize: UInt64(s.f_frsize), blocks: UInt64(s.f_blocks),
+                    blocksFree: UInt64(s.f_bfree), blocksAvailable: UInt64(s.f_bavail), files: UInt64(s.f_files),
+                    filesFree: UInt64(s.f_ffree), filesAvailable: UInt64(s.f_favail), nameMax: UInt64(s.f_namemax)))
+        }
+    }
+
+    // No extended attributes: ENOSYS makes the kernel stop asking (see FileSystem).
+    func getxattr(_ context: RequestContext, node: NodeID, name: String, reply: ReplyXattr) {
+        reply.error(.noFunction)
+    }
+
+    func listxattr(_ context: RequestContext, node: NodeID, reply: ReplyXattr) { reply.error(.noFunction) }
+
+    // MARK: - Contents
+
+    func open(_ context: RequestContext, node: NodeID, flags: OpenFlags, reply: ReplyOpen) {
+        serve(reply) { state throws(Errno) in
+            let (ino, _) = try self.node(node, state)
+            _ = try dataFD(&state, ino)
+            if flags.contains(.truncate) && flags.isWritable {
+                try changeContents(&state, ino) { overlay, _ in
+                    overlay.truncate(to: 0)
+                    overlay.modified = .now
+                }
+            }
+            reply.opened(FUSE.FileHandle(ino), options: [.keepCache])
+        }
+    }
+
+    func read(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64, size: Int,
+        reply: ReplyData
+    ) {
+        serve(reply) { state throws(Errno) in
+            let (ino, _) = try self.node(node, state)
+            let fd = try dataFD(&state, ino)
+            if let overlay = state.nodes[ino]?.overlay {
+                reply.data(try overlay.read(at: offset, count: size, backing: fd))
+            } else {
+                var bytes = [UInt8](repeating: 0, count: size)
+                let count = try Backing.check(pread(fd, &bytes, size, off_t(offset)))
+                reply.data(bytes[..<count])
+            }
+        }
+    }
+
+    func write(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64,
+        bytes: UnsafeRawBufferPointer, info: WriteInfo, reply: ReplyWrite
+    ) {
+        serve(reply) { state throws(Errno) in
+            let (ino, _) = try self.node(node, state)
+            try changeContents(&state, ino) { overlay, fd throws(Errno) in
+                try overlay.write(bytes, at: offset, backing: fd)
+                overlay.modified = .now
+            }
+            reply.written(bytes.count)
+        }
+    }
+
+    func fallocate(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, mode: FallocateMode, offset: UInt64,
+        length: UInt64, reply: ReplyEmpty
+    ) {
+        serve(reply) { state throws(Errno) in
+            let (ino, _) = try self.node(node, state)
+            let keepSize = mode.contains(.keepSize)
+            switch mode.subtracting(.keepSize) {
+            case []:
+                // Space is not modelled: only a size change is visible.
+                if !keepSize {
+                    try changeContents(&state, ino) { overlay, _ in
+                        if offset + length > overlay.size { overlay.truncate(to: offset + length) }
+                    }
+                }
+            case .punchHole where keepSize, .zeroRange:
+                try changeContents(&state, ino) { overlay, fd throws(Errno) in
+                    if !keepSize && offset + length > overlay.size { overlay.truncate(to: offset + length) }
+                    try overlay.zero(at: offset, count: length, backing: fd)
+                    overlay.modified = .now
+                }
+            default:
+                throw .notSupported
+            }
+            reply.ok()
+        }
+    }
+
+    func fsync(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, flags: FsyncFlags, reply: ReplyEmpty
+    ) {
+        serve(reply) { state throws(Errno) in
+            let (ino, synced) = try self.node(node, state)
+            if let overlay = synced.overlay {
+                try overlay.persist(to: try dataFD(&state, ino), dataOnly: flags.contains(.dataSync))
+                state.nodes[ino]?.overlay = nil
+            }
+            if !options.posixNames { release(state.journal.syncNames(of: ino), &state) }
+            reply.ok()
+        }
+    }
+
+    func opendir(_ context: RequestContext, node: NodeID, flags: OpenFlags, reply: ReplyOpen) {
+        serve(reply) { state throws(Errno) in
+            _ = try directory(node, state)
+            let handle = state.nextHandle
+            state.nextHandle += 1
+            state.listings[handle] = []
+            reply.opened(FUSE.FileHandle(handle))
+        }
+    }
+
+    func readdir(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64, reply: ReplyDirectory
+    ) {
+        serve(reply) { state throws(Errno) in
+            let (_, fd) = try directory(node, state)
+            if offset == 0 || state.listings[handle.rawValue] == nil {
+                state.listings[handle.rawValue] = try Backing.list(fd).map { entry in
+                    let type: FUSE.FileType =
+                        switch Int32(entry.type) {
+                        case Int32(DT_DIR): .directory
+                        case Int32(DT_LNK): .symbolicLink
+                        case Int32(DT_CHR): .characterDevice
+                        case Int32(DT_BLK): .blockDevice
+                        case Int32(DT_FIFO): .fifo
+                        case Int32(DT_SOCK): .socket
+                        default: .regular
+                        }
+                    return (entry.name, entry.ino, type)
+                }
+            }
+            let entries = state.listings[handle.rawValue] ?? []
+            for (index, entry) in entries.enumerated().dropFirst(Int(offset)) {
+                if reply.add(ino: entry.ino, offset: UInt64(index + 1), type: entry.type, name: entry.name) { break }
+            }
+            reply.finish()
+        }
+    }
+
+    func releasedir(_ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, reply: ReplyEmpty) {
+        state.withLock { _ = $0.listings.removeValue(forKey: handle.rawValue) }
+        reply.ok()
+    }
+
+    func fsyncdir(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, flags: FsyncFlags, reply: ReplyEmpty
+    ) {
+        serve(reply) { state throws(Errno) in
+            let (ino, _) = try directory(node, state)
+            release(state.journal.syncDirectory(ino), &state)
+            reply.ok()
+        }
+    }
+}
