@@ -152,6 +152,8 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        // Mounts lossyfs for real: what a power cut keeps and drops.
+        .testTarget(name: "LossyFSTests", dependencies: ["lossyfs", "TestSupport"]),
         .testTarget(
             name: "FUSETests",
             dependencies: [

@@ -240,8 +240,9 @@ final class LossyFileSystem: FileSystem {
         }
     }
 
-    /// Cuts the power: aborts the connection (`abort` runs while nothing else does), then puts
-    /// the backing folder back as it was at the last durable point and forgets every unsynced byte.
+    /// Cuts the power: runs `abort` (which ends the connection and detaches the mount) while no
+    /// request runs, then puts the backing folder back as it was at the last durable point and
+    /// forgets every unsynced byte.
     func cutPower(abort: () -> Void) {
         state.withLock { state in
             guard !state.powerCut else { return }

@@ -115,7 +115,12 @@ func serve() -> Never {
         setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
     }
 
-    // SIGUSR1 and SIGUSR2 are taken by one thread with sigwait: blocked before any thread starts.
+    // A parent's thread may have blocked signals (a Swift test's does): unblock them all, or
+    // SIGTERM would never end the mount. SIGUSR1 and SIGUSR2 are taken by one thread with
+    // sigwait: blocked before any thread starts.
+    var none = sigset_t()
+    sigemptyset(&none)
+    pthread_sigmask(SIG_SETMASK, &none, nil)
     var powerSignals = sigset_t()
     sigemptyset(&powerSignals)
     sigaddset(&powerSignals, SIGUSR1)
@@ -165,9 +170,12 @@ func serve() -> Never {
                 if !knowsConnection || docfs_abort_connection(connection) != 1 {
                     Log.say("could not abort FUSE connection \(connection); detaching only")
                 }
+                // libfuse does not unmount an aborted connection: detach it here, before the end
+                // of the session (the abort ends it) lets the process exit.
+                if umount2(mountpoint, 2 /* MNT_DETACH */) != 0 {
+                    Log.say("umount2 \(mountpoint): \(Errno(rawValue: errno))")
+                }
             }
-            // libfuse does not unmount an aborted connection: detach it here.
-            if umount2(mountpoint, 2 /* MNT_DETACH */) != 0 { Log.say("umount2 \(mountpoint): \(Errno(rawValue: errno))") }
             session.requestUnmount()
             return
         }
