@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Power-loss test of the mount: scripts/power-loss.sh [ROUNDS] [SEED] [--postgres]
+# Power-loss test of the mount: scripts/power-loss.sh [ROUNDS] [SEED] [--postgres] [--kill-only]
 #
 # The store's files live under lossyfs (Tests/LossyFS), a FUSE file system that keeps every
 # write and name change nobody made durable in memory and drops them all at a power cut:
@@ -13,23 +13,27 @@
 # every acknowledged write and name is there, and every new version under `.docfs/versions` is
 # whole (power_loss.py check). Every round prints its seed: `scripts/power-loss.sh 1 SEED`
 # runs that round again (on a fresh store). Exits non-zero when anything was lost.
+# --kill-only: SIGKILL only, no power cut (lossyfs unmounts cleanly, keeping every write: the
+# page cache survives), to tell the losses a kill causes from those only a power cut does.
 #
 # DOCFS_BIN, LOSSYFS_BIN: the programs (default: .build/debug/…, built if missing). KEEP=1 keeps
 # the work folder. LOSSYFS_OPTIONS: more lossyfs options (-o names=posix).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 postgres=
+kill_only=
 positional=()
 for argument in "$@"; do
     case $argument in
     --postgres) postgres=1 ;;
+    --kill-only) kill_only=1 ;;
     *) positional+=("$argument") ;;
     esac
 done
 rounds=${positional[0]:-20}
 seed=${positional[1]:-$(( $(date +%s) % 100000 ))}
 writers=${WRITERS:-3}
-echo "power-loss: $rounds rounds, seed $seed, $writers writers, store on ${postgres:+PostgreSQL}${postgres:-SQLite}"
+echo "power-loss: $rounds rounds, seed $seed, $writers writers, store on ${postgres:+PostgreSQL}${postgres:-SQLite}${kill_only:+, kill only (no power cut)}"
 
 source scripts/reliability/common.sh powerloss
 lossyfs=${LOSSYFS_BIN:-}
@@ -82,7 +86,7 @@ crash() {
     if [ -n "$pg_pid" ]; then kill -KILL -- "-$pg_pid" 2>/dev/null || kill -KILL "$pg_pid" 2>/dev/null || true; fi
     pg_pid=
     if [ -n "$lossy_pid" ]; then
-        kill -USR1 "$lossy_pid"
+        if [ -n "$kill_only" ]; then kill -TERM "$lossy_pid"; else kill -USR1 "$lossy_pid"; fi
         wait "$lossy_pid" || echo "lossyfs exited with $? at the cut" >&2
     fi
     lossy_pid=

@@ -140,7 +140,9 @@ class Writer:
         return self.next_object
 
     def mine(self, name):
-        return name.startswith((f"W{self.w}-", f"{PACKAGE}/w{self.w}-", f"{TRASH}/T{self.w}-"))
+        # Conflict entries ("W0-1 (conflict 12).txt") are the mount's, named after their document.
+        return name.startswith((f"W{self.w}-", f"{PACKAGE}/w{self.w}-", f"{TRASH}/T{self.w}-")) and \
+            " (conflict " not in name
 
     # Operations: each logs itself, then acts; `failed` is logged if the call fails otherwise than
     # by the mount's death (which ends the writer).
