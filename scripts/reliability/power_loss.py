@@ -380,7 +380,9 @@ class Replay:
         self.names = {}      # name -> object or None, now
         self.history = {}    # name -> [(index, binding)]
         self.objects = {}    # object -> {"timeline": [content...], "scratch": bool, "start": sha}
-        self.by_seq = {}     # seq -> object
+        self.snapshots = 0
+        self.calls = {}      # index -> the call, for reports
+        self.moved_to_trash = {}  # snapshot -> the object moved into the Trash
         self.name_ack = {}   # name -> index of the last acknowledgement of its binding
         self.data_ack = {}   # object -> timeline position acknowledged
         self.pending = {}    # object -> position whose fsync returned, not yet promised
@@ -388,7 +390,6 @@ class Replay:
         self.acks = {"fsync": 0, "dir": 0, "startup": 0}
         self.ops = 0
         self.started = False
-        self.writer = None
         for e in events:
             if e["t"] == "failed" or e["i"] in failed:
                 continue
@@ -408,14 +409,14 @@ class Replay:
 
     def apply(self, e):
         t, i = e["t"], e["i"]
+        if t in ("create", "rename", "exchange", "unlink", "link"):
+            self.calls[i] = " ".join(str(e[k]) for k in ("t", "name", "src", "dst") if k in e)
         if t in ("create", "write", "rename", "exchange", "unlink", "link") and self.started:
             self.ops += 1
         if t == "start":
             first = ("seq", e["seq"]) if e["seq"] is not None else \
                 ("empty", None) if e["sha"] == EMPTY_SHA else ("sha", e["sha"])
             self.objects[e["obj"]] = {"timeline": [first], "scratch": False, "sha": e["sha"]}
-            if e["seq"] is not None:
-                self.by_seq[e["seq"]] = e["obj"]
             self.history[e["name"]] = [(-1, None)]
             self.bind(i, e["name"], e["obj"])
         elif t == "started":
@@ -424,8 +425,24 @@ class Replay:
             self.objects[e["obj"]] = {"timeline": [("empty", None)], "scratch": e["scratch"], "sha": None}
             self.bind(i, e["name"], e["obj"])
         elif t == "write":
-            self.objects[e["obj"]]["timeline"].append(("seq", e["seq"]))
-            self.by_seq[e["seq"]] = e["obj"]
+            obj = self.names.get(e["name"])
+            if obj is not None:
+                self.objects[obj]["timeline"].append(("seq", e["seq"]))
+        elif t == "rename" and folder_of(e["dst"]) == TRASH and folder_of(e["src"]) != TRASH:
+            # The Trash keeps the wrapper as the version that last had it: a snapshot, which
+            # later writes through another name of a linked file do not change.
+            moved = self.names.get(e["src"])
+            if moved is None:
+                return
+            timeline = self.objects[moved]["timeline"]
+            self.snapshots += 1
+            snapshot = f"trash-{self.snapshots}"
+            self.objects[snapshot] = {"timeline": [timeline[-1]], "scratch": False, "sha": None}
+            if self.data_ack.get(moved, -1) == len(timeline) - 1:
+                self.data_ack[snapshot] = 0
+            self.lose_name(i, e["src"])
+            self.bind(i, e["dst"], snapshot)
+            self.moved_to_trash[snapshot] = moved
         elif t == "rename":
             moved, replaced = self.names.get(e["src"]), self.names.get(e["dst"])
             if moved != replaced:
@@ -463,6 +480,10 @@ class Replay:
                     if obj is not None and obj in self.pending:
                         self.data_ack[obj] = max(self.data_ack.get(obj, 0), self.pending[obj])
 
+    def last_calls(self, name, count=3):
+        """The last calls that changed `name`, for a report."""
+        return [self.calls[j] for (j, _) in self.history.get(name, []) if j in self.calls][-count:]
+
     def allowed(self, name):
         """The bindings `name` may have after the cut."""
         ack = self.name_ack.get(name, -1)
@@ -476,7 +497,6 @@ class Replay:
         if parsed is None:
             return ("empty", None)
         if isinstance(parsed, tuple):
-            self.writer = parsed[0]
             return ("seq", parsed[2])
         sha = hashlib.sha1(data).hexdigest()
         if any(o["sha"] == sha for o in self.objects.values()):
@@ -504,7 +524,8 @@ def check(mount, state_path, round_number, seed, logs):
             allowed = replay.allowed(name)
             if data is None:
                 if None not in allowed:
-                    problems.append(("name-gone", name, f"missing; it held object {sorted(allowed)} when acknowledged"))
+                    problems.append(("name-gone", name, f"missing; it may hold only objects {sorted(allowed, key=str)}; "
+                                     f"its last calls: {replay.last_calls(name)}"))
                 continue
             content = replay.content(data)
             if content[0] == "torn":
@@ -516,7 +537,7 @@ def check(mount, state_path, round_number, seed, logs):
                     problems.append(("resurrected", name, f"holds {content}, but its removal was acknowledged"))
                 else:
                     problems.append(("wrong-contents", name, f"holds {content}, which none of the objects "
-                                     f"{sorted(o for o in allowed if o is not None)} it may hold ever had"))
+                                     f"{sorted((o for o in allowed if o is not None), key=str)} it may hold ever had"))
                 continue
             for obj in candidates:
                 seen_objects.add(obj)
