@@ -33,7 +33,9 @@ done
 rounds=${positional[0]:-20}
 seed=${positional[1]:-$(( $(date +%s) % 100000 ))}
 writers=${WRITERS:-3}
-echo "power-loss: $rounds rounds, seed $seed, $writers writers, store on ${postgres:+PostgreSQL}${postgres:-SQLite}${kill_only:+, kill only (no power cut)}"
+kind=SQLite
+[ -z "$postgres" ] || kind=PostgreSQL
+echo "power-loss: $rounds rounds, seed $seed, $writers writers, store on $kind${kill_only:+, kill only (no power cut)}"
 
 source scripts/reliability/common.sh powerloss
 lossyfs=${LOSSYFS_BIN:-}
@@ -73,9 +75,14 @@ start_lossyfs() {
 }
 
 start_postgres() {
-    as_postgres "$pgbin/pg_ctl" -D "$lossy/pg/data" -l "$work/pg/server.log" -w -t 120 start -o \
-        "-p $port -k $work/pg -c listen_addresses=127.0.0.1 -c max_connections=40 -c shared_buffers=32MB" >/dev/null \
-        || { tail -20 "$work/pg/server.log" >&2; return 1; }
+    # After a crash pg_ctl warns that the old lock file is still there: only its failure is news.
+    if ! as_postgres "$pgbin/pg_ctl" -D "$lossy/pg/data" -l "$work/pg/server.log" -w -t 120 start -o \
+        "-p $port -k $work/pg -c listen_addresses=127.0.0.1 -c max_connections=40 -c shared_buffers=32MB" \
+        >"$work/pg/pg_ctl.log" 2>&1; then
+        cat "$work/pg/pg_ctl.log" >&2
+        tail -20 "$work/pg/server.log" >&2
+        return 1
+    fi
     pg_pid=$(head -1 "$lossy/pg/data/postmaster.pid")
 }
 
@@ -83,6 +90,7 @@ start_postgres() {
 crash() {
     if [ -n "$daemon_pid" ]; then kill -KILL "$daemon_pid" 2>/dev/null || true; fi
     # pg_ctl starts the server in a session of its own: its backends are in the group.
+    local pg_group=$pg_pid
     if [ -n "$pg_pid" ]; then kill -KILL -- "-$pg_pid" 2>/dev/null || kill -KILL "$pg_pid" 2>/dev/null || true; fi
     pg_pid=
     if [ -n "$lossy_pid" ]; then
@@ -91,6 +99,11 @@ crash() {
     fi
     lossy_pid=
     if mounted "$lossy"; then fusermount3 -u -z "$lossy"; fi
+    # A killed process waiting on the file system ends once the cut fails its request; a new
+    # server refuses to start while the old one's processes hold its shared memory.
+    if [ -n "$pg_group" ]; then
+        for _ in $(seq 200); do pgrep -g "$pg_group" >/dev/null || break; sleep 0.05; done
+    fi
     # A killed daemon waiting in the kernel for a page lock never ends: abort its connection
     # (see crash-test.sh).
     for _ in $(seq 60); do kill -0 "$timer" 2>/dev/null || break; sleep 0.05; done
