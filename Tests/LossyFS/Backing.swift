@@ -15,7 +15,9 @@ enum Backing {
 
     /// Runs `body` with `name` as a NUL-terminated C string.
     @discardableResult
-    static func withName<R>(_ name: FileName, _ body: (UnsafePointer<CChar>) throws(Errno) -> R) throws(Errno) -> R {
+    static func withName<R>(_ name: FileName, _ body: (UnsafePointer<CChar>) throws(Errno) -> R) throws(Errno)
+        -> R
+    {
         var bytes = name.bytes.map { CChar(bitPattern: $0) }
         bytes.append(0)
         return try bytes.withUnsafeBufferPointer { buffer throws(Errno) -> R in
@@ -80,9 +82,12 @@ enum Backing {
     }
 
     /// A new name `to` for the file named `from` (not a directory).
-    static func link(_ fromDirectory: Int32, _ from: FileName, _ toDirectory: Int32, _ to: FileName) throws(Errno) {
+    static func link(_ fromDirectory: Int32, _ from: FileName, _ toDirectory: Int32, _ to: FileName)
+        throws(Errno)
+    {
         try withName(from) { from throws(Errno) in
-            try withName(to) { to throws(Errno) in try check(linkat(fromDirectory, from, toDirectory, to, 0)) }
+            try withName(to) { to throws(Errno) in try check(linkat(fromDirectory, from, toDirectory, to, 0))
+            }
         }
     }
 
@@ -165,7 +170,9 @@ enum Backing {
     }
 
     /// Reads exactly `count` bytes at `offset` into `buffer`, stopping early only at end of file.
-    static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64) throws(Errno) {
+    static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64)
+        throws(Errno)
+    {
         guard let base = buffer.baseAddress else { return }
         var done = 0
         while done < buffer.count {

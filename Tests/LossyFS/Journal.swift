@@ -112,7 +112,9 @@ struct NameJournal {
                 bySlot[change.slot]?.removeAll { $0 == sequence }
                 if bySlot[change.slot]?.isEmpty == true { bySlot[change.slot] = nil }
                 byDirectory[change.slot.directory]?.remove(sequence)
-                if byDirectory[change.slot.directory]?.isEmpty == true { byDirectory[change.slot.directory] = nil }
+                if byDirectory[change.slot.directory]?.isEmpty == true {
+                    byDirectory[change.slot.directory] = nil
+                }
                 if let after = change.after {
                     byNamedObject[after.ino]?.remove(sequence)
                     if byNamedObject[after.ino]?.isEmpty == true { byNamedObject[after.ino] = nil }

@@ -72,29 +72,29 @@ final class LossyFileSystem: FileSystem {
     // MARK: - Helpers
 
     /// Runs a request under the lock; after a cut every request fails with EIO.
-    private func serve<R: Reply>(_ reply: R, _ body: (inout State) throws(Errno) -> Void) {
+    func serve<R: Reply>(_ reply: R, _ body: (inout State) throws(Errno) -> Void) {
         state.withLock { state in
             guard !state.powerCut else { return reply.error(.ioError) }
             do throws(Errno) { try body(&state) } catch { reply.error(error) }
         }
     }
 
-    private func node(_ id: NodeID, _ state: State) throws(Errno) -> (ino: UInt64, node: Node) {
+    func node(_ id: NodeID, _ state: State) throws(Errno) -> (ino: UInt64, node: Node) {
         guard let ino = table.key(for: id), let node = state.nodes[ino] else { throw .noSuchFileOrDirectory }
         return (ino, node)
     }
 
-    private func directory(_ id: NodeID, _ state: State) throws(Errno) -> (ino: UInt64, fd: Int32) {
+    func directory(_ id: NodeID, _ state: State) throws(Errno) -> (ino: UInt64, fd: Int32) {
         let (ino, node) = try node(id, state)
         guard node.isDirectory else { throw .notDirectory }
         return (ino, node.fd)
     }
 
-    private static func time(_ ts: timespec) -> Timespec {
+    static func time(_ ts: timespec) -> Timespec {
         Timespec(seconds: Int64(ts.tv_sec), nanoseconds: Int64(ts.tv_nsec))
     }
 
-    private func attributes(_ ino: UInt64, _ state: State) throws(Errno) -> FileAttributes {
+    func attributes(_ ino: UInt64, _ state: State) throws(Errno) -> FileAttributes {
         guard let node = state.nodes[ino] else { throw .noSuchFileOrDirectory }
         let st = try Backing.stat(node.fd)
         guard let type = FUSE.FileType(mode: st.st_mode) else { throw .ioError }
@@ -114,7 +114,7 @@ final class LossyFileSystem: FileSystem {
     }
 
     /// The node for `name` in the directory `parentFD`, made known if new.
-    private func enter(_ state: inout State, _ parentFD: Int32, _ name: FileName) throws(Errno) -> UInt64 {
+    func enter(_ state: inout State, _ parentFD: Int32, _ name: FileName) throws(Errno) -> UInt64 {
         guard let st = try Backing.stat(parentFD, name) else { throw .noSuchFileOrDirectory }
         let ino = UInt64(st.st_ino)
         if state.nodes[ino] == nil {
@@ -128,14 +128,14 @@ final class LossyFileSystem: FileSystem {
         return ino
     }
 
-    private func reply(_ reply: ReplyEntry, _ ino: UInt64, _ state: State) throws(Errno) {
+    func reply(_ reply: ReplyEntry, _ ino: UInt64, _ state: State) throws(Errno) {
         reply.entry(
             ino, in: table, attributes: try attributes(ino, state), attributeTimeout: Self.timeout,
             entryTimeout: Self.timeout)
     }
 
     /// Journals a call's changes; keeps a descriptor of each directory they are in.
-    private func journal(_ state: inout State, _ changes: [Change], changesTree: Bool = false) {
+    func journal(_ state: inout State, _ changes: [Change], changesTree: Bool = false) {
         for change in changes where state.directories[change.slot.directory] == nil {
             if let fd = state.nodes[change.slot.directory]?.fd {
                 state.directories[change.slot.directory] = fcntl(fd, F_DUPFD_CLOEXEC, 0)
@@ -144,10 +144,10 @@ final class LossyFileSystem: FileSystem {
         state.journal.append(changes, changesTree: changesTree)
     }
 
-    private static func limboName(_ ino: UInt64) -> FileName { FileName("\(ino)") }
+    static func limboName(_ ino: UInt64) -> FileName { FileName("\(ino)") }
 
     /// Gives the file at `name` in `directoryFD` a name in limbo, so an undo can bring it back.
-    private func keepInLimbo(_ state: inout State, _ directoryFD: Int32, _ name: FileName, _ ino: UInt64)
+    func keepInLimbo(_ state: inout State, _ directoryFD: Int32, _ name: FileName, _ ino: UInt64)
         throws(Errno)
     {
         guard !state.inLimbo.contains(ino) else { return }
@@ -161,7 +161,7 @@ final class LossyFileSystem: FileSystem {
     }
 
     /// Removes from limbo what no undo needs any more.
-    private func release(_ inos: [UInt64], _ state: inout State) {
+    func release(_ inos: [UInt64], _ state: inout State) {
         for ino in inos where state.inLimbo.contains(ino) && !state.journal.needs(ino) {
             let name = Self.limboName(ino)
             let isDirectory = (try? Backing.stat(limboFD, name)).map { $0.st_mode & S_IFMT == S_IFDIR }
@@ -170,7 +170,7 @@ final class LossyFileSystem: FileSystem {
         }
     }
 
-    private func dataFD(_ state: inout State, _ ino: UInt64) throws(Errno) -> Int32 {
+    func dataFD(_ state: inout State, _ ino: UInt64) throws(Errno) -> Int32 {
         guard var node = state.nodes[ino] else { throw .noSuchFileOrDirectory }
         guard !node.isDirectory else { throw .isDirectory }
         if node.dataFD < 0 {
@@ -181,7 +181,7 @@ final class LossyFileSystem: FileSystem {
     }
 
     /// Runs `body` on the file's overlay, made if it has none.
-    private func changeContents(
+    func changeContents(
         _ state: inout State, _ ino: UInt64, _ body: (inout FileOverlay, Int32) throws(Errno) -> Void
     ) throws(Errno) {
         let fd = try dataFD(&state, ino)
@@ -199,7 +199,7 @@ final class LossyFileSystem: FileSystem {
     }
 
     /// Drops a node nobody needs: the kernel forgot it and it has no unsynced bytes.
-    private func dropIfUnused(_ state: inout State, _ ino: UInt64) {
+    func dropIfUnused(_ state: inout State, _ ino: UInt64) {
         guard ino != rootIno, let node = state.nodes[ino], node.overlay == nil, table.node(for: ino) == nil
         else { return }
         close(node.fd)
@@ -250,8 +250,12 @@ final class LossyFileSystem: FileSystem {
             abort()
             let records = state.journal.undoOrder
             for record in records {
-                for change in record.changes { if let after = change.after { detach(&state, change.slot, after) } }
-                for change in record.changes { if let before = change.before { attach(&state, change.slot, before) } }
+                for change in record.changes {
+                    if let after = change.after { detach(&state, change.slot, after) }
+                }
+                for change in record.changes {
+                    if let before = change.before { attach(&state, change.slot, before) }
+                }
             }
             for entry in (try? Backing.list(limboFD)) ?? [] where !entry.name.isDotOrDotDot {
                 Backing.removeTree(limboFD, entry.name)
@@ -269,7 +273,9 @@ final class LossyFileSystem: FileSystem {
             state.nodes = [:]
             for (_, fd) in state.directories { close(fd) }
             state.directories = [:]
-            Log.say("power cut: dropped \(bytes) unsynced bytes of \(files) files, undid \(records.count) name changes")
+            Log.say(
+                "power cut: dropped \(bytes) unsynced bytes of \(files) files, undid \(records.count) name changes"
+            )
         }
     }
 
@@ -314,7 +320,9 @@ final class LossyFileSystem: FileSystem {
     func initialize(_ config: inout KernelConfig) {
         // Every write must reach the daemon to be held back: no writeback cache. Nothing changes
         // the backing folder behind the kernel's back, so cached pages need no invalidation.
-        config.disable([.writebackCache, .autoInvalidateData, .dontMask, .spliceRead, .spliceWrite, .spliceMove])
+        config.disable([
+            .writebackCache, .autoInvalidateData, .dontMask, .spliceRead, .spliceWrite, .spliceMove,
+        ])
         try? config.enable(.atomicOpenTruncate)
         try? config.setMaxWrite(config.maxWriteLimit)
     }
@@ -346,182 +354,6 @@ final class LossyFileSystem: FileSystem {
         for item in items { forget(node: item.node, lookups: item.lookups) }
     }
 
-    /// Makes a node with `make`, gives it the caller's owner, journals it and answers its entry.
-    private func makeNode(
-        _ context: RequestContext, _ parent: NodeID, _ name: FileName, _ reply: ReplyEntry,
-        isDirectory: Bool = false, _ make: (Int32, UnsafePointer<CChar>) -> Int32
-    ) {
-        serve(reply) { state throws(Errno) in
-            let (parentIno, parentFD) = try directory(parent, state)
-            try Backing.withName(name) { cName throws(Errno) in try Backing.check(make(parentFD, cName)) }
-            try? Backing.chown(parentFD, name, uid: context.uid, gid: context.gid)
-            let ino = try enter(&state, parentFD, name)
-            journal(
-                &state, [Change(slot: Slot(directory: parentIno, name: name), before: nil, after: Object(ino: ino, isDirectory: isDirectory))],
-                changesTree: isDirectory)
-            try self.reply(reply, ino, state)
-        }
-    }
-
-    func mknod(
-        _ context: RequestContext, parent: NodeID, name: FileName, type: FUSE.FileType,
-        permissions: FilePermissions, rdev: UInt64, reply: ReplyEntry
-    ) {
-        makeNode(context, parent, name, reply) { mknodat($0, $1, type.modeBits | permissions.rawValue, dev_t(rdev)) }
-    }
-
-    func mkdir(
-        _ context: RequestContext, parent: NodeID, name: FileName, permissions: FilePermissions,
-        reply: ReplyEntry
-    ) {
-        makeNode(context, parent, name, reply, isDirectory: true) { mkdirat($0, $1, permissions.rawValue) }
-    }
-
-    func symlink(
-        _ context: RequestContext, target: [UInt8], parent: NodeID, name: FileName, reply: ReplyEntry
-    ) {
-        let target = target.map { CChar(bitPattern: $0) } + [0]
-        makeNode(context, parent, name, reply) { directory, name in
-            target.withUnsafeBufferPointer { buffer in buffer.baseAddress.map { symlinkat($0, directory, name) } ?? -1 }
-        }
-    }
-
-    func create(
-        _ context: RequestContext, parent: NodeID, name: FileName, permissions: FilePermissions,
-        flags: OpenFlags, reply: ReplyCreate
-    ) {
-        serve(reply) { state throws(Errno) in
-            let (parentIno, parentFD) = try directory(parent, state)
-            let made = try Backing.withName(name) { cName in
-                openat(parentFD, cName, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, permissions.rawValue)
-            }
-            if made < 0 && (errno != EEXIST || flags.contains(.exclusive)) { throw Errno(rawValue: errno) }
-            if made >= 0 { try? Backing.chown(parentFD, name, uid: context.uid, gid: context.gid) }
-            let ino = try enter(&state, parentFD, name)
-            if made >= 0 {
-                if state.nodes[ino]?.dataFD ?? 0 < 0 { state.nodes[ino]?.dataFD = made } else { close(made) }
-                journal(
-                    &state,
-                    [Change(slot: Slot(directory: parentIno, name: name), before: nil, after: Object(ino: ino, isDirectory: false))])
-            } else if flags.contains(.truncate) {
-                try changeContents(&state, ino) { overlay, _ in overlay.truncate(to: 0) }
-            }
-            reply.created(
-                ino, in: table, attributes: try attributes(ino, state), handle: FUSE.FileHandle(ino),
-                options: [.keepCache], attributeTimeout: Self.timeout, entryTimeout: Self.timeout)
-        }
-    }
-
-    func unlink(_ context: RequestContext, parent: NodeID, name: FileName, reply: ReplyEmpty) {
-        serve(reply) { state throws(Errno) in
-            let (parentIno, parentFD) = try directory(parent, state)
-            guard let st = try Backing.stat(parentFD, name) else { throw .noSuchFileOrDirectory }
-            guard st.st_mode & S_IFMT != S_IFDIR else { throw .isDirectory }
-            let ino = UInt64(st.st_ino)
-            try keepInLimbo(&state, parentFD, name, ino)
-            try Backing.unlink(parentFD, name)
-            journal(
-                &state,
-                [Change(slot: Slot(directory: parentIno, name: name), before: Object(ino: ino, isDirectory: false), after: nil)])
-            reply.ok()
-        }
-    }
-
-    func rmdir(_ context: RequestContext, parent: NodeID, name: FileName, reply: ReplyEmpty) {
-        serve(reply) { state throws(Errno) in
-            let (parentIno, parentFD) = try directory(parent, state)
-            guard let st = try Backing.stat(parentFD, name) else { throw .noSuchFileOrDirectory }
-            guard st.st_mode & S_IFMT == S_IFDIR else { throw .notDirectory }
-            let ino = UInt64(st.st_ino)
-            let fd = try Backing.openPath(parentFD, name)
-            defer { close(fd) }
-            guard try Backing.list(fd).allSatisfy({ $0.name.isDotOrDotDot }) else { throw .directoryNotEmpty }
-            try Backing.rename(parentFD, name, limboFD, Self.limboName(ino))
-            state.inLimbo.insert(ino)
-            journal(
-                &state,
-                [Change(slot: Slot(directory: parentIno, name: name), before: Object(ino: ino, isDirectory: true), after: nil)],
-                changesTree: true)
-            reply.ok()
-        }
-    }
-
-    func rename(
-        _ context: RequestContext, parent: NodeID, name: FileName, newParent: NodeID, newName: FileName,
-        flags: RenameFlags, reply: ReplyEmpty
-    ) {
-        serve(reply) { state throws(Errno) in
-            guard !flags.contains(.whiteout), flags != [.noReplace, .exchange] else { throw .invalidArgument }
-            let (fromIno, fromFD) = try directory(parent, state)
-            let (toIno, toFD) = try directory(newParent, state)
-            guard let source = try Backing.stat(fromFD, name) else { throw .noSuchFileOrDirectory }
-            let moved = Object(ino: UInt64(source.st_ino), isDirectory: source.st_mode & S_IFMT == S_IFDIR)
-            let replaced = try Backing.stat(toFD, newName).map {
-                Object(ino: UInt64($0.st_ino), isDirectory: $0.st_mode & S_IFMT == S_IFDIR)
-            }
-            let from = Slot(directory: fromIno, name: name)
-            let to = Slot(directory: toIno, name: newName)
-            if flags.contains(.exchange) {
-                guard let replaced else { throw .noSuchFileOrDirectory }
-                try Backing.rename(fromFD, name, toFD, newName, flags: flags.rawValue)
-                if replaced != moved {
-                    journal(
-                        &state, [Change(slot: from, before: moved, after: replaced), Change(slot: to, before: replaced, after: moved)],
-                        changesTree: moved.isDirectory || replaced.isDirectory)
-                }
-                return reply.ok()
-            }
-            if let replaced {
-                guard !flags.contains(.noReplace) else { throw .fileExists }
-                // Two names of one file: rename does nothing (POSIX).
-                if replaced.ino == moved.ino { return reply.ok() }
-                if moved.isDirectory && !replaced.isDirectory { throw .notDirectory }
-                if !moved.isDirectory && replaced.isDirectory { throw .isDirectory }
-                if replaced.isDirectory {
-                    let fd = try Backing.openPath(toFD, newName)
-                    defer { close(fd) }
-                    guard try Backing.list(fd).allSatisfy({ $0.name.isDotOrDotDot }) else { throw .directoryNotEmpty }
-                    try Backing.rename(toFD, newName, limboFD, Self.limboName(replaced.ino))
-                    do throws(Errno) {
-                        try Backing.rename(fromFD, name, toFD, newName)
-                    } catch {
-                        try? Backing.rename(limboFD, Self.limboName(replaced.ino), toFD, newName)
-                        throw error
-                    }
-                    state.inLimbo.insert(replaced.ino)
-                } else {
-                    try keepInLimbo(&state, toFD, newName, replaced.ino)
-                    do throws(Errno) {
-                        try Backing.rename(fromFD, name, toFD, newName)
-                    } catch {
-                        release([replaced.ino], &state)
-                        throw error
-                    }
-                }
-            } else {
-                try Backing.rename(fromFD, name, toFD, newName, flags: flags.rawValue)
-            }
-            journal(
-                &state, [Change(slot: from, before: moved, after: nil), Change(slot: to, before: replaced, after: moved)],
-                changesTree: moved.isDirectory)
-            reply.ok()
-        }
-    }
-
-    func link(_ context: RequestContext, node: NodeID, newParent: NodeID, newName: FileName, reply: ReplyEntry) {
-        serve(reply) { state throws(Errno) in
-            let (ino, linked) = try self.node(node, state)
-            guard !linked.isDirectory else { throw .notPermitted }
-            guard try attributes(ino, state).nlink > 0 else { throw .noSuchFileOrDirectory }
-            let (parentIno, parentFD) = try directory(newParent, state)
-            try Backing.link(linked.fd, parentFD, newName)
-            journal(
-                &state,
-                [Change(slot: Slot(directory: parentIno, name: newName), before: nil, after: Object(ino: ino, isDirectory: false))])
-            try self.reply(reply, ino, state)
-        }
-    }
-
     // MARK: - Attributes
 
     func getattr(_ context: RequestContext, node: NodeID, handle: FUSE.FileHandle?, reply: ReplyAttr) {
@@ -535,10 +367,14 @@ final class LossyFileSystem: FileSystem {
             let (ino, target) = try self.node(node, state)
             let path = Backing.procPath(target.fd)
             let isLink = try Backing.stat(target.fd).st_mode & S_IFMT == S_IFLNK
-            if let permissions = changes.permissions, !isLink { try Backing.check(chmod(path, permissions.rawValue)) }
+            if let permissions = changes.permissions, !isLink {
+                try Backing.check(chmod(path, permissions.rawValue))
+            }
             if changes.uid != nil || changes.gid != nil {
                 try Backing.check(
-                    fchownat(target.fd, "", changes.uid ?? UInt32.max, changes.gid ?? UInt32.max, Backing.emptyPath))
+                    fchownat(
+                        target.fd, "", changes.uid ?? UInt32.max, changes.gid ?? UInt32.max, Backing.emptyPath
+                    ))
             }
             if let size = changes.size {
                 try changeContents(&state, ino) { overlay, _ in
@@ -581,9 +417,12 @@ final class LossyFileSystem: FileSystem {
             try Backing.check(fstatvfs(root.fd, &s))
             reply.statistics(
                 FileSystemStatistics(
-                    blockSize: UInt64(s.f_bsize), fragmentSize: UInt64(s.f_frsize), blocks: UInt64(s.f_blocks),
-                    blocksFree: UInt64(s.f_bfree), blocksAvailable: UInt64(s.f_bavail), files: UInt64(s.f_files),
-                    filesFree: UInt64(s.f_ffree), filesAvailable: UInt64(s.f_favail), nameMax: UInt64(s.f_namemax)))
+                    blockSize: UInt64(s.f_bsize), fragmentSize: UInt64(s.f_frsize),
+                    blocks: UInt64(s.f_blocks),
+                    blocksFree: UInt64(s.f_bfree), blocksAvailable: UInt64(s.f_bavail),
+                    files: UInt64(s.f_files),
+                    filesFree: UInt64(s.f_ffree), filesAvailable: UInt64(s.f_favail),
+                    nameMax: UInt64(s.f_namemax)))
         }
     }
 
@@ -694,7 +533,8 @@ final class LossyFileSystem: FileSystem {
     }
 
     func readdir(
-        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64, reply: ReplyDirectory
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, offset: UInt64,
+        reply: ReplyDirectory
     ) {
         serve(reply) { state throws(Errno) in
             let (_, fd) = try directory(node, state)
@@ -715,7 +555,9 @@ final class LossyFileSystem: FileSystem {
             }
             let entries = state.listings[handle.rawValue] ?? []
             for (index, entry) in entries.enumerated().dropFirst(Int(offset)) {
-                if reply.add(ino: entry.ino, offset: UInt64(index + 1), type: entry.type, name: entry.name) { break }
+                if reply.add(ino: entry.ino, offset: UInt64(index + 1), type: entry.type, name: entry.name) {
+                    break
+                }
             }
             reply.finish()
         }

@@ -42,7 +42,8 @@ struct FileOverlay {
         var page = [UInt8](repeating: 0, count: Self.pageSize)
         let start = index * UInt64(Self.pageSize)
         if start < backingEnd {
-            try Backing.read(fd, into: &page, count: Int(min(UInt64(Self.pageSize), backingEnd - start)), at: start)
+            try Backing.read(
+                fd, into: &page, count: Int(min(UInt64(Self.pageSize), backingEnd - start)), at: start)
         }
         return page
     }
@@ -53,7 +54,9 @@ struct FileOverlay {
         let end = min(size, offset + UInt64(count))
         var result = [UInt8](repeating: 0, count: Int(end - offset))
         let fromBacking = min(end, backingEnd)
-        if fromBacking > offset { try Backing.read(fd, into: &result, count: Int(fromBacking - offset), at: offset) }
+        if fromBacking > offset {
+            try Backing.read(fd, into: &result, count: Int(fromBacking - offset), at: offset)
+        }
         var index = Self.page(offset)
         while index * UInt64(Self.pageSize) < end {
             if let page = pages[index] {
@@ -61,7 +64,8 @@ struct FileOverlay {
                 let from = max(offset, pageStart)
                 let to = min(end, pageStart + UInt64(Self.pageSize))
                 result.replaceSubrange(
-                    Int(from - offset)..<Int(to - offset), with: page[Int(from - pageStart)..<Int(to - pageStart)])
+                    Int(from - offset)..<Int(to - offset),
+                    with: page[Int(from - pageStart)..<Int(to - pageStart)])
             }
             index += 1
         }
@@ -134,7 +138,9 @@ struct FileOverlay {
 
     /// Writes the overlay into the backing file and syncs it (`fdatasync` when `dataOnly`).
     func persist(to fd: Int32, dataOnly: Bool) throws(Errno) {
-        if try Backing.stat(fd).st_size > off_t(backingEnd) { try Backing.check(ftruncate(fd, off_t(backingEnd))) }
+        if try Backing.stat(fd).st_size > off_t(backingEnd) {
+            try Backing.check(ftruncate(fd, off_t(backingEnd)))
+        }
         for index in pages.keys.sorted() {
             let start = index * UInt64(Self.pageSize)
             guard start < size, let page = pages[index] else { continue }

@@ -73,7 +73,7 @@ func usage() -> Never {
 }
 
 /// Parses the arguments, mounts, and serves until a cut or an unmount.
-func serve() -> Never {
+func runLossyFS() -> Never {
     var positional: [String] = []
     var posixNames = false
     var limbo: String?
@@ -103,7 +103,8 @@ func serve() -> Never {
     guard positional.count == 2 else { usage() }
     let backing = URL(fileURLWithPath: positional[0]).standardizedFileURL.path
     let mountpoint = URL(fileURLWithPath: positional[1]).standardizedFileURL.path
-    guard !mountpoint.hasPrefix(backing + "/"), !backing.hasPrefix(mountpoint + "/"), backing != mountpoint else {
+    guard !mountpoint.hasPrefix(backing + "/"), !backing.hasPrefix(mountpoint + "/"), backing != mountpoint
+    else {
         Log.say("BACKING and MOUNTPOINT must not contain each other")
         exit(2)
     }
@@ -172,7 +173,7 @@ func serve() -> Never {
                 }
                 // libfuse does not unmount an aborted connection: detach it here, before the end
                 // of the session (the abort ends it) lets the process exit.
-                if umount2(mountpoint, 2 /* MNT_DETACH */) != 0 {
+                if umount2(mountpoint, 2) != 0 {  // MNT_DETACH
                     Log.say("umount2 \(mountpoint): \(Errno(rawValue: errno))")
                 }
             }
@@ -191,4 +192,4 @@ func serve() -> Never {
     exit(0)
 }
 
-serve()
+runLossyFS()

@@ -51,7 +51,8 @@ import Testing
         try write(mount.path("new"), "never synced")
         let fd = open(mount.path("empty"), O_CREAT | O_WRONLY, 0o600)
         close(fd)
-        try FileManager.default.createDirectory(atPath: mount.path("folder"), withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(
+            atPath: mount.path("folder"), withIntermediateDirectories: false)
         try write(mount.path("folder/inside"), "synced, but its folder is not", sync: .fsync)
         try mount.cutAndRemount()
         #expect(try FileManager.default.contentsOfDirectory(atPath: mount.mountpoint).isEmpty)
@@ -183,6 +184,8 @@ import Testing
         try mount.mount()
         #expect(text(mount.path("a")) == "never synced")
         var isDirectory: ObjCBool = false
-        #expect(FileManager.default.fileExists(atPath: mount.path("d"), isDirectory: &isDirectory) && isDirectory.boolValue)
+        #expect(
+            FileManager.default.fileExists(atPath: mount.path("d"), isDirectory: &isDirectory)
+                && isDirectory.boolValue)
     }
 }

@@ -47,7 +47,9 @@ final class LossyMount {
 
     static func isMounted(_ path: String) -> Bool {
         ((try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? "")
-            .split(separator: "\n").contains { $0.split(separator: " ").dropFirst().first.map(String.init) == path }
+            .split(separator: "\n").contains {
+                $0.split(separator: " ").dropFirst().first.map(String.init) == path
+            }
     }
 
     /// Starts `lossyfs BACKING MOUNTPOINT` and waits until the mount answers.
@@ -57,7 +59,7 @@ final class LossyMount {
         process.executableURL = URL(fileURLWithPath: program)
         process.arguments = [backing, mountpoint] + options
         if !FileManager.default.fileExists(atPath: folder + "/log") {
-            FileManager.default.createFile(atPath: folder + "/log", contents: nil)
+            _ = FileManager.default.createFile(atPath: folder + "/log", contents: nil)
         }
         let errors = try FileHandle(forWritingTo: URL(fileURLWithPath: folder + "/log"))
         errors.seekToEndOfFile()
@@ -66,7 +68,9 @@ final class LossyMount {
         self.process = process
         let deadline = Date().addingTimeInterval(10)
         while !Self.isMounted(mountpoint) {
-            guard Date() < deadline, process.isRunning else { throw LossyFailure("lossyfs did not mount: \(readLog())") }
+            guard Date() < deadline, process.isRunning else {
+                throw LossyFailure("lossyfs did not mount: \(readLog())")
+            }
             usleep(10_000)
         }
         var st = stat()
@@ -81,7 +85,9 @@ final class LossyMount {
         kill(process.processIdentifier, SIGUSR1)
         process.waitUntilExit()
         self.process = nil
-        guard process.terminationStatus == 0 else { throw LossyFailure("lossyfs exited \(process.terminationStatus)") }
+        guard process.terminationStatus == 0 else {
+            throw LossyFailure("lossyfs exited \(process.terminationStatus)")
+        }
         guard !Self.isMounted(mountpoint) else { throw LossyFailure("still mounted after the cut") }
     }
 
@@ -97,7 +103,9 @@ final class LossyMount {
         kill(process.processIdentifier, SIGTERM)
         process.waitUntilExit()
         self.process = nil
-        guard process.terminationStatus == 0 else { throw LossyFailure("lossyfs exited \(process.terminationStatus)") }
+        guard process.terminationStatus == 0 else {
+            throw LossyFailure("lossyfs exited \(process.terminationStatus)")
+        }
         guard !Self.isMounted(mountpoint) else { throw LossyFailure("still mounted after SIGTERM") }
     }
 
@@ -125,10 +133,14 @@ func check(_ result: Int32, _ what: String) throws -> Int32 {
 }
 
 /// Writes `bytes` at `offset` of `path` (created if missing, never truncated), then syncs.
-func write(_ path: String, _ bytes: [UInt8], at offset: Int = 0, sync: Sync = .none, truncate: Bool = false) throws {
+func write(_ path: String, _ bytes: [UInt8], at offset: Int = 0, sync: Sync = .none, truncate: Bool = false)
+    throws
+{
     let fd = try check(open(path, O_RDWR | O_CREAT | (truncate ? O_TRUNC : 0), 0o644), "open \(path)")
     defer { Glibc.close(fd) }
-    guard pwrite(fd, bytes, bytes.count, off_t(offset)) == bytes.count else { throw LossyFailure("pwrite \(path)") }
+    guard pwrite(fd, bytes, bytes.count, off_t(offset)) == bytes.count else {
+        throw LossyFailure("pwrite \(path)")
+    }
     switch sync {
     case .none: break
     case .fsync: try check(fsync(fd), "fsync \(path)")
@@ -162,7 +174,8 @@ func sqlite(_ path: String, _ sql: String) throws -> String {
 
 /// renameat2(RENAME_EXCHANGE), looked up at run time: Swift's Glibc does not declare it.
 func exchange(_ a: String, _ b: String) throws {
-    typealias Function = @convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32
+    typealias Function =
+        @convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32
     guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "renameat2") else {
         throw LossyFailure("no renameat2")
     }
