@@ -163,6 +163,36 @@ import Testing
         #expect(contents(path)?[4096] == 0x2E)
     }
 
+    /// Linux sends a /dev/fuse mount no FUSE_SYNCFS (only virtiofs and fuseblk get it), and
+    /// sync_file_range never sends FUSE_FSYNC: neither makes anything durable here.
+    @Test func syncfsAndSyncFileRangeMakeNothingDurable() throws {
+        let mount = try LossyMount()
+        try write(mount.path("a"), "durable", sync: .fsync)
+        try write(mount.path("a"), Array("WRITTEN".utf8))
+        try write(mount.path("new"), "never synced")
+        let fd = try check(open(mount.path("a"), O_RDWR), "open")
+        try check(libc("syncfs", as: (@convention(c) (Int32) -> Int32).self)(fd), "syncfs")
+        let syncFileRange = libc(
+            "sync_file_range", as: (@convention(c) (Int32, Int, Int, UInt32) -> Int32).self)
+        try check(syncFileRange(fd, 0, 0, 1 | 2 | 4), "sync_file_range")
+        close(fd)
+        try mount.cutAndRemount()
+        #expect(text(mount.path("a")) == "durable")
+        #expect(text(mount.path("new")) == nil)
+    }
+
+    /// SIGUSR2 does what syncfs would: every write and name change becomes durable.
+    @Test func theSyncSignalMakesEverythingDurable() throws {
+        let mount = try LossyMount()
+        try FileManager.default.createDirectory(atPath: mount.path("d"), withIntermediateDirectories: false)
+        try write(mount.path("d/a"), "never fsynced")
+        try mount.signal(SIGUSR2, until: "sync:")
+        try write(mount.path("d/b"), "after the sync")
+        try mount.cutAndRemount()
+        #expect(text(mount.path("d/a")) == "never fsynced")
+        #expect(text(mount.path("d/b")) == nil)
+    }
+
     @Test func aCutEndsTheMountForItsUsers() throws {
         let mount = try LossyMount()
         try write(mount.path("open"), "x", sync: .fsync)

@@ -91,6 +91,18 @@ final class LossyMount {
         guard !Self.isMounted(mountpoint) else { throw LossyFailure("still mounted after the cut") }
     }
 
+    /// Sends `signal` to lossyfs and waits until its log has a line containing `line`.
+    func signal(_ signal: Int32, until line: String) throws {
+        guard let process else { throw LossyFailure("not mounted") }
+        let before = readLog().components(separatedBy: line).count
+        kill(process.processIdentifier, signal)
+        let deadline = Date().addingTimeInterval(10)
+        while readLog().components(separatedBy: line).count == before {
+            guard Date() < deadline else { throw LossyFailure("lossyfs never logged \(line)") }
+            usleep(10_000)
+        }
+    }
+
     /// A power cut, then a mount of the same backing folder (a reboot).
     func cutAndRemount() throws {
         try cut()
@@ -180,4 +192,12 @@ func exchange(_ a: String, _ b: String) throws {
         throw LossyFailure("no renameat2")
     }
     try check(unsafeBitCast(symbol, to: Function.self)(AT_FDCWD, a, AT_FDCWD, b, 2), "exchange")
+}
+
+/// A libc function Swift's Glibc does not declare (it needs _GNU_SOURCE), looked up at run time.
+func libc<F>(_ name: String, as type: F.Type) -> F {
+    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), name) else {
+        fatalError("libc has no \(name)")
+    }
+    return unsafeBitCast(symbol, to: type)
 }
