@@ -109,7 +109,8 @@ def read_or_none(path):
 class Writer:
     def __init__(self, mount, writer, round_number, seed, log_path):
         self.mount, self.w, self.round = mount, writer, round_number
-        self.rng = random.Random(f"{seed}:{round_number}:{writer}")
+        # The round's seed alone picks the calls, so that `power-loss.sh 1 SEED` replays them.
+        self.rng = random.Random(f"{seed}:{writer}")
         self.log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.index = 0
         self.seq = round_number * 1_000_000
