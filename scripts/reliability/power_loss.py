@@ -644,6 +644,23 @@ def cli_versions(docfs, store, state_path, seed):
     return 1 if problems else 0
 
 
+class PlainWriter(Writer):
+    """A writer on a plain folder, whose "Trash" keeps a copy as DocFS's does (a snapshot)."""
+
+    def rename(self, source, target, exchange=False):
+        if exchange or folder_of(target) != TRASH or folder_of(source) == TRASH:
+            return super().rename(source, target, exchange)
+        self.say(t="rename", src=source, dst=target)
+        with open(self.path(source), "rb") as f:
+            data = f.read()
+        with open(self.path(target), "wb") as f:
+            f.write(data)
+        os.unlink(self.path(source))
+        self.names[target] = self.new_object(self.objects[self.names[source]]["family"])
+        del self.names[source]
+        return True
+
+
 def selftest():
     """The checker against a plain folder: clean after a run, and each kind of loss is seen."""
     failures = 0
@@ -655,7 +672,7 @@ def selftest():
             for sub in ["", PACKAGE, TRASH, ".docfs/versions/W0-0.txt"]:
                 os.makedirs(os.path.join(mount, sub), exist_ok=True)
             log = os.path.join(folder, "w0.log")
-            writer = Writer(mount, 0, 1, 7, log)
+            writer = PlainWriter(mount, 0, 1, 7, log)
             writer.run(steps=300)
             acked = [n for n in writer.names if folder_of(n) == "" and not is_scratch(n)]
             target = os.path.join(mount, acked[0]) if acked else None
