@@ -530,7 +530,9 @@ def check(mount, state_path, round_number, seed, logs):
                 continue
             content = replay.content(data)
             if content[0] == "torn":
-                problems.append(("torn", name, content[1]))
+                acked = sorted({str(replay.objects[o]["timeline"][replay.data_ack[o]]) for o in allowed
+                                if o is not None and o in replay.data_ack})
+                problems.append(("torn", name, f"{content[1]}; acknowledged before: {acked or 'nothing'}"))
                 continue
             candidates = [o for o in allowed if o is not None and content in replay.objects[o]["timeline"]]
             if not candidates:
