@@ -146,6 +146,7 @@ trap 'shutdown_all; cleanup' EXIT
 
 # The store, made durable before the first round: on the backing folder directly.
 if [ -n "$postgres" ]; then
+    [ "$(id -u)" -eq 0 ] || { echo "--postgres needs root (the server runs as the postgres user)" >&2; exit 2; }
     [ -x "$pgbin/postgres" ] || scripts/install-deps.sh postgresql >&2
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     mkdir -p "$backing/pg" "$work/pg"
