@@ -116,6 +116,12 @@ let package = Package(
         // A child process the store's kill test saves with and kills mid-save.
         .executableTarget(
             name: "store-torture", dependencies: ["DocumentEngine", "SQLiteStore", "PostgresStore"]),
+        // A passthrough file system that drops every unsynced write at a power cut
+        // (scripts/power-loss.sh); a test tool, not a product.
+        .executableTarget(
+            name: "lossyfs",
+            dependencies: ["FUSE", "CFuse3", "CLinuxSupport", .product(name: "SystemPackage", package: "swift-system")],
+            path: "Tests/LossyFS"),
         // The seeds' document types (MyStuff, ImageNotes, text), used by the demo store and tests.
         .target(name: "SampleDocuments", dependencies: ["DocumentEngine"]),
         // Helpers shared by the test targets; not a product.
@@ -167,6 +173,8 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        // Mounts lossyfs for real: what a power cut keeps and drops.
+        .testTarget(name: "LossyFSTests", dependencies: ["lossyfs", "TestSupport"]),
         .testTarget(
             name: "FUSETests",
             dependencies: [

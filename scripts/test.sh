@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every DocFS test: installs what is missing, builds, runs the whole suite, and builds
-# DocumentEngine's DocC documentation with warnings as errors. Exits non-zero on any failure.
+# Runs every DocFS test: installs what is missing, builds, runs the whole suite, then the
+# power-loss suite's short form, and builds DocumentEngine's DocC documentation with warnings
+# as errors. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +27,16 @@ for mountpoint in $leftover; do
     fusermount3 -u -z "$mountpoint" 2>/dev/null || umount -l "$mountpoint" 2>/dev/null || true
 done
 if [ "$status" -eq 124 ]; then echo "error: the test suite did not finish within its time limit" >&2; fi
+
+# The power-loss suite's short form: the checker's self-test, then rounds on SQLite with the
+# store under lossyfs (scripts/power-loss.sh; about 10 s a round; DOCFS_POWER_LOSS_ROUNDS=0
+# skips it). Its seed is printed; `scripts/power-loss.sh 1 SEED` replays a failing round.
+python3 scripts/reliability/power_loss.py selftest || status=1
+rounds=${DOCFS_POWER_LOSS_ROUNDS:-5}
+if [ "$rounds" -gt 0 ]; then
+    DOCFS_BIN=.build/debug/docfs LOSSYFS_BIN=.build/debug/lossyfs timeout -k 30 600 \
+        scripts/power-loss.sh "$rounds" || status=1
+fi
 # DocumentEngine's DocC documentation must build with no warnings (about half a minute).
 if ! ./scripts/docs.sh docc; then
     echo "error: DocumentEngine's documentation has warnings (scripts/docs.sh docc)" >&2
