@@ -45,7 +45,7 @@ public protocol ContentsSource: Sendable {
     var heldRanges: [Range<Int64>]? { get }
 
     /// The store's work on these bytes done while they were written
-    /// (``FileSystemStore/prepareContents(reading:)``), which a save of them finishes and takes
+    /// (`FileSystemStore.prepareContents(reading:)` in VersionedStore), which a save of them finishes and takes
     /// when it still holds; nil when there is none.
     var preparation: (any ContentsPreparation)? { get }
 }

@@ -289,7 +289,7 @@ public protocol ContentsPreparation: AnyObject, Sendable {
     func cancel()
     /// Does the rest of the work now, for a save of `source`, the file's final bytes, that runs
     /// inside a store transaction (``DocumentStore/transaction(durable:_:)``): a save there
-    /// takes a preparation only when it is finished. ``DocumentStore/save(_:)`` finishes it
+    /// takes a preparation only when it is finished. ``DocumentStore/save(_:)-(DocumentChanges)`` finishes it
     /// itself.
     func finish(reading source: any ContentsSource) throws
 }
