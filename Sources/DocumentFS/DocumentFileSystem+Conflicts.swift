@@ -383,7 +383,7 @@ extension DocumentFileSystem {
         guard let destination = state.withLock({ document(&$0, of: directory) }) else {
             throw .noSuchFileOrDirectory
         }
-        try save(destination, durable: false)
+        try ensureLoaded(destination)
         let records = tree.records
         let root = tree.root
         let ids = try newStoreIDs(count: records.count)
@@ -391,24 +391,39 @@ extension DocumentFileSystem {
         for (record, id) in zip(records, ids) { newIDs[record.id] = id }
         destination.saving.lock()
         defer { destination.saving.unlock() }
-        let changes = try state.withLock { state throws(Errno) -> DocumentChanges in
-            guard directory.kind == .directory, directory.linked else { throw .noSuchFileOrDirectory }
-            guard !destination.dirty else { throw .resourceBusy }
-            let target = directory.children[newName]
-            if flags.contains(.noReplace) && target != nil { throw .fileExists }
-            if let target { try checkReplaceable(target, by: root.kind) }
-            try checkNoEquivalent(newText, in: directory.children, except: target)
-            var changes = replacing(target, in: destination)
-            if var record = destination.committed?[directory.persistAs] {
-                record.modified = .now
-                record.changed = record.modified
-                changes.nodes.append(record)
+        // The package's unsaved changes are saved first, as the earlier calls' own transaction,
+        // so that the copy is the only change its transaction makes: again while other writers
+        // change the package in between (a busy package answers EBUSY after many tries).
+        var attempts = 0
+        var planned: DocumentChanges?
+        while planned == nil {
+            if attempts == 50 { throw .resourceBusy }
+            attempts += 1
+            compileTexts(of: destination)
+            try saveLocked(destination, durable: false, wholeFiles: true)
+            planned = try planCopy()
+        }
+        guard let changes = planned else { throw .resourceBusy }
+        func planCopy() throws(Errno) -> DocumentChanges? {
+            try state.withLock { state throws(Errno) -> DocumentChanges? in
+                guard directory.kind == .directory, directory.linked else { throw .noSuchFileOrDirectory }
+                guard !destination.dirty else { return nil }
+                let target = directory.children[newName]
+                if flags.contains(.noReplace) && target != nil { throw .fileExists }
+                if let target { try checkReplaceable(target, by: root.kind) }
+                try checkNoEquivalent(newText, in: directory.children, except: target)
+                var changes = replacing(target, in: destination)
+                if var record = destination.committed?[directory.persistAs] {
+                    record.modified = .now
+                    record.changed = record.modified
+                    changes.nodes.append(record)
+                }
+                Self.addCopies(
+                    of: records, at: tree.version, newIDs: newIDs, root: root.id, parent: directory.persistAs,
+                    name: newText,
+                    to: &changes)
+                return changes
             }
-            Self.addCopies(
-                of: records, at: tree.version, newIDs: newIDs, root: root.id, parent: directory.persistAs,
-                name: newText,
-                to: &changes)
-            return changes
         }
         let saved = try storeCall {
             try store.transaction(durable: false) { tx -> SaveResult in
@@ -462,7 +477,7 @@ extension DocumentFileSystem {
         // The mount's own unsaved changes go into the history first, so nothing is lost: they,
         // the restore and the resolution are one transaction.
         let version = entry.version.id
-        try saveLocked(document, durable: false) { tx in
+        try saveLocked(document, durable: false, wholeFiles: true) { tx in
             _ = try tx.restore(version, of: document.id, origin: self.origin)
             try tx.resolveConflict(version)
         }

@@ -372,7 +372,10 @@ extension DocumentFileSystem {
 
     /// Shows the store's Trash in `files/` and `info/` of every trash folder of the mount.
     func refreshTrash(uid: UInt32) throws(Errno) {
-        let (items, roots) = try storeCall { () throws -> ([TrashItem], [String: NodeRecord]) in
+        // Each item is read at the version it was trashed from (a deleted document's, its
+        // last): not at its record's own version, which is older when the record did not
+        // change in the last saves (a hard link's bytes, a folder's files, did).
+        let (items, roots) = try storeCall { () throws -> ([TrashItem], [String: (NodeRecord, VersionID)]) in
             let items = try store.trash()
             var lookups: [NodeLookup] = []
             for item in items {
@@ -383,9 +386,11 @@ extension DocumentFileSystem {
                     lookups.append(NodeLookup(document.root, at: document.currentVersion))
                 }
             }
-            var roots: [String: NodeRecord] = [:]
-            for (item, result) in zip(items, try store.nodes(lookups)) {
-                if case .success(let record?) = result { roots[item.name] = record }
+            var roots: [String: (NodeRecord, VersionID)] = [:]
+            for ((item, lookup), result) in zip(zip(items, lookups), try store.nodes(lookups)) {
+                if case .success(let record?) = result {
+                    roots[item.name] = (record, lookup.version ?? record.version)
+                }
             }
             return (items, roots)
         }
@@ -393,7 +398,7 @@ extension DocumentFileSystem {
             let trash = virtualFolder(&state, .trash(uid: uid), parent: nil)
             let files = virtualFolder(&state, .trashFiles(uid: uid), parent: trash)
             let info = virtualFolder(&state, .trashInfo(uid: uid), parent: trash)
-            var wanted: [FUSE.FileName: (TrashItem, NodeRecord)] = [:]
+            var wanted: [FUSE.FileName: (TrashItem, (record: NodeRecord, version: VersionID))] = [:]
             for item in items {
                 if let root = roots[item.name] { wanted[FUSE.FileName(item.name)] = (item, root) }
             }
@@ -403,8 +408,11 @@ extension DocumentFileSystem {
             }
             for (name, (item, root)) in wanted where files.children[name] == nil {
                 let tree = VersionTree(
-                    document: item.document, version: root.version, top: root.id, purpose: .trash(item))
-                let node = makeTreeNode(&state, tree, record: root, name: name)
+                    document: item.document, version: root.version, top: root.record.id, purpose: .trash(item)
+                )
+                var record = root.record
+                record.version = root.version
+                let node = makeTreeNode(&state, tree, record: record, name: name)
                 node.parent = files
                 files.children[name] = node
             }
@@ -505,7 +513,7 @@ extension DocumentFileSystem {
         let now = Timestamp.now
         if isRoot {
             // Its unsaved changes, the deletion and the Trash's record of it: one transaction.
-            try save(document, durable: false) { tx in
+            try save(document, durable: false, wholeFiles: true) { tx in
                 try tx.deleteDocument(document.id, origin: self.origin)
                 var record = try tx.trashRecord(location: self.store.location)
                 record.names[document.id.rawValue] = trashName.string
@@ -523,6 +531,10 @@ extension DocumentFileSystem {
             }
             send(notices)
         } else {
+            // The package's unsaved changes first, as the earlier calls' own transaction: the
+            // item is the wrapper as they left it (its bytes, a hard link it is), at a version
+            // that has it.
+            try save(document, durable: false, wholeFiles: true)
             let (version, path, top) = try state.withLock {
                 state throws(Errno) -> (VersionID, String, StoreNodeID) in
                 guard node.linked, document.committed?[node.persistAs] != nil else {
@@ -553,12 +565,12 @@ extension DocumentFileSystem {
             state.withLock { _ in files.listed = false }
         }
         try refreshTrash(uid: uid)
-        // The kernel moved the dentry into files/: its inode stands for the item until asked again.
-        state.withLock { state in
-            if let shown = files.children[trashName], table.node(for: node.ino) != nil {
-                state.nodes[node.ino] = shown
-            }
-        }
+        // The kernel moved the dentry into files/ with the wrapper's inode, which keeps showing
+        // the wrapper (descriptors open on it read it still); the item is another node, with a
+        // type and size of its own, which the kernel finds once it looks the name up again.
+        // Had the old inode stood for the item instead, the kernel would have taken the
+        // item's attributes for the old inode's and failed its next read (EIO).
+        send([.entry(parent: files.ino, name: trashName)])
     }
 
     /// Brings the Trash item `item` (its tree's root `shown`) back as `newName` in `to` (nil: the

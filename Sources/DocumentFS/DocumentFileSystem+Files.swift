@@ -452,6 +452,8 @@ extension DocumentFileSystem {
             // close(2) returns.
             let closer = threadGroup(of: context.pid)
             let document = state.withLock { state -> DocumentState? in
+                // The kernel wrote the file's pages back before this request, whoever closes.
+                if let open = state.files[handle.rawValue] { open.node.contents?.sizeAhead = false }
                 guard let open = state.files[handle.rawValue], open.wrote || open.node.contentsModified,
                     open.writers.contains(closer) || open.writers.contains(context.pid),
                     isPersisted(open.node)
@@ -480,6 +482,9 @@ extension DocumentFileSystem {
         do throws(Errno) {
             let document = state.withLock { state -> DocumentState? in
                 guard let open = state.files[handle.rawValue], isPersisted(open.node) else { return nil }
+                // The kernel wrote every page it held of the file back before this request:
+                // what the mount has of it is whole again, and a save may take it (see `prepare`).
+                open.node.contents?.sizeAhead = false
                 return self.document(&state, of: open.node)
             }
             if document != nil, let file = state.withLock({ state in state.files[handle.rawValue]?.node }) {
@@ -519,6 +524,7 @@ extension DocumentFileSystem {
             let file = try state.withLock { state throws(Errno) -> ViewNode in
                 guard let open = state.files[handle.rawValue] else { throw .badFileDescriptor }
                 guard open.writable else { throw .badFileDescriptor }
+                state.files[handle.rawValue]?.wrote = true
                 return open.node
             }
             guard length > 0, offset <= UInt64(Int64.max), length <= UInt64(Int64.max) - offset else {
@@ -592,15 +598,22 @@ extension DocumentFileSystem {
             if target.role != nil { throw .permissionDenied }
             if let size = changes.size {
                 guard target.kind == .regularFile else { throw .isDirectory }
-                try truncate(target, to: Int64(clamping: size))
-                if let handle = changes.handle {
-                    // ftruncate is a write through the handle: its close saves.
-                    let writer = threadGroup(of: context.pid)
-                    state.withLock { state in
+                // A write through the handle (ftruncate), or through every one the file has
+                // open for writing (truncate(2)): marked before the size changes, so that no
+                // save takes the new size without the bytes the kernel still holds for it.
+                let writer = threadGroup(of: context.pid)
+                state.withLock { state in
+                    if let handle = changes.handle {
                         state.files[handle.rawValue]?.wrote = true
                         state.files[handle.rawValue]?.writers.formUnion([writer, context.pid])
                     }
+                    if writeback.load(ordering: .relaxed),
+                        state.files.values.contains(where: { $0.node === target && $0.writable })
+                    {
+                        target.contents?.sizeAhead = true
+                    }
                 }
+                try truncate(target, to: Int64(clamping: size))
             }
             let dropsGroup = context.killsSetIDBits && dropsSetGroupID(context, target)
             let attrs = state.withLock { state -> FileAttributes in

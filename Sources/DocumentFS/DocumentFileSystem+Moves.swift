@@ -73,8 +73,8 @@ extension DocumentFileSystem {
             return (source, to.flatMap { document(&state, of: $0) })
         }
         for attempt in 0..<3 {
-            try save(source, durable: false)
-            if let destination { try save(destination, durable: false) }
+            try save(source, durable: false, wholeFiles: true)
+            if let destination { try save(destination, durable: false, wholeFiles: true) }
             if let destination { try ensureLoaded(destination) }
             try ensureLoaded(source)
             guard let plan = try planMove(from, name, to, newName, newText, flags: flags) else {
@@ -105,8 +105,8 @@ extension DocumentFileSystem {
         }
         let oldText = name.string
         for attempt in 0..<3 {
-            try save(names.0, durable: false)
-            try save(names.1, durable: false)
+            try save(names.0, durable: false, wholeFiles: true)
+            try save(names.1, durable: false, wholeFiles: true)
             try ensureLoaded(names.0)
             try ensureLoaded(names.1)
             guard let there = try planMove(from, name, to, newName, newText, flags: [], exchanging: true),

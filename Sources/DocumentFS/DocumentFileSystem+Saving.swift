@@ -52,24 +52,26 @@ extension DocumentFileSystem {
     /// nothing to save.
     @discardableResult
     func save(
-        _ document: DocumentState, durable: Bool, logging: Bool = false,
+        _ document: DocumentState, durable: Bool, logging: Bool = false, wholeFiles: Bool = false,
         alongWith other: ((any DocumentStoreTransaction) throws -> Void)? = nil
     ) throws(Errno) -> Bool {
         try ensureLoaded(document)
         compileTexts(of: document)
         document.saving.lock()
         defer { document.saving.unlock() }
-        return try saveLocked(document, durable: durable, logging: logging && other == nil, alongWith: other)
+        return try saveLocked(
+            document, durable: durable, logging: logging && other == nil, wholeFiles: wholeFiles,
+            alongWith: other)
     }
 
     /// ``save(_:durable:logging:alongWith:)`` for a caller that holds `document.saving` and has
     /// loaded the document.
     @discardableResult
     func saveLocked(
-        _ document: DocumentState, durable: Bool, logging: Bool = false,
+        _ document: DocumentState, durable: Bool, logging: Bool = false, wholeFiles: Bool = false,
         alongWith other: ((any DocumentStoreTransaction) throws -> Void)? = nil
     ) throws(Errno) -> Bool {
-        if let prepared = try prepareShown(document, durable: durable) {
+        if let prepared = try prepareShown(document, durable: durable, wholeFiles: wholeFiles) {
             if logging, store.logsIntents, log(document, prepared) { return true }
             let result: Result<SaveResult, Errno>
             do {
@@ -175,7 +177,10 @@ extension DocumentFileSystem {
     }
 
     /// The document's prepared save, unless the mount no longer shows it (deleted, replaced).
-    private func prepareShown(_ document: DocumentState, durable: Bool) throws(Errno) -> PreparedSave? {
+    private func prepareShown(_ document: DocumentState, durable: Bool, wholeFiles: Bool = false)
+        throws(Errno)
+        -> PreparedSave?
+    {
         enum Outcome {
             case prepared(PreparedSave?)
             case busy(ViewNode)
@@ -190,7 +195,7 @@ extension DocumentFileSystem {
                 {
                     return .busy(busy)
                 }
-                return .prepared(try prepare(&state, document, durable: durable))
+                return .prepared(try prepare(&state, document, durable: durable, wholeFiles: wholeFiles))
             }
             switch outcome {
             case .prepared(let prepared):
@@ -320,6 +325,12 @@ extension DocumentFileSystem {
         guard let logged else { return false }
         state.withLock { state in
             unprepare(document, prepared)
+            // The logged bytes stay as they are, for a save to store while the file is written
+            // again before its own next close or fsync.
+            for item in prepared.snapshots
+            where item.text == nil && item.node.contents === item.snapshot.contents {
+                item.snapshot.contents.hold(item.snapshot)
+            }
             document.intents.append(logged)
             if state.loggedSaves[document.id] == nil { state.loggedSaves[document.id] = (document, .now) }
             // The record holds what an earlier close or rename asked to save: its save may wait
@@ -332,8 +343,8 @@ extension DocumentFileSystem {
 
     /// Computes the document's changes against its saved state and freezes the files it sends.
     /// Only the nodes touched since the last save are looked at.
-    private func prepare(_ state: inout State, _ document: DocumentState, durable: Bool) throws(Errno)
-        -> PreparedSave?
+    private func prepare(_ state: inout State, _ document: DocumentState, durable: Bool, wholeFiles: Bool)
+        throws(Errno) -> PreparedSave?
     {
         guard let committed = document.committed else { return nil }
         let root = document.root
@@ -358,6 +369,19 @@ extension DocumentFileSystem {
         // and so does the removal of what had their place (vim's renamed-away original).
         var held: [ViewNode] = []
         var goneNodes: [StoreNodeID: ViewNode] = [:]
+        // Files whose size the kernel set ahead of the pages below it (``FileContents/sizeAhead``):
+        // what the mount has of them is no state they ever had, so this save keeps their bytes
+        // as last saved (or as their last fsync logged them), their names and attributes as
+        // they are, and their bytes wait for their own close or fsync. Once the session ends
+        // nothing is written any more: everything is saved; and so it is for a save a move
+        // makes first (`wholeFiles`), which must leave nothing unsaved behind it.
+        var inWriting = Set<ObjectIdentifier>()
+        if !state.stopping && !wholeFiles {
+            for node in touched.values where node.contents?.sizeAhead == true {
+                inWriting.insert(ObjectIdentifier(node))
+            }
+        }
+        var waiting: [ViewNode] = []
 
         for node in touched.values.sorted(by: { $0.storeID < $1.storeID }) {
             // A node a flat document's new file took over from is no longer the document's.
@@ -401,7 +425,20 @@ extension DocumentFileSystem {
                 record.name = node.name.string
             }
             let stored = committed[record.id]
-            if let change = contentChange(node, &record, stored: stored) {
+            if node.kind == .regularFile, let contents = node.contents,
+                inWriting.contains(ObjectIdentifier(node))
+            {
+                waiting.append(node)
+                if let checkpoint = contents.checkpoint, contents.propertyList == nil,
+                    let change = contentChange(node, &record, stored: stored, snapshot: checkpoint)
+                {
+                    // What its last fsync logged.
+                    if let snapshot = change.snapshot { snapshots.append((node, record.id, snapshot, nil)) }
+                    if let update = change.update { changes.contents[record.id] = update }
+                } else {
+                    record.size = stored?.kind == .regularFile ? stored?.size ?? 0 : 0
+                }
+            } else if let change = contentChange(node, &record, stored: stored) {
                 if change.held {
                     held.append(node)
                     continue
@@ -415,6 +452,10 @@ extension DocumentFileSystem {
             if changes.contents[record.id] != nil || !(stored.map { record.sameContent(as: $0) } ?? false) {
                 changes.nodes.append(record)
             }
+        }
+        for node in waiting {
+            document.touched[ObjectIdentifier(node)] = node
+            document.dirty = true
         }
         var kept = Set<StoreNodeID>()
         for node in held {
@@ -442,7 +483,10 @@ extension DocumentFileSystem {
     /// What a save of the regular file `node` as `record` (its size set here) sends of its
     /// contents, over `stored`, the record the store has under that id (nil: none). Freezes what
     /// it sends. Nil for a node without contents of its own.
-    func contentChange(_ node: ViewNode, _ record: inout NodeRecord, stored: NodeRecord?) -> ContentChange? {
+    func contentChange(
+        _ node: ViewNode, _ record: inout NodeRecord, stored: NodeRecord?,
+        snapshot given: FileContents.Snapshot? = nil
+    ) -> ContentChange? {
         guard let contents = node.contents, node.kind == .regularFile else { return nil }
         let sameNode = contents.base.node == record.id && stored?.kind == .regularFile
         if contents.propertyList != nil, contents.isModified || contents.base.text != nil {
@@ -462,11 +506,11 @@ extension DocumentFileSystem {
             return ContentChange(
                 update: .replace(DataContentsSource(text.binary)), snapshot: contents.freeze(), text: text)
         }
-        record.size = contents.size
-        guard contents.isModified || !sameNode || stored?.size != contents.size else {
+        record.size = given?.size ?? contents.size
+        guard contents.isModified || !sameNode || stored?.size != record.size else {
             return ContentChange()
         }
-        let snapshot = contents.freeze()
+        let snapshot = given ?? contents.freeze()
         if sameNode || snapshot.base.size == 0 {
             let storedSize = stored?.kind == .regularFile ? stored?.size ?? 0 : 0
             let source = SnapshotSource(

@@ -480,6 +480,15 @@ final class FileContents: @unchecked Sendable {
     private(set) var layers: [SpillLayer] = []
     /// How many of the first layers a running save has frozen.
     private(set) var frozen = 0
+    /// The state an `fsync` logged in the store's intent log while the file was being written
+    /// (``hold(_:)``): its layers stay frozen, for the saves that come before the file's own
+    /// next close or fsync to store.
+    private(set) var checkpoint: Snapshot?
+    /// The kernel set the file's size while the pages below it may still be in its writeback
+    /// cache (an `ftruncate` after a write, with the file open for writing): what the mount has
+    /// reads as zeros there until the kernel writes them back, which it has done by the file's
+    /// next `fsync` or close. Until then only those save the file's bytes.
+    var sizeAhead = false
     var size: Int64
     /// Bumped when another process's save replaced the base: handles opened before then keep
     /// reading what they opened.
@@ -1080,6 +1089,8 @@ final class FileContents: @unchecked Sendable {
             layers.insert(kept, at: 0)
         }
         frozen = 0
+        // Every save of the file stores the checkpoint or a state that includes it.
+        checkpoint = nil
         base = ContentBase(node: node, version: version, size: snapshot.size, text: text)
         // The file has stored bytes now: what follows is an edit of them.
         if snapshot.size > 0 {
@@ -1099,13 +1110,28 @@ final class FileContents: @unchecked Sendable {
         return dropped
     }
 
-    /// The save failed: the frozen layers stay, under whatever was written since.
-    func saveFailed() { frozen = 0 }
+    /// The save failed: the frozen layers stay, under whatever was written since; a
+    /// checkpoint's stay frozen.
+    func saveFailed() {
+        guard let checkpoint else {
+            frozen = 0
+            return
+        }
+        frozen = layers.prefix { layer in checkpoint.layers.contains { $0 === layer } }.count
+    }
+
+    /// Keeps `snapshot`, whose bytes an `fsync` logged, as the file's ``checkpoint``.
+    func hold(_ snapshot: Snapshot) {
+        guard snapshot.generation == generation else { return }
+        checkpoint = snapshot
+        saveFailed()
+    }
 
     /// Another process's save replaced the file: start over from the store.
     func reset(to base: ContentBase) {
         layers = []
         frozen = 0
+        checkpoint = nil
         self.base = base
         size = base.size
         generation &+= 1

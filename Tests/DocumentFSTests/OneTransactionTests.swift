@@ -198,13 +198,21 @@ struct OneTransactionTests {
                 } == 1)
             #expect(try engine.store.trash().map(\.name) == ["Flat.txt"])
             #expect(try !engine.documentNames().contains("Flat.txt"))
-            // Unsaved changes of the package go into the same transaction as the move.
+            // The package's unsaved changes of earlier calls are committed first, on their own.
             try writeText(m + "/Work.pkg/notes.txt", "changed before the move\n")
+            mount.mount.fileSystem.saveAll(durable: false)
             #expect(
                 try await count("a wrapper into the Trash") {
                     try Self.rename(m + "/Work.pkg/notes.txt", files + "/notes.txt")
                 } == 1)
             #expect(try engine.store.trash().map(\.name).sorted() == ["Flat.txt", "notes.txt"])
+            let item = try #require(try engine.store.trash().first { $0.name == "notes.txt" })
+            let version = try #require(item.version)
+            let itemNode = try #require(item.node)
+            let record = try #require(try engine.store.node(itemNode, at: version))
+            #expect(
+                try engine.store.readContents(of: record.id, at: version, offset: 0, count: 100)
+                    == Data("changed before the move\n".utf8), "the item has the bytes it had when moved")
             #expect(try engine.record("Work.pkg", "notes.txt") == nil)
             #expect(
                 try await count("a restore") { try Self.rename(files + "/Flat.txt", m + "/Flat.txt") } == 1)
