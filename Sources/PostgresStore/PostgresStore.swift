@@ -156,8 +156,15 @@ final class PostgresBackend: StoreBackend {
     /// A commit that waits for the flush of the server's log flushes everything logged before it.
     func synchronize() throws {
         try database.transaction { db in
-            // An id makes the commit write (and flush) a commit record; a read-only one would not.
-            try db.query("SELECT pg_current_xact_id()")
+            // The server waits for the flush only when the transaction logged a change before its
+            // commit record (RecordTransactionCommit's `wrote_xlog`): one with only an id commits
+            // asynchronously, and a power cut then takes every deferred commit before it. So it
+            // changes a row.
+            try db.query(
+                """
+                INSERT INTO store_meta(key, value) VALUES ('synchronized', 1)
+                ON CONFLICT (key) DO UPDATE SET value = store_meta.value + 1
+                """)
         }
     }
 
