@@ -513,7 +513,7 @@ struct LiveBufferSource: ContentsSource {
         return round
     }
 
-    @Test("A deferred save survives SIGKILL of the process that made it", .timeLimit(.minutes(1)))
+    @Test("A deferred save survives SIGKILL of the process that made it", .timeLimit(.minutes(3)))
     func aKilledProcessKeepsItsDeferredSaves() throws {
         guard let program = StoreRobustnessTests.tortureProgram() else {
             Issue.record(

@@ -45,8 +45,26 @@ final class LossyMount {
 
     func path(_ name: String) -> String { mountpoint + "/" + name }
 
+    /// A kernel file read whole: Foundation's `String(contentsOfFile:)` sizes its read by `stat`,
+    /// which is 0 for /proc files, and returns only the first page, so a busy machine's newest
+    /// mounts were missing from /proc/self/mounts.
+    static func procText(_ path: String) -> String {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return "" }
+        defer { Glibc.close(fd) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { break }
+            bytes += buffer[0..<n]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     static func isMounted(_ path: String) -> Bool {
-        ((try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? "")
+        procText("/proc/self/mounts")
             .split(separator: "\n").contains {
                 $0.split(separator: " ").dropFirst().first.map(String.init) == path
             }
@@ -66,15 +84,32 @@ final class LossyMount {
         process.standardError = errors
         try process.run()
         self.process = process
-        let deadline = Date().addingTimeInterval(10)
+        // Generous: the whole suite mounts many file systems at once on two cores.
+        let deadline = Date().addingTimeInterval(60)
         while !Self.isMounted(mountpoint) {
             guard Date() < deadline, process.isRunning else {
-                throw LossyFailure("lossyfs did not mount: \(readLog())")
+                throw LossyFailure(
+                    "lossyfs did not mount (\(process.isRunning ? "still running: \(Self.whereStuck(process.processIdentifier))" : "exited \(process.terminationStatus)")): \(readLog())"
+                )
             }
             usleep(10_000)
         }
         var st = stat()
         _ = lstat(mountpoint, &st)
+    }
+
+    /// Where each thread of `pid` waits in the kernel, for a mount that never comes.
+    static func whereStuck(_ pid: Int32) -> String {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        return tasks.sorted().map { task in
+            let base = "/proc/\(pid)/task/\(task)/"
+            let state =
+                procText(base + "stat")
+                .split(separator: " ").dropFirst(2).first.map(String.init) ?? "?"
+            let stack = procText(base + "stack")
+                .split(separator: "\n").prefix(6).joined(separator: " < ")
+            return "thread \(task) [\(state)] \(stack)"
+        }.joined(separator: "; ")
     }
 
     func readLog() -> String { (try? String(contentsOfFile: folder + "/log", encoding: .utf8)) ?? "" }

@@ -244,6 +244,9 @@ class Writer:
 
     def start(self):
         """Reads what the writer's names hold, removes leftover temporaries, syncs the rest."""
+        # The mount's device: once the dead mount is detached, the path is the bare folder
+        # under it, where calls would go on (and leave files the next mount refuses).
+        self.device = os.stat(self.mount).st_dev
         seen = {}
         for folder in FOLDERS:
             try:
@@ -287,6 +290,8 @@ class Writer:
         return self.rng.choice(candidates)
 
     def step(self):
+        if os.stat(self.mount).st_dev != self.device:
+            raise OSError(errno.ENOTCONN, "the mount is gone")
         rng = self.rng
         roll = rng.random()
         folder = rng.choice(["", PACKAGE])
