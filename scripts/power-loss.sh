@@ -193,11 +193,26 @@ boot() {
         timeout 600 python3 "$driver" check "$mnt" "$work/state" "$checked" "$checked_seed" \
             "$work"/logs/r"$checked"-w*.log || bad=1
         if [ -n "$bad" ]; then
+            diagnose "$checked"
             problems=$((problems + 1))
             failed_rounds+=("$checked_seed")
             echo "round $checked FAILED: replay with scripts/power-loss.sh 1 $checked_seed${postgres:+ --postgres}"
         fi
     fi
+}
+
+# What the store says happened, for a failed round: its documents and its last events (each
+# save, rename and delete, with the version it made), beside the writers' logs in the kept folder.
+diagnose() {
+    local out=$work/diagnosis-r$1.txt
+    local sql="SELECT id, name, current_version, deleted FROM documents ORDER BY id;
+        SELECT sequence, kind, document, version, name, origin FROM events ORDER BY sequence DESC LIMIT 400;"
+    if [ -n "$postgres" ]; then
+        psql -X -q -h "$work/pg" -p "$port" -U postgres -d docfs_powerloss -c "$sql" >"$out" 2>&1 || true
+    else
+        sqlite3 -readonly "$store" "$sql" >"$out" 2>&1 || true
+    fi
+    echo "  the store's documents and last events: $out"
 }
 
 round_seed=$seed
