@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# DocFS against the native file system, measured in the same run (issue 7).
+# DocFS against the native file system, measured in the same run.
 #
 #   scripts/bench.sh [--quick]
 #
@@ -44,20 +44,20 @@
 #   b13  fsx: 20,000 random operations on one file (xfstests' `ltp/fsx -N 20000 -S ROUND` when
 #        BENCH_FSX names that program, built by hand outside the checkout; otherwise
 #        scripts/reliability/fsx.py with the same count and seed), its time in seconds on the
-#        mount (in a package), natively and on the peer; target ≤ 1.5× the peer (issue 16).
+#        mount (in a package), natively and on the peer; target ≤ 1.5× the peer.
 #        The seed is the round's: with one seed for all rounds, every round after the first
 #        wrote the bytes the first had stored, and the store kept none of them again (about
 #        250 MB of versions in the first round, under 1 MB in the next).
 #        fsx.py fails on passthrough_ll, which refuses fallocate; xfstests' fsx turns off what
 #        a file system refuses, so with that peer only BENCH_FSX gives the row a peer figure
-#   b14  two writers (issue 16's concurrency): a writer replaces its own document's 32 MiB file
+#   b14  two writers (concurrency): a writer replaces its own document's 32 MiB file
 #        (8 MiB small) with new bytes 6 times (O_TRUNC, write, fsync); the time of one writer
 #        alone, then of two at once in two documents, and 2 × alone ÷ together: how much of
 #        the second core the mount lets two writers use (target ≥ 1.7). Also natively and on
 #        the peer, as info
 #   fuse_layer  the FUSE layer's micro-benchmark (scripts/fuse-bench.sh)
 #
-# The peer (issue 16): B1, B4, B5, B12, B13 and B14 also run on a FUSE passthrough file system beside the native
+# The peer: B1, B4, B5, B12, B13 and B14 also run on a FUSE passthrough file system beside the native
 # folder, so that the table's "DocFS ÷ peer" shows what is FUSE's cost and what is DocFS's.
 # BENCH_PEER chooses it: libfuse's own `passthrough_ll` (the default), compiled from the examples
 # folder of Debian's libfuse3-dev (its default options: no writeback cache, its own timeouts), or

@@ -537,7 +537,7 @@ extension [SQLRow] {
 }
 
 /// A result row read by column position (``NodeColumns``): looking columns up by name hashed
-/// every name of every row, most of reading a package's 10,000 records (issue 15, B6).
+/// every name of every row, most of reading a package's 10,000 records (benchmark B6).
 extension SQLRow: ColumnSource {
     package func int64(_ index: Int, _ column: String) throws -> Int64 {
         try Self.required(optionalInt64(index, column), column)

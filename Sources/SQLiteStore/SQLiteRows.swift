@@ -115,7 +115,7 @@ extension Statement {
 
 /// The row a statement is stepping through, read with SQLite's column functions: decoding
 /// through GRDB's generic conversions spent most of reading 10,000 records in looking up
-/// generic metadata (issue 15, B6).
+/// generic metadata (benchmark B6).
 struct StatementRow: ColumnSource {
     let statement: SQLiteStatement
 

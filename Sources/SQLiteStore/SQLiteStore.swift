@@ -343,7 +343,7 @@ final class SQLiteBackend: StoreBackend {
     }
 
     // The statements a save or a read runs every time are cached statements: compiling them
-    // again for each save took a fifth of the daemon's CPU when every close saved (issue 7, B5).
+    // again for each save took a fifth of the daemon's CPU when every close saved (benchmark B5).
 
     /// Runs `body` in one IMMEDIATE transaction. A durable one commits with `synchronous = FULL`
     /// (it is on disk when this returns); otherwise with NORMAL, which in WAL mode commits

@@ -7,7 +7,7 @@ import VersionedStore
 /// Row-level reads and writes in SQLite's dialect, on one GRDB connection inside a transaction.
 ///
 /// The statements a save or a read runs every time are cached statements: compiling them again
-/// for each save took a fifth of the daemon's CPU when every close saved (issue 7, B5).
+/// for each save took a fifth of the daemon's CPU when every close saved (benchmark B5).
 struct SQLiteTransaction: StoreTransaction {
     let db: Database
     /// Where large chunks' bytes go and come from; nil in migrations, which touch no chunk.

@@ -2,7 +2,7 @@ import DocumentEngine
 import Foundation
 
 /// Where each column of a `nodes` row is, looked up once per query: looking each value up by
-/// name took a third of `Document.open` of a package of 10,000 wrappers (issue 7, B6), on
+/// name took a third of `Document.open` of a package of 10,000 wrappers (benchmark B6), on
 /// SQLite and on PostgreSQL alike. Both backends decode records here.
 package struct NodeColumns {
     package let node, document, parent, name, preferredName, kind, permissions, uid, gid: Int

@@ -6,7 +6,7 @@ import Testing
 @testable import SQLiteStore
 @testable import VersionedStore
 
-/// The short form of the fuzzing (issue 8, point 5): every input kept under Tests/FuzzCorpus (the
+/// The short form of the fuzzing: every input kept under Tests/FuzzCorpus (the
 /// seeds, and each input a fuzzer found a crash with) goes through the same decoders as the
 /// libFuzzer targets in Fuzz/ (scripts/fuzz.sh), with the same checks. A crash here is a crash
 /// there.

@@ -8,7 +8,7 @@ import Testing
     import Glibc
 #endif
 
-/// Hard links in the store (issue 17, point 2): import and export keep them, the store reads a
+/// Hard links in the store: import and export keep them, the store reads a
 /// link as its file, and the file-wrapper bridge keeps or breaks them as a wrapper tree allows.
 @Suite struct HardLinkStoreTests {
     /// A folder `Doc` with `a` and `d/b` one file, and `c` a file of its own.

@@ -10,7 +10,7 @@ import Testing
     import Glibc
 #endif
 
-/// The file-wrapper bridge (incremental, lazy) and import/export of a store (issue 4: 3, 4, 7).
+/// The file-wrapper bridge (incremental, lazy) and import/export of a store.
 @Suite struct StoreImportExportTests {
     // MARK: File wrappers from and to the store
 

@@ -6,7 +6,7 @@ import Testing
 @testable import DocumentEngine
 @testable import SQLiteStore
 
-/// History that thins itself (issue 15, point 6): the store keeps its policy, garbage
+/// History that thins itself: the store keeps its policy, garbage
 /// collection applies it without dropping what must stay, and the space comes back.
 @Suite struct StoreRetentionTests {
     static func save(

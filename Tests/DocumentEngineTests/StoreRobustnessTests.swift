@@ -14,7 +14,7 @@ import Testing
 #endif
 
 /// SQLiteStore against damaged and foreign files, SIGKILL mid-save, integrity checking and
-/// retention (issue 4: 1, 4, 5, 8, 9).
+/// retention.
 @Suite struct StoreRobustnessTests {
     // MARK: Files that are not (healthy) stores
 

@@ -11,7 +11,7 @@ import VersionedStore
     import Glibc
 #endif
 
-/// `-o archives=xml` (issue 19): binary property lists and keyed archives read as XML text
+/// `-o archives=xml`: binary property lists and keyed archives read as XML text
 /// through a real mount, edits by real tools are stored as binary property lists again, and
 /// text that is not one is refused while the stored archive stays as it was.
 @Suite(.serialized)

@@ -11,7 +11,7 @@ import Testing
 
 /// Unresolved conflict versions (FV-1) as entries at the mount root, `name (conflict N).ext`:
 /// a user opens them to compare, removes one to keep the current version, or renames it onto
-/// the document to keep it instead (issue 9, point 2).
+/// the document to keep it instead.
 @MainActor
 @Suite(.serialized)
 struct ConflictEntryTests {

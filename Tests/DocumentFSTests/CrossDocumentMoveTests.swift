@@ -10,7 +10,7 @@ import Testing
     import Glibc
 #endif
 
-/// The mount root is a full directory (issue 17, point 3): a rename that moves a file or folder
+/// The mount root is a full directory: a rename that moves a file or folder
 /// between documents, or between a package and the root, is one store transaction that gives
 /// both documents a new version; rename(2) does not answer EXDEV.
 @Suite(.serialized)

@@ -9,7 +9,7 @@ import Testing
     import Glibc
 #endif
 
-/// The desktop (issue 18): the history under `.docfs/versions`, and the XDG trash that is the
+/// The desktop: the history under `.docfs/versions`, and the XDG trash that is the
 /// store's Trash, driven by GIO's real trash backend (gvfsd-trash on a session bus of its own).
 @Suite(.serialized)
 struct DesktopTests {

@@ -9,7 +9,7 @@ import Testing
     import Glibc
 #endif
 
-/// Hard links inside a document (issue 17, point 2): one inode under several names, stored once.
+/// Hard links inside a document: one inode under several names, stored once.
 @Suite(.serialized)
 struct HardLinkTests {
     @Test(

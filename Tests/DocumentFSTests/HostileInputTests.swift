@@ -222,7 +222,7 @@ struct HostileInputTests {
 }
 
 /// A path component over 255 bytes is ENAMETOOLONG on every operation, as on ext4: lookups,
-/// removals and renames of such a name included, not ENOENT (issue 17, point 4).
+/// removals and renames of such a name included, not ENOENT.
 @Suite struct LongNameTests {
     @Test(
         "stat, chmod, truncate, rename, unlink, rmdir and open of a 256-byte name: ENAMETOOLONG, in a package and at the root",

@@ -9,7 +9,7 @@ import Testing
     import Glibc
 #endif
 
-/// File managers' housekeeping files (issue 18, point 3): `.DS_Store`, `._*`, `Thumbs.db` and
+/// File managers' housekeeping files: `.DS_Store`, `._*`, `Thumbs.db` and
 /// `desktop.ini` work in the mount like any file but never reach the store, unless the mount
 /// keeps them (`-o housekeeping=keep`).
 @Suite(.serialized)

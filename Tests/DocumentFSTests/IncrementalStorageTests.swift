@@ -6,7 +6,7 @@ import StoreTestSupport
 import TestSupport
 import Testing
 
-/// Whole-file saves store about the size of the change (issue 15, point 5): chunk boundaries
+/// Whole-file saves store about the size of the change: chunk boundaries
 /// follow the content, so an editor that writes a new file shifts no chunk but the ones it
 /// changed.
 @Suite struct IncrementalStorageTests {
@@ -213,7 +213,7 @@ import Testing
     }
 }
 
-/// `copy_file_range(2)` inside a mount (issue 17, point 5): a whole saved file copied into a new
+/// `copy_file_range(2)` inside a mount: a whole saved file copied into a new
 /// one shares its chunks; any other range is copied right.
 @Suite struct CopyOffloadTests {
     @Test(
@@ -270,7 +270,7 @@ import Testing
     }
 }
 
-/// `fallocate(2)` modes through the mount (issue 17, point 5).
+/// `fallocate(2)` modes through the mount.
 @Suite struct FallocateTests {
     @Test(
         "fallocate: allocate, KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE give ext4's bytes and sizes",

@@ -236,7 +236,7 @@ func withGatedSpill(
     }
 }
 
-/// What the mount-wide lock covers: bookkeeping only, never a file's spill I/O (issue 16).
+/// What the mount-wide lock covers: bookkeeping only, never a file's spill I/O.
 @Suite struct LockScopeTests {
     /// A write whose spill I/O has stalled holds up its own file only: stat, listing and reading
     /// in another document go on, and the write lands once the disk comes back.

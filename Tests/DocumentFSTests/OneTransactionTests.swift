@@ -11,7 +11,7 @@ import Testing
 #endif
 
 /// Every system call that changes names or contents is at most one store transaction, so that a
-/// crash at any instant leaves the store as it was before the call or after it (issue 42). The
+/// crash at any instant leaves the store as it was before the call or after it. The
 /// mount's background saves are held, and each call's transactions counted
 /// (``StoreStatistics/transactionsCommitted``); what it did is then read through another
 /// connection. Calls inside a package change the document in the mount only: its next save

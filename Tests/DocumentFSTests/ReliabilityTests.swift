@@ -1,17 +1,17 @@
 import DocumentEngine
-import SQLiteStore
 import DocumentFS
 import Foundation
-import StoreTestSupport
 import PostgresStore
-import Testing
+import SQLiteStore
+import StoreTestSupport
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-/// Short forms of the reliability checks of issue 8 (the long forms are scripts/fsx.sh,
+/// Short forms of the reliability checks (the long forms are scripts/fsx.sh,
 /// scripts/crash-test.sh and scripts/concurrency.sh): random operations checked against a model,
 /// many writers at once, a daemon killed mid-write, unmount while busy.
 @Suite(.serialized) struct ReliabilityTests {
@@ -54,7 +54,9 @@ import TestSupport
         for name in model {
             let want = try Data(contentsOf: URL(fileURLWithPath: modelDirectory + "/" + name))
             let got = try document.map { try engine.contents($0, name) } ?? engine.contents(name)
-            #expect(got == want, "\(context): \(name) in the store: \(got?.count ?? -1) bytes, model \(want.count)")
+            #expect(
+                got == want,
+                "\(context): \(name) in the store: \(got?.count ?? -1) bytes, model \(want.count)")
         }
         let report = try engine.store.checkIntegrity()
         #expect(report.isClean, "\(report.problems)")
@@ -82,7 +84,9 @@ import TestSupport
                     [script, mount.url("Work.pkg"), "\(seed)", "2500", "--model-out", models + "/package"],
                     seconds: 120)
             }
-            #expect(inPackage.status == 0, "fsx in a package, seed \(seed):\n\(inPackage.output)\(inPackage.error)")
+            #expect(
+                inPackage.status == 0,
+                "fsx in a package, seed \(seed):\n\(inPackage.output)\(inPackage.error)")
             print(inPackage.output.split(separator: "\n").first ?? "")
         }
         try Self.expectStore(
@@ -104,7 +108,8 @@ import TestSupport
         let atRoot = try await withMount(fixture.store) { mount in
             try await offThread {
                 try runTimed(
-                    "/usr/bin/python3", [script, mount.path, "\(seed)", "1000", "--model-out", models + "/root"],
+                    "/usr/bin/python3",
+                    [script, mount.path, "\(seed)", "1000", "--model-out", models + "/root"],
                     seconds: 120)
             }
         }
@@ -138,7 +143,8 @@ import TestSupport
                 while Date().timeIntervalSince(start) < 1.6 {
                     var st = stat()
                     if stat(mount.url("C.txt"), &st) != 0 {
-                        missing.append(String(format: "%.2f s after the rename", Date().timeIntervalSince(start)))
+                        missing.append(
+                            String(format: "%.2f s after the rename", Date().timeIntervalSince(start)))
                     }
                     usleep(20_000)
                 }
@@ -167,7 +173,8 @@ import TestSupport
         try await withMount(fixture.store) { mount in
             let result = try await offThread {
                 try runTimed(
-                    "/usr/bin/python3", [script, mount.path, "\(seed)", "3", "4", "25", "--expect", expected],
+                    "/usr/bin/python3",
+                    [script, mount.path, "\(seed)", "3", "4", "25", "--expect", expected],
                     seconds: 120)
             }
             print(result.output)
@@ -220,13 +227,17 @@ import TestSupport
         let daemon = try Self.startDaemon(docfs, store: fixture.path, at: mountpoint)
         var detached = false
         defer {
-            if !detached, isMounted(mountpoint) { _ = try? runTimed("/bin/fusermount3", ["-u", "-z", mountpoint]) }
+            if !detached, isMounted(mountpoint) {
+                _ = try? runTimed("/bin/fusermount3", ["-u", "-z", mountpoint])
+            }
             if daemon.isRunning { kill(daemon.processIdentifier, SIGKILL) }
         }
         try await offThread {
             try writeText(mountpoint + "/Work.pkg/closed.txt", "closed before the unmount\n")
         }
-        let holder = try await offThread { try FileHolder(mountpoint + "/Work.pkg/open.txt", flags: "O_RDWR|O_CREAT") }
+        let holder = try await offThread {
+            try FileHolder(mountpoint + "/Work.pkg/open.txt", flags: "O_RDWR|O_CREAT")
+        }
         defer { holder.stop() }
         try await offThread { try holder.send("write first") }
 
@@ -234,10 +245,15 @@ import TestSupport
         #expect(busy.status != 0, "fusermount3 -u with an open file")
         #expect(busy.error.contains("busy"), "\(busy.error)")
         #expect(isMounted(mountpoint))
-        #expect(try await offThread { try String(contentsOfFile: mountpoint + "/Work.pkg/closed.txt", encoding: .utf8) }
-            == "closed before the unmount\n")
+        #expect(
+            try await offThread {
+                try String(contentsOfFile: mountpoint + "/Work.pkg/closed.txt", encoding: .utf8)
+            }
+                == "closed before the unmount\n")
 
-        let lazy = try await offThread { try runTimed("/bin/fusermount3", ["-u", "-z", mountpoint], seconds: 20) }
+        let lazy = try await offThread {
+            try runTimed("/bin/fusermount3", ["-u", "-z", mountpoint], seconds: 20)
+        }
         #expect(lazy.status == 0, "\(lazy.error)")
         detached = true
         #expect(!isMounted(mountpoint))

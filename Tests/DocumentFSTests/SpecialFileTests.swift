@@ -33,8 +33,7 @@ func bindSocket(_ path: String) -> Int32 {
 }
 
 /// Fifos, sockets and devices are wrappers with no contents, anywhere in a mount: in packages,
-/// and at the root as flat documents; symbolic links at the root are documents too (issue 17,
-/// points 1 and 3).
+/// and at the root as flat documents; symbolic links at the root are documents too.
 @Suite(.serialized)
 struct SpecialFileTests {
     static let isRoot = geteuid() == 0

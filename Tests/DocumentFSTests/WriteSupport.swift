@@ -170,7 +170,7 @@ struct Engine {
 /// auto-save and temporary files. Written independently of the file system's own list.
 let scratchPatterns = [
     ".*.sw?", "*~", "#*#", ".#*", ".goutputstream-*", "sed??????", ".~lock.*#", "lu*.tmp", "*.kate-swp",
-    // File managers' housekeeping files (issue 18).
+    // File managers' housekeeping files.
     ".DS_Store", "._*", "Thumbs.db", "desktop.ini",
 ]
 

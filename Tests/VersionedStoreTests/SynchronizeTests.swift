@@ -20,7 +20,7 @@ private final class CountingBackend: StoreBackend {
 }
 
 /// `synchronize()` asks the backend for a sync only when a deferred commit is not yet covered:
-/// an fsync after a durable save costs no second disk sync (issue 16: one sync where one suffices).
+/// an fsync after a durable save costs no second disk sync (one sync where one suffices).
 @Suite("VersionedStore.synchronize")
 struct SynchronizeTests {
     private func setUp() throws -> (VersionedStore, CountingBackend, DocumentInfo) {

@@ -1,7 +1,7 @@
 import Foundation
 
 /// One item of a store's Trash: a deleted document, or a wrapper moved to the Trash through a
-/// mount (issue 18). The Trash is the store's own record, not copies: an item is the document's
+/// mount. The Trash is the store's own record, not copies: an item is the document's
 /// last version, or the wrapper as the last version that had it, and it comes back from there.
 public struct TrashItem: Sendable, Equatable, Codable {
     /// Its name in the Trash (`.Trash-UID/files/NAME`), unique among the items.

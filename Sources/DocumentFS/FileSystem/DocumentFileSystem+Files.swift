@@ -781,7 +781,7 @@ private func readThreadGroup(of thread: Int32) -> Int32 {
 /// The value of `field` in `/proc/<thread>/status` (what follows "Field:" on its line, blanks
 /// trimmed), looked for in the file's first `limit` bytes; nil if the thread is gone or the
 /// field is not there. Bytes, not text: splitting the file into lines of `String` was the
-/// daemon's busiest code while creating small files (issue 16, B5).
+/// daemon's busiest code while creating small files (benchmark B5).
 private func statusField(_ field: String, of thread: Int32, within limit: Int) -> ArraySlice<UInt8>? {
     let fd = open("/proc/\(thread)/status", O_RDONLY | O_CLOEXEC)
     guard fd >= 0 else { return nil }

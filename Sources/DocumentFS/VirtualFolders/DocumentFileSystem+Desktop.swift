@@ -8,7 +8,7 @@ import VersionedStore
     import Glibc
 #endif
 
-/// A folder the mount makes up rather than a wrapper of the store (issue 18).
+/// A folder the mount makes up rather than a wrapper of the store.
 enum VirtualRole: Hashable {
     /// `.docfs` at the root: reachable by its path, never listed (as ZFS's `.zfs`).
     case control
@@ -56,7 +56,7 @@ final class VersionTree: @unchecked Sendable {
     }
 }
 
-/// The history in the mount and the Trash that is the store's (issue 18).
+/// The history in the mount and the Trash that is the store's.
 ///
 /// - **History.** `MOUNT/.docfs/versions/NAME/` lists every kept version of the documents named
 ///   NAME, live or deleted, as `2026-11-25 14.02.11 v42.ext` (local time; ` conflict` marks a
