@@ -15,6 +15,9 @@ final class ProxyStore: FileSystemStore, @unchecked Sendable {
     /// Milliseconds `documents()` waits after reading the listing (so that what it returns is
     /// stale by the time the caller uses it).
     let listingDelay = Atomic<Int>(0)
+    /// Milliseconds `transaction` waits after its commit, before it returns (so that the
+    /// caller's view of its change lags the store's).
+    let commitDelay = Atomic<Int>(0)
     /// How many of the next `documents()` calls fail (as over a lost connection).
     let failListings = Atomic<Int>(0)
     /// "save" (durable), "deferred save" (`durable` false) and "synchronize", in call order.
@@ -114,7 +117,10 @@ final class ProxyStore: FileSystemStore, @unchecked Sendable {
             failedSaves.add(1, ordering: .sequentiallyConsistent)
             throw InjectedFailure()
         }
-        return try inner.transaction(durable: durable, body)
+        let result = try inner.transaction(durable: durable, body)
+        let delay = commitDelay.load(ordering: .relaxed)
+        if delay > 0 { usleep(UInt32(delay) * 1000) }
+        return result
     }
 
     /// Makes every `transaction` (the group committer's saves) wait until

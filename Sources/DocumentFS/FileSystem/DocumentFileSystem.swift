@@ -168,6 +168,10 @@ public final class DocumentFileSystem: FileSystem {
         /// delete) and to the conflict entries it shows, so that ``refreshListing()`` can tell that a store listing it took is older
         /// than the state it is about to reconcile with it.
         var rootGeneration: UInt64 = 0
+        /// This mount's changes of the root's documents between their store transaction and
+        /// the view's update (``changingRoot(_:)``): a listing read meanwhile may show the commit
+        /// before the view does, so ``refreshListing()`` applies none while any is in flight.
+        var rootChangesInFlight = 0
         /// Node ids taken from the store in batches for new files.
         var spareIDs: [StoreNodeID] = []
         /// Weak: the session owns the notifier, and the notifier's session core owns this file
@@ -402,6 +406,24 @@ public final class DocumentFileSystem: FileSystem {
             logger.error("store: \(error)")
             return .ioError
         }
+    }
+
+    /// Runs `body`, a change of the root's documents (a create, a rename, a removal, a move to or
+    /// from the Trash or a package, keeping a conflict), as in flight until it returns. Its
+    /// store transaction commits before the view shows it; a root listing read in between
+    /// would show the document already there (and the view would then install it twice: two
+    /// states for one document, one of them behind a name the store no longer has) or already
+    /// gone. ``refreshListing()`` applies no listing while a change is in flight, and the
+    /// generation each one bumps at its end tells it that a listing it read is older.
+    func changingRoot<T>(_ body: () throws(Errno) -> T) throws(Errno) -> T {
+        state.withLock { $0.rootChangesInFlight += 1 }
+        defer {
+            state.withLock { state in
+                state.rootChangesInFlight -= 1
+                state.rootGeneration &+= 1
+            }
+        }
+        return try body()
     }
 
     /// Reads the root listing from the store unless it was read.

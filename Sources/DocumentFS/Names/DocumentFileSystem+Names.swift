@@ -166,23 +166,25 @@ extension DocumentFileSystem {
         root.permissions = Int(permissions.rawValue & ~context.umask.rawValue & 0o7777)
         root.uid = context.uid
         root.gid = context.gid
-        // One transaction, the caller's ownership included; durable at the next `fsync` of the
-        // mount root or of the new file, as a create on ext4.
-        let (info, record) = try storeCall { () throws -> (DocumentInfo, NodeRecord?) in
-            try store.transaction(durable: false) { tx in
-                let info = try tx.createDocument(named: text, root: root, type: nil, origin: origin)
-                return (info, try tx.node(info.root))
+        return try changingRoot { () throws(Errno) -> ViewNode in
+            // One transaction, the caller's ownership included; durable at the next `fsync` of the
+            // mount root or of the new file, as a create on ext4.
+            let (info, record) = try storeCall { () throws -> (DocumentInfo, NodeRecord?) in
+                try store.transaction(durable: false) { tx in
+                    let info = try tx.createDocument(named: text, root: root, type: nil, origin: origin)
+                    return (info, try tx.node(info.root))
+                }
             }
-        }
-        guard let record else { throw .ioError }
-        return try state.withLock { state throws(Errno) -> ViewNode in
-            if let existing = state.documents[info.id] { return existing.root }
-            guard state.rootEntries[name] == nil else { throw .fileExists }
-            let document = install(&state, info: info, rootRecord: record)
-            document.committed = [record.id: record]
-            document.namesUnsynced = true
-            state.rootChanged = .now
-            return document.root
+            guard let record else { throw .ioError }
+            return try state.withLock { state throws(Errno) -> ViewNode in
+                if let existing = state.documents[info.id] { return existing.root }
+                guard state.rootEntries[name] == nil else { throw .fileExists }
+                let document = install(&state, info: info, rootRecord: record)
+                document.committed = [record.id: record]
+                document.namesUnsynced = true
+                state.rootChanged = .now
+                return document.root
+            }
         }
     }
 
@@ -523,52 +525,7 @@ extension DocumentFileSystem {
         try checkLength(name)
         if parent == .root, Self.isReservedAtRoot(name) { throw .permissionDenied }
         if parent == .root {
-            try ensureListing()
-            var conflict: ConflictEntry?
-            let document = try state.withLock { state throws(Errno) -> DocumentState? in
-                guard let node = state.rootEntries[name] else { throw .noSuchFileOrDirectory }
-                if directory && node.kind != .directory { throw .notDirectory }
-                if !directory && node.kind == .directory { throw .isDirectory }
-                if directory && !node.children.isEmpty { throw .directoryNotEmpty }
-                if let entry = conflictEntry(&state, of: node) {
-                    conflict = entry
-                    return nil
-                }
-                guard let document = self.document(&state, of: node), !isHidden(node, of: document) else {
-                    // A scratch file: it was never saved.
-                    detach(&state, node)
-                    return nil
-                }
-                return document
-            }
-            if let conflict {
-                try resolveConflictEntry(conflict, directory: directory)
-                return
-            }
-            guard let document else { return }
-            if directory {
-                // The package may have unloaded children the kernel never asked about.
-                try ensureLoaded(document)
-                try state.withLock { _ throws(Errno) in
-                    if !document.root.children.isEmpty { throw .directoryNotEmpty }
-                }
-            }
-            // Changes not yet saved are dropped: `rm -r` emptied the package first, and the
-            // version kept for restoring should be the one with the contents.
-            document.saving.lock()
-            defer { document.saving.unlock() }
-            // Durable at the next `fsync` of the mount root, as an unlink on ext4.
-            try storeCall {
-                try store.transaction(durable: false) { tx in
-                    try tx.deleteDocument(document.id, origin: origin)
-                }
-            }
-            state.withLock { state in
-                document.dirty = false
-                if state.rootEntries[document.root.name] === document.root { detach(&state, document.root) }
-                state.documents[document.id] = nil
-                state.rootGeneration &+= 1
-            }
+            try changingRoot { () throws(Errno) in try removeAtRoot(name, directory: directory) }
             return
         }
         guard let directoryNode = try resolve(parent, loadingChildren: true) else {
@@ -590,6 +547,57 @@ extension DocumentFileSystem {
             }
             noteLeaving(&state, node, name: name, directory: directoryNode)
             unlinkName(&state, node)
+        }
+    }
+
+    /// `unlink` and `rmdir` at the root: the document goes (to its history), or a scratch file or
+    /// a conflict entry.
+    private func removeAtRoot(_ name: FUSE.FileName, directory: Bool) throws(Errno) {
+        try ensureListing()
+        var conflict: ConflictEntry?
+        let document = try state.withLock { state throws(Errno) -> DocumentState? in
+            guard let node = state.rootEntries[name] else { throw .noSuchFileOrDirectory }
+            if directory && node.kind != .directory { throw .notDirectory }
+            if !directory && node.kind == .directory { throw .isDirectory }
+            if directory && !node.children.isEmpty { throw .directoryNotEmpty }
+            if let entry = conflictEntry(&state, of: node) {
+                conflict = entry
+                return nil
+            }
+            guard let document = self.document(&state, of: node), !isHidden(node, of: document) else {
+                // A scratch file: it was never saved.
+                detach(&state, node)
+                return nil
+            }
+            return document
+        }
+        if let conflict {
+            try resolveConflictEntry(conflict, directory: directory)
+            return
+        }
+        guard let document else { return }
+        if directory {
+            // The package may have unloaded children the kernel never asked about.
+            try ensureLoaded(document)
+            try state.withLock { _ throws(Errno) in
+                if !document.root.children.isEmpty { throw .directoryNotEmpty }
+            }
+        }
+        // Changes not yet saved are dropped: `rm -r` emptied the package first, and the
+        // version kept for restoring should be the one with the contents.
+        document.saving.lock()
+        defer { document.saving.unlock() }
+        // Durable at the next `fsync` of the mount root, as an unlink on ext4.
+        try storeCall {
+            try store.transaction(durable: false) { tx in
+                try tx.deleteDocument(document.id, origin: origin)
+            }
+        }
+        state.withLock { state in
+            document.dirty = false
+            if state.rootEntries[document.root.name] === document.root { detach(&state, document.root) }
+            state.documents[document.id] = nil
+            state.rootGeneration &+= 1
         }
     }
 }

@@ -27,17 +27,19 @@ extension DocumentFileSystem {
             }
             let from = parent == .root ? nil : try resolve(parent, loadingChildren: true)
             let to = newParent == .root ? nil : try resolve(newParent, loadingChildren: true)
-            if try renameVirtual(from, name, to, newName, newText, flags: flags) {
-                reply.ok()
-                return
+            // The Trash, the root and moves between documents change the root's documents.
+            let done = try changingRoot { () throws(Errno) -> Bool in
+                if try renameVirtual(from, name, to, newName, newText, flags: flags) { return true }
+                if parent == .root && newParent == .root {
+                    try renameAtRoot(name, newName, newText, flags: flags)
+                } else if parent == .root || newParent == .root {
+                    try moveAcross(parent, name, newParent, newName, newText, flags: flags)
+                } else {
+                    return false
+                }
+                return true
             }
-            if parent == .root && newParent == .root {
-                try renameAtRoot(name, newName, newText, flags: flags)
-            } else if parent == .root || newParent == .root {
-                try moveAcross(parent, name, newParent, newName, newText, flags: flags)
-            } else {
-                try renameInPackage(parent, name, newParent, newName, newText, flags: flags)
-            }
+            if !done { try renameInPackage(parent, name, newParent, newName, newText, flags: flags) }
             reply.ok()
         } catch { reply.error(error) }
     }

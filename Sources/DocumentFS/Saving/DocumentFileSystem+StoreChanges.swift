@@ -346,7 +346,11 @@ extension DocumentFileSystem {
         for _ in 0..<8 {
             switch refreshListingOnce() {
             case .done: return
-            case .stale: continue
+            case .stale:
+                // This mount's own change is in flight, or ended while the listing was read:
+                // it takes a store transaction's time.
+                usleep(5_000)
+                continue
             case .failed:
                 failures += 1
                 if failures == 3 { return }
@@ -361,6 +365,7 @@ extension DocumentFileSystem {
     /// One try of ``refreshListing()``: stale if this mount changed its documents meanwhile.
     private func refreshListingOnce() -> ListingRefresh {
         guard let generation = state.withLock({ $0.listed ? $0.rootGeneration : nil }) else { return .done }
+        if state.withLock({ $0.rootChangesInFlight > 0 }) { return .stale }
         let infos: [DocumentInfo]
         do {
             infos = try store.documents().filter { !Self.isReservedAtRoot(FUSE.FileName($0.name)) }
@@ -379,7 +384,7 @@ extension DocumentFileSystem {
         let conflicts = fetchConflicts(
             roots: Dictionary(infos.map { ($0.id, $0.root) }) { first, _ in first })
         let notices = state.withLock { state -> [Notice]? in
-            guard state.rootGeneration == generation else { return nil }
+            guard state.rootGeneration == generation, state.rootChangesInFlight == 0 else { return nil }
             var notices: [Notice] = []
             let live = Dictionary(uniqueKeysWithValues: infos.map { ($0.id, $0) })
             for (id, document) in state.documents {
