@@ -164,8 +164,8 @@ public final class DocumentFileSystem: FileSystem {
         /// A signature of each directory's last listing, for `keep_cache` on `opendir`.
         var listedGenerations: [UInt64: UInt64] = [:]
         var rootChanged: Timespec = .now
-        /// Counts this mount's changes to the set of documents and their names (install, rename,
-        /// delete) and to the conflict entries it shows, so that ``refreshListing()`` can tell that a store listing it took is older
+        /// Counts this mount's changes to the set of documents and their names (each
+        /// ``changingRoot(_:)``, and an install) and to the conflict entries it shows, so that ``refreshListing()`` can tell that a store listing it took is older
         /// than the state it is about to reconcile with it.
         var rootGeneration: UInt64 = 0
         /// This mount's changes of the root's documents between their store transaction and

@@ -597,7 +597,6 @@ extension DocumentFileSystem {
             document.dirty = false
             if state.rootEntries[document.root.name] === document.root { detach(&state, document.root) }
             state.documents[document.id] = nil
-            state.rootGeneration &+= 1
         }
     }
 }

@@ -27,19 +27,20 @@ extension DocumentFileSystem {
             }
             let from = parent == .root ? nil : try resolve(parent, loadingChildren: true)
             let to = newParent == .root ? nil : try resolve(newParent, loadingChildren: true)
-            // The Trash, the root and moves between documents change the root's documents.
-            let done = try changingRoot { () throws(Errno) -> Bool in
-                if try renameVirtual(from, name, to, newName, newText, flags: flags) { return true }
-                if parent == .root && newParent == .root {
-                    try renameAtRoot(name, newName, newText, flags: flags)
-                } else if parent == .root || newParent == .root {
-                    try moveAcross(parent, name, newParent, newName, newText, flags: flags)
-                } else {
-                    return false
+            if parent != .root && newParent != .root && !isVirtual(from) && !isVirtual(to) {
+                try renameInPackage(parent, name, newParent, newName, newText, flags: flags)
+            } else {
+                // The root's names, the Trash and moves to or from the root change the root's
+                // documents; renames in packages do not, and leave a listing refresh alone.
+                try changingRoot { () throws(Errno) in
+                    if try renameVirtual(from, name, to, newName, newText, flags: flags) { return }
+                    if parent == .root && newParent == .root {
+                        try renameAtRoot(name, newName, newText, flags: flags)
+                    } else {
+                        try moveAcross(parent, name, newParent, newName, newText, flags: flags)
+                    }
                 }
-                return true
             }
-            if !done { try renameInPackage(parent, name, newParent, newName, newText, flags: flags) }
             reply.ok()
         } catch { reply.error(error) }
     }
@@ -313,7 +314,6 @@ extension DocumentFileSystem {
                 document.root.record.name = newText
                 state.rootEntries[newName] = document.root
                 state.rootChanged = .now
-                state.rootGeneration &+= 1
             }
         case .exchangeDocuments(let a, let b):
             let (aInfo, bInfo) = try storeCall {
@@ -330,7 +330,6 @@ extension DocumentFileSystem {
                 state.rootEntries[a.root.name] = a.root
                 state.rootEntries[b.root.name] = b.root
                 state.rootChanged = .now
-                state.rootGeneration &+= 1
             }
         case .createDocument(let node):
             try publishAsDocument(node, from: name, as: newName, newText)
@@ -410,7 +409,6 @@ extension DocumentFileSystem {
             document.base = info.currentVersion
             document.namesUnsynced = true
             state.documents[info.id] = document
-            state.rootGeneration &+= 1
             adopt(&state, document, node)
             // Everything adopting marked as changed is in the store already.
             document.touched = [:]
