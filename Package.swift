@@ -30,10 +30,14 @@ let package = Package(
             pkgConfig: "fuse3",
             providers: [.apt(["libfuse3-dev"])]
         ),
+        // Threads and the locks they share: the ranked locks with the lock order checked in debug
+        // builds, the monitor (the one way to wait), and thread starting.
+        .target(name: "Threading", dependencies: ["CLinuxSupport"]),
         .target(
             name: "FUSE",
             dependencies: [
                 "CFuse3",
+                "Threading",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -58,7 +62,7 @@ let package = Package(
         .target(
             name: "VersionedStore",
             // CRC-32C for the intent log's records.
-            dependencies: ["DocumentEngine", "CLinuxSupport"]
+            dependencies: ["DocumentEngine", "CLinuxSupport", "Threading"]
         ),
         // The SQL both database backends run as written, over the tables they share.
         .target(name: "StoreSQL", dependencies: ["VersionedStore"]),
@@ -84,6 +88,7 @@ let package = Package(
                 "VersionedStore",
                 "StoreSQL",
                 "CLibPQ",
+                "Threading",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -95,6 +100,7 @@ let package = Package(
                 "VersionedStore",
                 "CLinuxSupport",
                 "FUSE",
+                "Threading",
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -120,7 +126,9 @@ let package = Package(
         // (scripts/power-loss.sh); a test tool, not a product.
         .executableTarget(
             name: "lossyfs",
-            dependencies: ["FUSE", "CFuse3", "CLinuxSupport", .product(name: "SystemPackage", package: "swift-system")],
+            dependencies: [
+                "FUSE", "CFuse3", "CLinuxSupport", .product(name: "SystemPackage", package: "swift-system"),
+            ],
             path: "Tests/LossyFS"),
         // The seeds' document types (MyStuff, ImageNotes, text), used by the demo store and tests.
         .target(name: "SampleDocuments", dependencies: ["DocumentEngine"]),
@@ -170,11 +178,13 @@ let package = Package(
             name: "FUSEBench",
             dependencies: [
                 "FUSE",
+                "Threading",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
         // Mounts lossyfs for real: what a power cut keeps and drops.
         .testTarget(name: "LossyFSTests", dependencies: ["lossyfs", "TestSupport"]),
+        .testTarget(name: "ThreadingTests", dependencies: ["Threading"]),
         .testTarget(
             name: "FUSETests",
             dependencies: [

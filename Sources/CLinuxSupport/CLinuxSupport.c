@@ -1,4 +1,7 @@
-// The header's calls are inline; this file holds the one that is not.
+// The header's calls are inline; this file holds those that are not.
+#define _GNU_SOURCE
+#include <pthread.h>
+
 #include "CLinuxSupport.h"
 
 #include <stdint.h>
@@ -51,4 +54,11 @@ uint32_t docfs_crc32c(uint32_t crc, const void *bytes, size_t count) {
     if (__builtin_cpu_supports("sse4.2")) return ~crc32c_hardware(crc, p, count);
 #endif
     return ~crc32c_software(crc, p, count);
+}
+
+int docfs_set_thread_name(const char *name) {
+    char shortened[16];
+    strncpy(shortened, name, sizeof shortened - 1);
+    shortened[sizeof shortened - 1] = 0;
+    return pthread_setname_np(pthread_self(), shortened);
 }

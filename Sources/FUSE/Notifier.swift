@@ -2,6 +2,7 @@ import CFuse3
 import Logging
 import Synchronization
 import SystemPackage
+import Threading
 
 #if canImport(Glibc)
     import Glibc
@@ -103,7 +104,7 @@ final class NotificationQueue: Sendable {
         var jobs: [Job] = []
         var stopping = false
         var stopped = false
-        var session: OpaquePointer?
+        var session: SessionHandle?
         var thread: pthread_t?
     }
 
@@ -119,7 +120,7 @@ final class NotificationQueue: Sendable {
     func start(session: OpaquePointer, threadName: String) -> Bool {
         let thread = startThread(name: threadName) { [self] in run() }
         state.withLock {
-            $0.session = session
+            $0.session = SessionHandle(pointer: session)
             $0.thread = thread
         }
         return thread != nil
@@ -171,7 +172,7 @@ final class NotificationQueue: Sendable {
                     defer { state.jobs = [] }
                     // Decided under the lock, so nothing can be queued after the last look.
                     if state.stopping && state.jobs.isEmpty { state.stopped = true }
-                    return (state.jobs, state.session, state.stopped)
+                    return (state.jobs, state.session?.pointer, state.stopped)
                 } ?? ([], nil, true)
             for job in jobs {
                 guard let session else {

@@ -1,5 +1,6 @@
 import CFuse3
 import Synchronization
+import Threading
 
 #if canImport(Glibc)
     import Glibc
@@ -17,14 +18,15 @@ import Synchronization
 /// log line) hangs forever. The kernel answers every blocked read once the connection is gone,
 /// so here no worker is cancelled: the session's end makes the connection go (unmount, then
 /// abort) and then ``join(abort:)`` collects them.
-final class RequestLoop: @unchecked Sendable {
+final class RequestLoop: Sendable {
     private struct State {
         var workers: [pthread_t] = []
         /// How the first worker to stop saw the connection end (0: unmounted or exited).
         var result: Int32?
     }
 
-    private let session: OpaquePointer
+    private let handle: SessionHandle
+    private var session: OpaquePointer { handle.pointer }
     private let maxWorkers: Int
     private let threadName: String
     private let state = Monitor(State())
@@ -34,7 +36,7 @@ final class RequestLoop: @unchecked Sendable {
     private let idle = Atomic<Int>(0)
 
     init(session: OpaquePointer, maxWorkers: Int, threadName: String) {
-        self.session = session
+        handle = SessionHandle(pointer: session)
         self.maxWorkers = max(1, maxWorkers)
         self.threadName = threadName
     }

@@ -2,6 +2,7 @@ import CFuse3
 import Logging
 import Synchronization
 import SystemPackage
+import Threading
 
 #if canImport(Glibc)
     import Glibc

@@ -9,6 +9,13 @@ import SystemPackage
     import Musl
 #endif
 
+/// libfuse's `struct fuse_session *`, for the threads that share it.
+// @unchecked: a C pointer. libfuse's calls on a session from several threads (receive, process,
+// notify) are the ones its multi-threaded loop makes too.
+struct SessionHandle: @unchecked Sendable {
+    let pointer: OpaquePointer
+}
+
 /// What the C callbacks reach through `fuse_req_userdata`: the filesystem, the logger and the
 /// gate that stops replies once libfuse's session is about to be freed.
 final class SessionCore: @unchecked Sendable {

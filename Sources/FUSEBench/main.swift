@@ -8,6 +8,7 @@ import FUSE
 import Foundation
 import Synchronization
 import SystemPackage
+import Threading
 
 #if canImport(Glibc)
     import Glibc
@@ -94,10 +95,10 @@ func throughput(threads: Int, rounds: Int, seconds: Double = 0.5, _ body: @escap
         let done = Atomic<Int>(0)
         let deadline = now() + UInt64(seconds * 1e9)
         let start = now()
-        let group = DispatchGroup()
+        let group = WorkCount()
         for _ in 0..<threads {
             group.enter()
-            Thread.detachNewThread {
+            startDetachedThread(name: "bench") {
                 var count = 0
                 while now() < deadline {
                     for _ in 0..<64 { body() }

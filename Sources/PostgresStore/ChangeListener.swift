@@ -1,5 +1,6 @@
 import DocumentEngine
 import Foundation
+import Threading
 
 /// Listens on the store's notification channel on a connection of its own, from a dedicated
 /// thread that reconnects when the connection is lost, and counts notifications.
@@ -7,16 +8,15 @@ import Foundation
 /// Every (re)connection also counts as a change: notifications sent while nobody listened are
 /// lost, so observers must look at the event log again.
 final class ChangeListener: Sendable {
-    private final class State: @unchecked Sendable {
-        // Guarded by `condition`.
+    private struct Listening: Sendable {
         var generation: UInt64 = 0
         var started = false
         var stopped = false
-        let condition = NSCondition()
     }
+    private typealias State = Monitor<Listening>
 
     private let database: PostgresDatabase
-    private let state = State()
+    private let state = State(Listening())
     /// How often an idle listening connection is checked: a server that vanished without closing
     /// the connection (a machine gone, a paused process) is noticed within this time.
     private static let heartbeat: Duration = .seconds(5)
@@ -26,48 +26,37 @@ final class ChangeListener: Sendable {
     /// Starts listening unless it is already; returns the current generation.
     @discardableResult
     func start() -> UInt64 {
-        state.condition.lock()
-        defer { state.condition.unlock() }
-        if !state.started && !state.stopped {
-            state.started = true
-            let thread = Thread { [database, state] in Self.run(database: database, state: state) }
-            thread.name = "docfs.postgres-listener"
-            thread.start()
+        let (generation, starting) = state.withLock(wake: false) { listening -> (UInt64, Bool) in
+            let starting = !listening.started && !listening.stopped
+            if starting { listening.started = true }
+            return (listening.generation, starting)
         }
-        return state.generation
+        if starting {
+            startDetachedThread(name: "docfs.pg-listen") { [database, state] in
+                Self.run(database: database, state: state)
+            }
+        }
+        return generation
     }
 
     /// Stops listening; the thread closes its connection and ends within a fraction of a second.
     func stop() {
-        state.condition.lock()
-        state.stopped = true
-        state.condition.broadcast()
-        state.condition.unlock()
+        state.withLock { $0.stopped = true }
     }
 
     func wait(after generation: UInt64, timeout: Duration) -> UInt64 {
         start()
-        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-        let deadline = Date(timeIntervalSinceNow: seconds)
-        state.condition.lock()
-        defer { state.condition.unlock() }
-        while state.generation <= generation && !state.stopped {
-            if !state.condition.wait(until: deadline) { break }
-        }
-        return state.generation
+        _ = state.wait(
+            until: { $0.generation > generation || $0.stopped }, timeout: timeout, then: { _ in () })
+        return state.withLock(wake: false) { $0.generation }
     }
 
     private static func bump(_ state: State) {
-        state.condition.lock()
-        state.generation &+= 1
-        state.condition.broadcast()
-        state.condition.unlock()
+        state.withLock { $0.generation &+= 1 }
     }
 
     private static func isStopped(_ state: State) -> Bool {
-        state.condition.lock()
-        defer { state.condition.unlock() }
-        return state.stopped
+        state.withLock(wake: false) { $0.stopped }
     }
 
     private static func run(database: PostgresDatabase, state: State) {

@@ -430,9 +430,10 @@ final class PostgresConnection: @unchecked Sendable {
 /// One connection lent to a caller for a few statements.
 struct SQLConnection {
     /// Counts statements that completed, so a caller can tell whether anything ran.
-    final class Counter: @unchecked Sendable {
-        // Used by the one thread the connection is lent to.
-        var completed = 0
+    final class Counter: Sendable {
+        private let count = Atomic(0)
+        var completed: Int { count.load(ordering: .relaxed) }
+        func add() { count.add(1, ordering: .relaxed) }
     }
 
     let connection: PostgresConnection
@@ -442,7 +443,7 @@ struct SQLConnection {
     @discardableResult
     func query(_ sql: String, _ values: [SQLValue] = []) throws -> [SQLRow] {
         let result = try connection.execute(sql, values, timeout: timeout)
-        counter.completed += 1
+        counter.add()
         return result.rows
     }
 

@@ -107,7 +107,7 @@ final class PackFiles: Sendable {
     /// threads cut and hash on the same two cores. Written from here with O_DIRECT, the disk
     /// takes the bytes without a core copying them. Positions are given as chunks arrive; no
     /// one reads them before the transaction commits, and it writes them first.
-    private final class Staging: @unchecked Sendable {
+    private final class Staging {
         let bytes: UnsafeMutableRawPointer
         /// The pack position of the first byte, a multiple of ``directAlignment``.
         var start: Int64 = 0

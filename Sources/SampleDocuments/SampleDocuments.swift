@@ -3,7 +3,7 @@ import Foundation
 
 /// One item of the MyStuff app: a thing, where it is, and the key of its picture in the document
 /// package. Archived with NSKeyedArchiver under the stable class name "MyWhatsit" (KL-4).
-public final class MyWhatsit: NSObject, NSSecureCoding, @unchecked Sendable {
+public final class MyWhatsit: NSObject, NSSecureCoding {
     public static var supportsSecureCoding: Bool { true }
 
     public var name: String

@@ -1,6 +1,7 @@
 import DocumentEngine
 import Foundation
 import Synchronization
+import Threading
 
 /// A document store in memory: the versioned-store algorithm over plain Swift tables. Nothing
 /// survives the process. For tests and tools that need a store but not a database.
@@ -49,7 +50,7 @@ final class MemoryBackend: StoreBackend {
     let chunkSize: Int
     private let tables = Mutex(MemoryTables())
     /// Writers take turns, as on a database's write lock.
-    private let writer = NSLock()
+    private let writer = OrderedLock(.storeWriter)
 
     init(location: String, chunkSize: Int) {
         self.location = location

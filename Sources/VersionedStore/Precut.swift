@@ -1,6 +1,7 @@
 import DocumentEngine
 import Foundation
 import Synchronization
+import Threading
 
 /// A whole file's new bytes cut into chunks and hashed before the save's write transaction.
 /// Cutting and hashing are most of the cost of storing new bytes and need no store, so saves of
@@ -36,7 +37,7 @@ struct Precut: Sendable {
 
 /// Stores a precut's batches of chunks in write transactions of their own, on a serial queue,
 /// at most one at a time while the caller fills the next.
-final class BatchStorer: @unchecked Sendable {
+final class BatchStorer: Sendable {
     /// A chunk of a batch: its bytes, or none when they are to be read from the batch's source
     /// only if the store lacks the chunk.
     struct Chunk: Sendable {
@@ -49,7 +50,7 @@ final class BatchStorer: @unchecked Sendable {
     private let store: VersionedStore
     private let queue = DispatchQueue(label: "docfs.store.batches", target: .global(qos: .userInitiated))
     /// One batch of bytes in flight: the caller waits for it before handing over the next.
-    private let slot = DispatchSemaphore(value: 1)
+    private let inFlight = Monitor(false)
     private let outcome = Mutex<(stored: (chunks: Int, bytes: Int64), error: (any Error)?)>(
         ((0, 0), nil))
 
@@ -57,9 +58,9 @@ final class BatchStorer: @unchecked Sendable {
 
     /// Hands `chunks`, each with its bytes, over to be stored, once the batch before is.
     func store(_ chunks: [Chunk]) {
-        slot.wait()
+        inFlight.wait(until: { !$0 }, then: { $0 = true })
         queue.async { [self] in
-            defer { slot.signal() }
+            defer { inFlight.withLock { $0 = false } }
             run(chunks, source: nil)
         }
     }
@@ -313,7 +314,7 @@ private final class ChunkHasher: Sendable {
     }
     // Serial, so the results come in the order the chunks were added.
     private let queue = DispatchQueue(label: "docfs.store.hash", target: .global(qos: .userInitiated))
-    private let group = DispatchGroup()
+    private let pending = WorkCount()
     private let results = Mutex<[Hashed]>([])
     /// Hashers of this process at work: each keeps two cores busy while it hands chunks over.
     private static let running = Atomic(0)
@@ -326,14 +327,16 @@ private final class ChunkHasher: Sendable {
     func add(_ data: Data) {
         guard Self.running.load(ordering: .relaxed) * 2 <= Self.cores else {
             // After the chunks handed over, so that the results stay in order.
-            group.wait()
+            pending.wait()
             let hashed = Self.hashed(data)
             results.withLock { $0.append(hashed) }
             return
         }
-        queue.async(group: group) { [self] in
+        pending.enter()
+        queue.async { [self] in
             let hashed = Self.hashed(data)
             results.withLock { $0.append(hashed) }
+            pending.leave()
         }
     }
 
@@ -343,7 +346,7 @@ private final class ChunkHasher: Sendable {
 
     /// Every chunk added so far, hashed, once they all are.
     func take() -> [Hashed] {
-        group.wait()
+        pending.wait()
         return results.withLock { results in
             defer { results = [] }
             return results

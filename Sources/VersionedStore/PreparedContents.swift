@@ -1,6 +1,7 @@
 import DocumentEngine
 import Foundation
 import Synchronization
+import Threading
 
 #if canImport(Glibc)
     import Glibc
@@ -16,7 +17,7 @@ extension VersionedStore {
 
     /// Runs preparations at normal priority from now on: for tests, which keep a machine's cores
     /// so busy that a low-priority thread may wait seconds for one.
-    package static func preparesAtNormalPriority() { PreparedContents.niceness = 0 }
+    package static func preparesAtNormalPriority() { PreparedContents.niceness.store(0, ordering: .relaxed) }
 
     /// The precut of `update` (`size` bytes read from `source`) that its source's preparation
     /// gives, finished here; outside any write transaction.
@@ -75,7 +76,7 @@ extension VersionedStore {
 /// made the writes a tenth slower on two cores, for little. The save stores them (a precut's
 /// batches, outside its transaction, ``PrecutBuilder``), reading from its own source the bytes
 /// of those the store lacks, while it cuts the rest.
-final class PreparedContents: ContentsPreparation, @unchecked Sendable {
+final class PreparedContents: ContentsPreparation, Sendable {
     let store: VersionedStore
     private let chunker: ContentDefinedChunker
 
@@ -90,7 +91,7 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
     private let finishing = Atomic(false)
     /// The thread was started; it waits for this between steps.
     private let started = Atomic(false)
-    private let wake = DispatchSemaphore(value: 0)
+    private let wake = WakeSignal()
 
     private struct Shared {
         var source: (any ContentsSource)?
@@ -108,11 +109,15 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
     }
     private let shared = Mutex(Shared())
     /// One finish at a time (a save tried again runs after the first).
-    private let finishes = NSLock()
+    private let finishes = OrderedLock(.preparationFinish)
 
-    // The step's own, one step at a time: bytes read but not yet cut, from `buffer[start...]`.
-    private var buffer: [UInt8] = []
-    private var start = 0
+    /// The step's own, one step at a time: bytes read but not yet cut, from `buffer[start...]`.
+    /// Only the preparation's thread takes this lock.
+    private struct Step {
+        var buffer: [UInt8] = []
+        var start = 0
+    }
+    private let step = Mutex(Step())
     /// Bytes read by steps (read by others only to decide whether a step is due).
     private let read = Atomic<Int64>(0)
 
@@ -123,7 +128,7 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
     static let stepBytes: Int64 = 32 << 20
     /// The nice value of the preparations' threads: the lowest priority, or for tests, whose
     /// machine is busy with other tests, a normal one.
-    nonisolated(unsafe) static var niceness: Int32 = 19
+    static let niceness = Atomic<Int32>(19)
 
     init(store: VersionedStore, source: any ContentsSource, chunker: ContentDefinedChunker) {
         self.store = store
@@ -148,9 +153,7 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
         else { return }
         if started.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         {
-            let thread = Thread { [self] in run() }
-            thread.name = "docfs-prepare"
-            thread.start()
+            startDetachedThread(name: "docfs-prepare") { [self] in run() }
         }
         wake.signal()
     }
@@ -159,7 +162,8 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
     private func run() {
         #if os(Linux)
             // The calling thread only, on Linux.
-            _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, Self.niceness)
+            _ = setpriority(
+                __priority_which_t(PRIO_PROCESS.rawValue), 0, Self.niceness.load(ordering: .relaxed))
         #endif
         while true {
             wake.wait()
@@ -167,7 +171,7 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
             work()
         }
         if cancelled.load(ordering: .acquiring) { shared.withLock { $0.drop() } }
-        buffer = []
+        step.withLock { $0 = Step() }
     }
 
     func advance(to count: Int64) {
@@ -213,34 +217,37 @@ final class PreparedContents: ContentsPreparation, @unchecked Sendable {
     /// it; false when the source failed, or the preparation was cancelled or is finishing.
     private func take(upTo target: Int64, from source: any ContentsSource) -> Bool {
         let maximum = chunker.maximumSize
-        var at = read.load(ordering: .relaxed)
-        while at < target {
-            let count = Int(min(Int64(Self.readSize), target - at))
-            guard let data = try? source.read(offset: at, count: count), data.count == count else {
-                return false
-            }
-            if start >= maximum {
-                buffer.removeFirst(start)
-                start = 0
-            }
-            buffer.append(contentsOf: data)
-            at += Int64(count)
-            read.store(at, ordering: .releasing)
-            // A cut with a maximum chunk of bytes after it is final: bytes past those never
-            // move it. The rest waits for more bytes, or for the save.
-            while buffer.count - start >= maximum {
-                // Hashed where it lies: nothing keeps the chunk's bytes but the save's source.
-                let (length, hash) = buffer.withUnsafeBytes { raw -> (Int, Data?) in
-                    let rest = UnsafeRawBufferPointer(rebasing: raw[start...])
-                    let length = chunker.cut(rest)
-                    let chunk = UnsafeRawBufferPointer(rebasing: rest[..<length])
-                    return (length, VersionedStore.isZero(chunk) ? nil : VersionedStore.hash(chunk))
+        return step.withLock { step -> Bool in
+            var at = read.load(ordering: .relaxed)
+            while at < target {
+                let count = Int(min(Int64(Self.readSize), target - at))
+                guard let data = try? source.read(offset: at, count: count), data.count == count else {
+                    return false
                 }
-                start += length
-                guard publish(Precut.Piece(length: length, hash: hash)) else { return false }
+                if step.start >= maximum {
+                    step.buffer.removeFirst(step.start)
+                    step.start = 0
+                }
+                step.buffer.append(contentsOf: data)
+                at += Int64(count)
+                read.store(at, ordering: .releasing)
+                // A cut with a maximum chunk of bytes after it is final: bytes past those never
+                // move it. The rest waits for more bytes, or for the save.
+                while step.buffer.count - step.start >= maximum {
+                    // Hashed where it lies: nothing keeps the chunk's bytes but the save's source.
+                    let start = step.start
+                    let (length, hash) = step.buffer.withUnsafeBytes { raw -> (Int, Data?) in
+                        let rest = UnsafeRawBufferPointer(rebasing: raw[start...])
+                        let length = chunker.cut(rest)
+                        let chunk = UnsafeRawBufferPointer(rebasing: rest[..<length])
+                        return (length, VersionedStore.isZero(chunk) ? nil : VersionedStore.hash(chunk))
+                    }
+                    step.start += length
+                    guard publish(Precut.Piece(length: length, hash: hash)) else { return false }
+                }
             }
+            return true
         }
-        return true
     }
 
     /// Adds a hashed chunk to those published; false when the preparation was cancelled or is

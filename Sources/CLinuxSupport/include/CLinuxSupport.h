@@ -76,4 +76,8 @@ static inline int docfs_drop_written(int fd, off_t offset, off_t length) {
 /// CRC-32C (Castagnoli) of `count` bytes, continuing from `crc` (0 to start).
 uint32_t docfs_crc32c(uint32_t crc, const void *bytes, size_t count);
 
+/* Names the calling thread (at most 15 bytes are kept), as pthread_setname_np, which glibc
+   declares only under _GNU_SOURCE. */
+int docfs_set_thread_name(const char *name);
+
 #endif

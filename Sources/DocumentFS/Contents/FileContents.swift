@@ -530,7 +530,7 @@ final class FileContents: @unchecked Sendable {
     }
 
     /// What a save of this file sends: the pages to write and how to read them.
-    struct Snapshot: @unchecked Sendable {
+    struct Snapshot: Sendable {
         let contents: FileContents
         let layers: [SpillLayer]
         let base: ContentBase

@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import Synchronization
 import SystemPackage
+import Threading
 import VersionedStore
 
 #if canImport(Glibc)
@@ -85,7 +86,7 @@ public final class DocumentFileSystem: FileSystem {
     public let configuration: Configuration
     let logger: Logger
     let table: NodeTable<UInt64>
-    let state = Locked(State())
+    let state = Locked(.view, State())
     /// The last store event before this file system existed: the observer starts after it.
     private let startSequence: Int64
     /// Owner of the mount root, from the store file when it is a local file.
@@ -104,11 +105,8 @@ public final class DocumentFileSystem: FileSystem {
     let writeback = Atomic<Bool>(false)
     /// The XML texts of stored binary property lists (`archives=xml`).
     let textViews = TextViews()
-    /// Wakes the committer when a close asks for a save.
-    let committerWake = DispatchSemaphore(value: 0)
-    /// The saver, the committer and the collector while they run: `destroy` waits for them, so
-    /// that a save one of them started is finished before the process may end.
-    let backgroundThreads = DispatchGroup()
+    /// The saves the committer owes, and the background threads' lifetime.
+    let saveQueue = SaveQueue(loggedDelay: DocumentFileSystem.loggedSaveDelay)
     /// File systems made by this process, to tell their origins apart.
     private static let instances = Atomic<Int>(0)
     /// Who saved, in the store's history: unique to this mount, so its own events are told
@@ -178,16 +176,9 @@ public final class DocumentFileSystem: FileSystem {
         /// system, so a strong reference would keep all three (and the store's files) alive.
         weak var notifier: Notifier?
         var observer: StoreObserver?
-        var saver: Thread?
         var stopping = false
         /// What the end of the session could not save yet (``unsavedDocuments``).
         var unsaved: [String] = []
-        /// Documents a close asked to save, for the committer (``startCommitter()``).
-        var closeSaves: [DocumentID: DocumentState] = [:]
-        /// Documents whose changes an `fsync` logged, and since when, for the committer.
-        var loggedSaves: [DocumentID: (document: DocumentState, since: ContinuousClock.Instant)] = [:]
-        /// The committer and the quiet-interval saver wait (``holdBackgroundSaves(_:)``).
-        var backgroundSavesHeld = false
         /// Names shown property lists left, and their kinds (`archives=xml`).
         /// The history's and the Trash's folders, made on first use.
         var virtualFolders: [VirtualRole: ViewNode] = [:]
@@ -236,7 +227,7 @@ public final class DocumentFileSystem: FileSystem {
         }
         let forgotten = ForgetRelay()
         table = NodeTable(root: mountRootInode) { ino, _ in forgotten.target?.forgotten(ino) }
-        forgotten.target = self
+        forgotten.connect(self)
     }
 
     /// Connects the file system to the session serving it, so store changes can invalidate the
@@ -307,11 +298,11 @@ public final class DocumentFileSystem: FileSystem {
             return state.observer
         }
         observer?.stop()
-        committerWake.signal()
+        saveQueue.stop()
         // A save the committer or the saver is in the middle of (a close's, taken from the
         // pending ones) finishes first: the process may end as soon as this returns, and before,
         // a file copied in just before the unmount was lost with the save it was in.
-        backgroundThreads.wait()
+        saveQueue.threads.wait()
         // Every pending change is saved before the session ends (and the process exits); what
         // cannot be is tried again for a while rather than dropped at once.
         var failed = saveAll(durable: true)
@@ -356,17 +347,15 @@ public final class DocumentFileSystem: FileSystem {
     /// Holds the committer and the quiet-interval saver back, or lets them go again, for tests
     /// that look at what an `fsync` left on disk before its save.
     package func holdBackgroundSaves(_ held: Bool) {
-        state.withLock { $0.backgroundSavesHeld = held }
-        committerWake.signal()
+        saveQueue.hold(held)
     }
 
     /// Saves every document with unsaved changes; returns the documents whose save failed.
     @discardableResult
     public func saveAll(durable: Bool) -> [DocumentID] {
+        saveQueue.takeAll()
         let pending = state.withLock { state in
-            state.closeSaves = [:]
-            state.loggedSaves = [:]
-            return state.documents.values.filter { $0.dirty || $0.lastError != nil }
+            state.documents.values.filter { $0.dirty || $0.lastError != nil }
         }
         let failed = save(group: pending, durable: durable)
         for document in pending where failed.contains(document.id) {
@@ -799,8 +788,13 @@ public final class DocumentFileSystem: FileSystem {
 }
 
 /// Lets the node table's forget callback reach the file system created after it.
-private final class ForgetRelay: @unchecked Sendable {
-    weak var target: DocumentFileSystem?
+private final class ForgetRelay: Sendable {
+    private struct Reference { weak var fileSystem: DocumentFileSystem? }
+    private let reference = Mutex(Reference())
+
+    var target: DocumentFileSystem? { reference.withLock { $0.fileSystem } }
+
+    func connect(_ fileSystem: DocumentFileSystem) { reference.withLock { $0.fileSystem = fileSystem } }
 }
 
 extension ViewNode {

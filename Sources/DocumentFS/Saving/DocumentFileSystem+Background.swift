@@ -2,6 +2,7 @@ import DocumentEngine
 import FUSE
 import Foundation
 import SystemPackage
+import Threading
 import VersionedStore
 
 /// The mount's background work: the quiet-interval saver, the committer that group-commits
@@ -14,26 +15,24 @@ extension DocumentFileSystem {
         let pause = min(
             0.25,
             max(0.01, Double(quiet.components.seconds) + Double(quiet.components.attoseconds) / 1e18) / 4)
-        let running = backgroundThreads
-        running.enter()
-        let thread = Thread { [weak self] in
-            defer { running.leave() }
+        let queue = saveQueue
+        queue.threads.enter()
+        let started = startDetachedThread(name: "docfs.saver") { [weak self] in
+            defer { queue.threads.leave() }
             while true {
-                guard let self, !self.state.withLock({ $0.stopping }) else { return }
+                guard let self, !queue.isStopping else { return }
                 self.saveQuietDocuments()
                 Thread.sleep(forTimeInterval: pause)
             }
         }
-        thread.name = "docfs.saver"
-        state.withLock { $0.saver = thread }
-        thread.start()
+        if !started { queue.threads.leave() }
     }
 
     private func saveQuietDocuments() {
         let now = ContinuousClock.now
+        guard !saveQueue.isHeld else { return }
         let due = state.withLock { state -> [DocumentState] in
-            guard !state.backgroundSavesHeld else { return [] }
-            return state.documents.values.filter { document in
+            state.documents.values.filter { document in
                 (document.dirty || document.lastError != nil)
                     && now - document.lastChange >= configuration.quietInterval
             }
@@ -55,14 +54,12 @@ extension DocumentFileSystem {
     /// are saved again.
     @discardableResult
     func commitSoon(_ document: DocumentState, reporting: Bool = false) -> Errno? {
-        let failure = state.withLock { state -> Errno? in
-            state.closeSaves[document.id] = document
-            guard reporting else { return nil }
+        saveQueue.askForSave(document)
+        guard reporting else { return nil }
+        return state.withLock { _ -> Errno? in
             defer { document.lastError = nil }
             return document.lastError
         }
-        committerWake.signal()
-        return failure
     }
 
     /// How long the save of an `fsync` that the store logged may wait for more: fsx's fsyncs
@@ -75,43 +72,17 @@ extension DocumentFileSystem {
     /// first, are committed together as one store transaction (``save(group:durable:)``), with
     /// every logged document. A logged document alone waits up to ``loggedSaveDelay``.
     func startCommitter() {
-        let running = backgroundThreads
-        running.enter()
-        let thread = Thread { [weak self] in
-            defer { running.leave() }
-            while true {
-                guard let wake = self?.committerWake else { return }
-                _ = wake.wait(timeout: .now() + (self?.committerSleep() ?? 0.25))
-                guard let self, !self.state.withLock({ $0.stopping }) else { return }
-                let now = ContinuousClock.now
-                let (closes, loggedDue) = self.state.withLock { state -> (Bool, Bool) in
-                    guard !state.backgroundSavesHeld else { return (false, false) }
-                    return (
-                        !state.closeSaves.isEmpty,
-                        state.loggedSaves.values.contains { now - $0.since >= Self.loggedSaveDelay }
-                    )
-                }
-                guard closes || loggedDue else { continue }
-                if closes { usleep(2_000) }
-                let group = self.state.withLock { state -> [DocumentState] in
-                    var group = state.closeSaves
-                    for (id, logged) in state.loggedSaves { group[id] = logged.document }
-                    state.closeSaves = [:]
-                    state.loggedSaves = [:]
-                    return Array(group.values)
-                }
-                self.save(group: group, durable: false)
+        let queue = saveQueue
+        queue.threads.enter()
+        let started = startDetachedThread(name: "docfs.committer") { [weak self] in
+            defer { queue.threads.leave() }
+            // Closes within two milliseconds of the first are committed with it.
+            while let group = queue.nextGroup(gathering: .milliseconds(2)) {
+                guard let self else { return }
+                if !group.isEmpty { self.save(group: group, durable: false) }
             }
         }
-        thread.name = "docfs.committer"
-        thread.start()
-    }
-
-    /// Seconds the committer may sleep: until the oldest logged save is due, at most 0.25.
-    private func committerSleep() -> Double {
-        guard let oldest = state.withLock({ $0.loggedSaves.values.map(\.since).min() }) else { return 0.25 }
-        let left = oldest + Self.loggedSaveDelay - ContinuousClock.now
-        return min(0.25, max(0, Double(left / .microseconds(1)) / 1e6))
+        if !started { queue.threads.leave() }
     }
 
     // MARK: - History that thins itself
@@ -121,13 +92,13 @@ extension DocumentFileSystem {
     /// mount still reads from are protected.
     func startCollector() {
         guard let interval = configuration.collectionInterval, !configuration.readOnly else { return }
-        let running = backgroundThreads
-        running.enter()
-        let thread = Thread { [weak self] in
-            defer { running.leave() }
+        let queue = saveQueue
+        queue.threads.enter()
+        let started = startDetachedThread(name: "docfs.collector") { [weak self] in
+            defer { queue.threads.leave() }
             var next = ContinuousClock.now + min(interval, .seconds(60))
             while true {
-                guard let self, !self.state.withLock({ $0.stopping }) else { return }
+                guard let self, !queue.isStopping else { return }
                 if ContinuousClock.now >= next {
                     next = ContinuousClock.now + min(interval, .seconds(600))
                     self.collectIfDue(every: interval)
@@ -135,8 +106,7 @@ extension DocumentFileSystem {
                 Thread.sleep(forTimeInterval: 0.5)
             }
         }
-        thread.name = "docfs.collector"
-        thread.start()
+        if !started { queue.threads.leave() }
     }
 
     func collectIfDue(every interval: Duration) {

@@ -95,7 +95,7 @@ extension DocumentFileSystem {
             }
             try finish(document, prepared, result)
             // Saved whole: a close or rename that asked the committer for it asked for this.
-            state.withLock { state in if !document.dirty { state.closeSaves[document.id] = nil } }
+            state.withLock { _ in if !document.dirty { saveQueue.saved(document.id) } }
         } else {
             if let other { try storeCall { try store.transaction(durable: durable) { tx in try other(tx) } } }
             try settleIntents(of: [document])
@@ -333,12 +333,8 @@ extension DocumentFileSystem {
                 item.snapshot.contents.hold(item.snapshot)
             }
             document.intents.append(logged)
-            if state.loggedSaves[document.id] == nil { state.loggedSaves[document.id] = (document, .now) }
-            // The record holds what an earlier close or rename asked to save: its save may wait
-            // as a logged one does, and take in the next safe-saves' records too.
-            state.closeSaves[document.id] = nil
         }
-        committerWake.signal()
+        saveQueue.logged(document)
         return true
     }
 

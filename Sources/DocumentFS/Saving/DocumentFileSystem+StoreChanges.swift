@@ -2,6 +2,7 @@ import DocumentEngine
 import FUSE
 import Foundation
 import SystemPackage
+import Threading
 import VersionedStore
 
 /// Following other processes' and other mounts' saves: store events, revalidation and reloads,
@@ -287,7 +288,7 @@ extension DocumentFileSystem {
             }
         }
         var sentInodes: Set<UInt64> = []
-        let taken = DispatchGroup()
+        let taken = WorkCount()
         let done: Notifier.Completion?
         if timeout != nil {
             done = { @Sendable _ in taken.leave() }
@@ -327,8 +328,7 @@ extension DocumentFileSystem {
             }
         }
         if let timeout {
-            let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-            if taken.wait(timeout: .now() + seconds) == .timedOut {
+            if !taken.wait(timeout: timeout) {
                 logger.debug("the kernel had not taken every invalidation after \(timeout)")
             }
         }

@@ -2,6 +2,7 @@ import DocumentEngine
 import FUSE
 import Foundation
 import SystemPackage
+import Threading
 import VersionedStore
 
 /// One file, directory or symbolic link of the mount as the kernel sees it. All members are
@@ -38,7 +39,7 @@ final class ViewNode: @unchecked Sendable {
     /// Held by a change of the file's bytes (a write, a truncation) for its whole run, since
     /// its spill I/O runs without the file system's lock: changes of one file run one at a
     /// time, as the kernel's own inode lock has them anyway.
-    let changes = NSLock()
+    let changes = OrderedLock(.fileChanges)
     /// The contents generation at the last open, for `keep_cache`.
     var openedGeneration: UInt64?
     /// The conflict version the node shows, read-only (see ``ConflictEntry``); nil for the
@@ -137,7 +138,7 @@ final class DocumentState: @unchecked Sendable {
     /// When the last change happened, for the quiet-interval save.
     var lastChange = ContinuousClock.now
     /// Serialises saves of this document.
-    let saving = NSLock()
+    let saving: OrderedLock
     /// Another process saved: show its version once the mount has nothing unsaved.
     var needsReload = false
     /// The last save failed with this error; the next save point retries.
@@ -155,6 +156,7 @@ final class DocumentState: @unchecked Sendable {
         self.info = info
         self.root = root
         base = info.currentVersion
+        saving = OrderedLock(.documentSaving, key: Int(info.id.rawValue))
     }
 
     var isLoaded: Bool { committed != nil }

@@ -1,6 +1,7 @@
 import DocumentEngine
 import FUSE
 import Foundation
+import Synchronization
 import SystemPackage
 import VersionedStore
 
@@ -18,11 +19,16 @@ import VersionedStore
 ///   one store transaction.
 ///   Removing files inside it only hides them in this mount; nothing else inside can change
 ///   (`EACCES`), and its files are shown without write permission.
-final class ConflictEntry: @unchecked Sendable {
+final class ConflictEntry: Sendable {
     let version: VersionInfo
     /// The node at the mount root; its tree is read on first use.
     let root: ViewNode
-    var isLoaded = false
+    /// Changed under the view lock; an atomic so that the compiler sees the class is Sendable.
+    private let loaded = Atomic(false)
+    var isLoaded: Bool {
+        get { loaded.load(ordering: .relaxed) }
+        set { loaded.store(newValue, ordering: .relaxed) }
+    }
 
     init(version: VersionInfo, root: ViewNode) {
         self.version = version

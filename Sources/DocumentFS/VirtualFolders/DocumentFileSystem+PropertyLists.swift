@@ -3,6 +3,7 @@ import FUSE
 import Foundation
 import Logging
 import SystemPackage
+import Threading
 import VersionedStore
 
 /// `-o archives=xml`: binary property lists (keyed archives included) read as their XML text,
@@ -215,7 +216,7 @@ final class TextViews: Sendable {
         var bytes = 0
     }
 
-    private let entries = Locked(Entries())
+    private let entries = Locked(.leaf, Entries())
     static let byteLimit = 64 << 20
     static let countLimit = 200_000
 
