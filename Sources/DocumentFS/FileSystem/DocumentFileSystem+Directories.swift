@@ -17,9 +17,9 @@ extension DocumentFileSystem {
     ) {
         do throws(Errno) {
             if node == .root { try ensureListing() }
-            let directory = try resolve(node, loadingChildren: true)
-            if let directory { try revalidate(directory) }
-            if let directory, directory.role != nil { try refreshVirtual(directory, force: true) }
+            let directory = try resolver.resolve(node, loadingChildren: true)
+            if let directory { try reconciler.revalidate(directory) }
+            if let directory, directory.role != nil { try desktop.refreshVirtual(directory, force: true) }
             let (handle, keep) = try state.withLock { state throws(Errno) in
                 if let directory, directory.kind != .directory { throw .notDirectory }
                 let ino = directory?.ino ?? mountRootInode
@@ -117,7 +117,7 @@ extension DocumentFileSystem {
         reply: consuming ReplyDirectoryPlus
     ) {
         do throws(Errno) {
-            if offset == 0 { try showChildrenAsText(node) }
+            if offset == 0 { try texts.showChildrenAsText(node) }
             for entry in try entries(node, handle, after: offset) {
                 let full = reply.add(
                     entry.ino, in: table, attributes: entry.attributes, offset: entry.cookie,
@@ -141,8 +141,8 @@ extension DocumentFileSystem {
         reply: consuming ReplyEmpty
     ) {
         do throws(Errno) {
-            let directory = try resolve(node)
-            try synchronize(
+            let directory = try resolver.resolve(node)
+            try saving.synchronize(
                 directory.flatMap { directory in state.withLock { self.document(&$0, of: directory) } })
             reply.ok()
         } catch { reply.error(error) }

@@ -16,16 +16,16 @@ extension DocumentFileSystem {
             if configuration.readOnly && (flags.isWritable || flags.contains(.truncate)) {
                 throw .readOnlyFileSystem
             }
-            guard let file = try resolve(node) else { throw .isDirectory }
-            if flags.isWritable || flags.contains(.truncate) { try refuseConflict(file) }
+            guard let file = try resolver.resolve(node) else { throw .isDirectory }
+            if flags.isWritable || flags.contains(.truncate) { try conflictCopies.refuseConflict(file) }
             // Close-to-open: an open sees the document as it is now, even before the observer
             // has noticed another process's save.
-            try revalidate(file)
-            try showAsText(file)
+            try reconciler.revalidate(file)
+            try texts.showAsText(file)
             // The kernel's inode of a file changed elsewhere has the old size, which the
             // writeback cache never corrects (``renew``): ESTALE makes the kernel look the name
             // up again, which gives the new inode, and open that.
-            if writeback.load(ordering: .relaxed), !table.isCurrent(node) { throw .staleNFSFileHandle }
+            if view.writeback.load(ordering: .relaxed), !table.isCurrent(node) { throw .staleNFSFileHandle }
             let truncated = flags.contains(.truncate) && flags.isWritable
             if truncated { try truncate(file, to: 0) }
             if context.killsSetIDBits { killSetIDBits(context, file) }
@@ -39,7 +39,7 @@ extension DocumentFileSystem {
                 state.files[handle] = OpenFile(
                     node: file, writable: flags.isWritable, generation: contents.generation,
                     snapshot: contents.isModified ? nil : contents.base,
-                    writers: truncated || (flags.isWritable && writeback.load(ordering: .relaxed))
+                    writers: truncated || (flags.isWritable && view.writeback.load(ordering: .relaxed))
                         ? [context.pid, threadGroup(of: context.pid)] : [])
                 return (handle, keep)
             }
@@ -87,49 +87,6 @@ extension DocumentFileSystem {
                     store: [StoreRead(source: snapshot, offset: Int64(offset), count: count, destination: 0)])
             }
             return contents.planRead(offset: Int64(clamping: offset), count: size)
-        }
-    }
-
-    /// The largest read whose buffer is page-aligned (``read(_:_:)``).
-    static let alignedReads = 64 << 10
-
-    /// The bytes of a planned read, read without the lock.
-    func read(_ plan: FileContents.ReadPlan) throws(Errno) -> [UInt8] { try read(plan) { [UInt8]($0) } }
-
-    /// Reads the bytes of a planned read without the lock and hands them to `body`.
-    ///
-    /// A small read's buffer is page-aligned: a 4 KiB read then fills one page, which the
-    /// store's `pread` and the kernel's copy of the reply each touch once (an array's bytes begin
-    /// past its header, so they straddled two). A large one's is not: glibc's aligned
-    /// allocations of a megabyte at a time left a daemon streaming a file 20 MiB larger (B7).
-    func read<T>(_ plan: FileContents.ReadPlan, _ body: (UnsafeRawBufferPointer) -> T) throws(Errno) -> T {
-        let buffer = Self.buffer(for: plan)
-        defer { buffer.deallocate() }
-        try fill(buffer, from: plan)
-        return body(UnsafeRawBufferPointer(buffer))
-    }
-
-    /// A buffer for the bytes of `plan` (``read(_:_:)``).
-    static func buffer(for plan: FileContents.ReadPlan) -> UnsafeMutableRawBufferPointer {
-        UnsafeMutableRawBufferPointer.allocate(
-            byteCount: plan.count, alignment: plan.count <= alignedReads ? 4096 : 16)
-    }
-
-    /// Reads the bytes of `plan` into `buffer`, as long as the plan, without the lock.
-    func fill(_ buffer: UnsafeMutableRawBufferPointer, from plan: FileContents.ReadPlan) throws(Errno) {
-        guard let base = buffer.baseAddress, plan.count > 0 else { return }
-        // Zeroed only when the pieces leave gaps (holes): otherwise they fill it all.
-        let covered = plan.spill.reduce(0) { $0 + $1.count } + plan.store.reduce(0) { $0 + $1.count }
-        if covered != plan.count { memset(base, 0, plan.count) }
-        try plan.readSpill(into: buffer)
-        for piece in plan.store {
-            let within = piece.destination..<min(plan.count, piece.destination + piece.count)
-            guard !within.isEmpty else { continue }
-            let read = try baseBytes(
-                piece.source, offset: piece.offset,
-                into: UnsafeMutableRawBufferPointer(rebasing: buffer[within]))
-            // Past the end of what the store holds (a base shorter than the file).
-            if read < within.count { memset(base + within.lowerBound + read, 0, within.count - read) }
         }
     }
 
@@ -255,7 +212,7 @@ extension DocumentFileSystem {
                 contents.prepare { store.prepareContents(reading: $0) }
                 // With the writeback cache the kernel keeps the times of the write(2) calls and
                 // sends them itself (a setattr) once it has written the pages.
-                if !(isWritePage && writeback.load(ordering: .relaxed)) {
+                if !(isWritePage && view.writeback.load(ordering: .relaxed)) {
                     let now = Timestamp.now
                     file.record.modified = now
                     file.record.changed = now
@@ -418,13 +375,6 @@ extension DocumentFileSystem {
         return true
     }
 
-    /// Makes the kernel ask for the file's attributes again, keeping its cached pages: after a
-    /// write or open whose reply carries no attributes changed them.
-    func attributesChanged(_ file: ViewNode) {
-        guard let notifier = state.withLock({ $0.notifier }) else { return }
-        for node in table.nodes(for: file.ino) { notifier.invalidateInode(node, offset: -1) }
-    }
-
     /// The mode without set-user-ID, and without set-group-ID if the file is group-executable
     /// or `droppingGroup` (``dropsSetGroupID(_:_:)``), as Linux leaves it when a caller without
     /// `CAP_FSETID` writes or truncates a file, or anyone chowns one
@@ -433,14 +383,6 @@ extension DocumentFileSystem {
         var result = permissions & ~Int(S_ISUID)
         if droppingGroup || result & Int(S_IXGRP) != 0 { result &= ~Int(S_ISGID) }
         return result
-    }
-
-    /// Records that `node` changed: its document has something to save.
-    func changed(_ state: inout State, _ node: ViewNode) {
-        guard let document = document(&state, of: node) else { return }
-        document.dirty = true
-        document.lastChange = .now
-        document.touched[ObjectIdentifier(node)] = node
     }
 
     public func flush(
@@ -465,11 +407,11 @@ extension DocumentFileSystem {
                 // A property list shown as text is checked now: a close is where an editor hears
                 // that its text was refused.
                 if let file = state.withLock({ state in state.files[handle.rawValue]?.node }) {
-                    try checkText(file)
+                    try texts.checkText(file)
                 }
                 // A save of the document that failed since the last report is what close
                 // reports, once; the changes stay pending and are saved again.
-                if let failure = commitSoon(document, reporting: true) { throw failure }
+                if let failure = saving.commitSoon(document, reporting: true) { throw failure }
             }
             reply.ok()
         } catch { reply.error(error) }
@@ -488,9 +430,9 @@ extension DocumentFileSystem {
                 return self.document(&state, of: open.node)
             }
             if document != nil, let file = state.withLock({ state in state.files[handle.rawValue]?.node }) {
-                try checkText(file)
+                try texts.checkText(file)
             }
-            try synchronize(document)
+            try saving.synchronize(document)
             reply.ok()
         } catch { reply.error(error) }
     }
@@ -579,12 +521,12 @@ extension DocumentFileSystem {
     ) {
         do throws(Errno) {
             guard !configuration.readOnly else { throw .readOnlyFileSystem }
-            guard let target = try resolve(node) else {
+            guard let target = try resolver.resolve(node) else {
                 // The mount root's attributes come from the store; nothing to keep.
                 throw .notPermitted
             }
             // The table's lock last: the kernel sends such a setattr after every unlink and rename.
-            if writeback.load(ordering: .relaxed), changes.mtime != nil, changes.atime == nil,
+            if view.writeback.load(ordering: .relaxed), changes.mtime != nil, changes.atime == nil,
                 changes.size == nil, changes.permissions == nil, changes.uid == nil, changes.gid == nil,
                 !table.isCurrent(node)
             {
@@ -594,7 +536,7 @@ extension DocumentFileSystem {
                 reply.attributes(attrs, timeout: configuration.attributeTimeout)
                 return
             }
-            try refuseConflict(target)
+            try conflictCopies.refuseConflict(target)
             if target.role != nil { throw .permissionDenied }
             if let size = changes.size {
                 guard target.kind == .regularFile else { throw .isDirectory }
@@ -607,7 +549,7 @@ extension DocumentFileSystem {
                         state.files[handle.rawValue]?.wrote = true
                         state.files[handle.rawValue]?.writers.formUnion([writer, context.pid])
                     }
-                    if writeback.load(ordering: .relaxed),
+                    if view.writeback.load(ordering: .relaxed),
                         state.files.values.contains(where: { $0.node === target && $0.writable })
                     {
                         target.contents?.sizeAhead = true
@@ -711,7 +653,7 @@ extension DocumentFileSystem {
             guard value.count <= Self.maximumXattrSize else { throw .argListTooLong }
             try state.withLock { state throws(Errno) in
                 guard let n = try self.node(&state, node) else { throw .notSupported }
-                try refuseConflict(n)
+                try conflictCopies.refuseConflict(n)
                 let exists = n.record.extendedAttributes[name] != nil
                 if flags.contains(.create) && exists { throw .fileExists }
                 if flags.contains(.replace) && !exists { throw .noData }
@@ -733,7 +675,7 @@ extension DocumentFileSystem {
                 guard let n = try self.node(&state, node), n.record.extendedAttributes[name] != nil else {
                     throw .noData
                 }
-                try refuseConflict(n)
+                try conflictCopies.refuseConflict(n)
                 n.record.extendedAttributes[name] = nil
                 n.record.changed = .now
                 changed(&state, n)

@@ -34,7 +34,7 @@ import VersionedStore
 ///
 /// Handlers block on the store: they run on libfuse's worker threads, never on Swift's
 /// cooperative pool.
-public final class DocumentFileSystem: FileSystem {
+public final class DocumentFileSystem: FileSystem, MountRoom {
     /// Tunables.
     public struct Configuration: Sendable {
         /// How long the kernel may cache attributes. Long: every change the kernel did not make
@@ -82,109 +82,31 @@ public final class DocumentFileSystem: FileSystem {
     }
 
     /// The store shown.
-    public let store: any FileSystemStore
-    public let configuration: Configuration
-    let logger: Logger
-    let table: NodeTable<UInt64>
-    let state = Locked(.view, State())
+    /// The store shown.
+    public var store: any FileSystemStore { view.store }
+    public var configuration: Configuration { view.configuration }
+    /// The view tree, the store and the kernel's node table, which every room shares.
+    let view: MountView
     /// The last store event before this file system existed: the observer starts after it.
     private let startSequence: Int64
-    /// Owner of the mount root, from the store file when it is a local file.
-    let rootOwner: (uid: UInt32, gid: UInt32)
-    /// Where written chunks are kept until saved.
-    let spillFiles: SpillFiles
     /// Bytes of small files' writes held in memory now (``Configuration/memoryForSmallFiles``).
     package var memoryForSmallFilesInUse: Int { spillFiles.memoryInUse }
     /// Chunks a change copied from a lower spill layer into the one it wrote, since the mount
     /// began.
     package var chunksCopiedBetweenLayers: Int { spillFiles.chunksCopied }
-    /// The folder of the store file; empty for a store that is not a local file.
-    let storeDirectory: String
-    let chunkSize: Int
-    /// Whether the kernel took the writeback cache in `INIT`.
-    let writeback = Atomic<Bool>(false)
     /// The XML texts of stored binary property lists (`archives=xml`).
-    let textViews = TextViews()
-    /// The saves the committer owes, and the background threads' lifetime.
-    let saveQueue = SaveQueue(loggedDelay: DocumentFileSystem.loggedSaveDelay)
-    /// File systems made by this process, to tell their origins apart.
-    private static let instances = Atomic<Int>(0)
-    /// Who saved, in the store's history: unique to this mount, so its own events are told
-    /// apart from other processes' (another mount of the same store included).
-    let origin: String
-
-    struct OpenFile {
-        var node: ViewNode
-        var writable: Bool
-        /// What a read-only open saw: reads keep to it if another process replaces the file.
-        var generation: UInt64
-        var snapshot: ContentBase?
-        /// This handle wrote since its last flush.
-        var wrote = false
-        /// Processes (thread group ids) that wrote through this handle: only their close is a
-        /// save point. A FLUSH also comes from every child that merely inherited the descriptor
-        /// (at its exec or exit), which must not save a half-written file. With the writeback
-        /// cache, writes reach the mount from the page cache without their writer, so the
-        /// process that opened the file for writing counts as its writer.
-        var writers: Set<Int32> = []
-    }
-
-    /// One readdir entry. `cookie` is the offset that continues *after* it.
-    struct DirectoryEntry {
-        var cookie: UInt64
-        var name: FUSE.FileName
-        var ino: UInt64
-        var attributes: FileAttributes
-    }
-
-    struct OpenDirectory {
-        var ino: UInt64
-        /// Taken at the first readdir, so that opening a directory (to fsync it, say) costs
-        /// nothing however big it is.
-        var entries: [DirectoryEntry]?
-        /// Set once a readdir served this snapshot; a later offset-0 read (rewinddir) rebuilds.
-        var served = false
-    }
-
-    struct State {
-        var listed = false
-        var documents: [DocumentID: DocumentState] = [:]
-        /// Unresolved conflict versions shown at the mount root.
-        var conflicts: [VersionID: ConflictEntry] = [:]
-        var nextConflictInode: UInt64 = 0
-        /// What the mount root shows: documents' nodes, conflict entries and scratch files.
-        var rootEntries = Children()
-        /// Every node the kernel may name, by inode number.
-        var nodes: [UInt64: ViewNode] = [:]
-        var files: [UInt64: OpenFile] = [:]
-        var directories: [UInt64: OpenDirectory] = [:]
-        var nextHandle: UInt64 = 1
-        /// A signature of each directory's last listing, for `keep_cache` on `opendir`.
-        var listedGenerations: [UInt64: UInt64] = [:]
-        var rootChanged: Timespec = .now
-        /// Counts this mount's changes to the set of documents and their names (each
-        /// ``changingRoot(_:)``, and an install) and to the conflict entries it shows, so that ``refreshListing()`` can tell that a store listing it took is older
-        /// than the state it is about to reconcile with it.
-        var rootGeneration: UInt64 = 0
-        /// This mount's changes of the root's documents between their store transaction and
-        /// the view's update (``changingRoot(_:)``): a listing read meanwhile may show the commit
-        /// before the view does, so ``refreshListing()`` applies none while any is in flight.
-        var rootChangesInFlight = 0
-        /// Node ids taken from the store in batches for new files.
-        var spareIDs: [StoreNodeID] = []
-        /// Weak: the session owns the notifier, and the notifier's session core owns this file
-        /// system, so a strong reference would keep all three (and the store's files) alive.
-        weak var notifier: Notifier?
-        var observer: StoreObserver?
-        var stopping = false
-        /// What the end of the session could not save yet (``unsavedDocuments``).
-        var unsaved: [String] = []
-        /// Names shown property lists left, and their kinds (`archives=xml`).
-        /// The history's and the Trash's folders, made on first use.
-        var virtualFolders: [VirtualRole: ViewNode] = [:]
-        var nextVirtualInode: UInt64 = 0
-        var formerPropertyLists: [FormerName: (kind: PropertyListText.Kind, shown: PropertyListText?)] = [:]
-    }
+    let texts: PropertyListTexts
+    /// Other processes' and mounts' saves, shown.
+    let reconciler: Reconciler
+    /// Saving: the one save pipeline and the background threads.
+    let saving: SavePipeline
+    var saveQueue: SaveQueue { saving.saveQueue }
+    let conflictCopies: ConflictCopies
+    /// The history and the Trash.
+    let desktop: DesktopFolders
+    let resolver: NodeResolver
+    /// Creates, links, removals, renames and moves.
+    let names: NameOperations
 
     /// - Parameters:
     ///   - store: the store to show; a store shared with others is fine.
@@ -194,40 +116,17 @@ public final class DocumentFileSystem: FileSystem {
         store: any FileSystemStore, configuration: Configuration = Configuration(),
         logger: Logger = Logger(label: "docfs")
     ) throws {
-        self.store = store
-        self.configuration = configuration
-        self.logger = logger
-        chunkSize = store.chunkSize
-        let instance = Self.instances.add(1, ordering: .relaxed).newValue
-        let host = ProcessInfo.processInfo.hostName
-        origin = "\(configuration.origin) (\(host) pid \(getpid())\(instance > 1 ? ".\(instance)" : ""))"
         startSequence = try store.latestEventSequence()
-        var st = stat()
-        if stat(store.location, &st) == 0 {
-            rootOwner = (st.st_uid, st.st_gid)
-        } else {
-            rootOwner = (getuid(), getgid())
-        }
-        // Only a store that is a local file has a folder (corelibs' deletingLastPathComponent traps
-        // on a name without a slash, such as a store in memory).
-        storeDirectory =
-            store.location.hasPrefix("/") ? (store.location as NSString).deletingLastPathComponent : ""
-        var isDirectory: ObjCBool = false
-        if let given = configuration.spillDirectory {
-            spillFiles = SpillFiles(directory: given, memoryBudget: configuration.memoryForSmallFiles)
-        } else if !storeDirectory.isEmpty,
-            FileManager.default.fileExists(atPath: storeDirectory, isDirectory: &isDirectory),
-            isDirectory.boolValue, Glibc.access(storeDirectory, W_OK) == 0
-        {
-            spillFiles = SpillFiles(
-                directory: storeDirectory, memoryBudget: configuration.memoryForSmallFiles)
-        } else {
-            spillFiles = SpillFiles(
-                directory: NSTemporaryDirectory(), memoryBudget: configuration.memoryForSmallFiles)
-        }
-        let forgotten = ForgetRelay()
-        table = NodeTable(root: mountRootInode) { ino, _ in forgotten.target?.forgotten(ino) }
-        forgotten.connect(self)
+        view = MountView(store: store, configuration: configuration, logger: logger)
+        texts = PropertyListTexts(view: view)
+        reconciler = Reconciler(view: view)
+        saving = SavePipeline(view: view, texts: texts, reconciler: reconciler)
+        conflictCopies = ConflictCopies(view: view, texts: texts, reconciler: reconciler, saving: saving)
+        desktop = DesktopFolders(view: view, saving: saving, conflictCopies: conflictCopies)
+        resolver = NodeResolver(view: view, desktop: desktop, conflictCopies: conflictCopies)
+        names = NameOperations(
+            view: view, texts: texts, saving: saving, conflictCopies: conflictCopies, desktop: desktop,
+            resolver: resolver)
     }
 
     /// Connects the file system to the session serving it, so store changes can invalidate the
@@ -251,7 +150,7 @@ public final class DocumentFileSystem: FileSystem {
         if configuration.writebackCache {
             do {
                 try config.enable(.writebackCache)
-                writeback.store(true, ordering: .relaxed)
+                view.writeback.store(true, ordering: .relaxed)
             } catch {
                 logger.notice("the kernel's writeback cache is not available: \(error)")
             }
@@ -279,16 +178,18 @@ public final class DocumentFileSystem: FileSystem {
         do {
             let observer = try StoreObserver(
                 store: store, after: startSequence, interval: configuration.pollInterval
-            ) { [weak self] events in
-                self?.storeChanged(events)
+            ) { [weak view] events in
+                // Weak: the view's state holds the observer.
+                guard let view else { return }
+                Reconciler(view: view).storeChanged(events)
             }
             state.withLock { $0.observer = observer }
         } catch {
             logger.error("cannot observe the store for changes: \(error)")
         }
-        startSaver()
-        startCommitter()
-        startCollector()
+        saving.startSaver()
+        saving.startCommitter()
+        saving.startCollector()
     }
 
     public func destroy() {
@@ -305,7 +206,7 @@ public final class DocumentFileSystem: FileSystem {
         saveQueue.threads.wait()
         // Every pending change is saved before the session ends (and the process exits); what
         // cannot be is tried again for a while rather than dropped at once.
-        var failed = saveAll(durable: true)
+        var failed = saving.saveAll(durable: true)
         guard !failed.isEmpty else { return }
         let clock = ContinuousClock()
         let giveUp = clock.now + configuration.finalSaveRetry
@@ -327,7 +228,7 @@ public final class DocumentFileSystem: FileSystem {
             }
             Thread.sleep(forTimeInterval: pause)
             pause = min(pause * 2, 10)
-            failed = saveAll(durable: true)
+            failed = saving.saveAll(durable: true)
         }
         if failed.isEmpty {
             state.withLock { $0.unsaved = [] }
@@ -344,334 +245,21 @@ public final class DocumentFileSystem: FileSystem {
     /// why): empty unless ``destroy()`` gave up on them, or is still trying.
     public var unsavedDocuments: [String] { state.withLock { $0.unsaved } }
 
+    /// Saves every document with unsaved changes; returns the documents whose save failed.
+    @discardableResult
+    public func saveAll(durable: Bool) -> [DocumentID] { saving.saveAll(durable: durable) }
+
     /// Holds the committer and the quiet-interval saver back, or lets them go again, for tests
     /// that look at what an `fsync` left on disk before its save.
     package func holdBackgroundSaves(_ held: Bool) {
         saveQueue.hold(held)
     }
 
-    /// Saves every document with unsaved changes; returns the documents whose save failed.
-    @discardableResult
-    public func saveAll(durable: Bool) -> [DocumentID] {
-        saveQueue.takeAll()
-        let pending = state.withLock { state in
-            state.documents.values.filter { $0.dirty || $0.lastError != nil }
-        }
-        let failed = save(group: pending, durable: durable)
-        for document in pending where failed.contains(document.id) {
-            logger.error("cannot save \(document.info.name)")
-        }
-        return failed
-    }
-
     // MARK: - Store access
-
-    /// Runs a store call, turning its errors into the errno the caller should see.
-    func storeCall<T>(_ body: () throws -> T) throws(Errno) -> T {
-        do {
-            return try body()
-        } catch let error as DocumentStoreError {
-            throw errno(for: error)
-        } catch let error as Errno {
-            throw error
-        } catch {
-            logger.error("store: \(error)")
-            throw .ioError
-        }
-    }
-
-    func errno(for error: DocumentStoreError) -> Errno {
-        switch error {
-        case .noSuchDocument, .noSuchNode: return .noSuchFileOrDirectory
-        case .noSuchVersion: return .staleNFSFileHandle
-        case .notARegularFile: return .isDirectory
-        case .documentExists: return .fileExists
-        case .invalidName(_, let reason):
-            return reason.contains("longer") ? .fileNameTooLong : .invalidArgument
-        case .noSpace:
-            logger.error("store: \(error)")
-            return .noSpace
-        default:
-            logger.error("store: \(error)")
-            return .ioError
-        }
-    }
-
-    /// Runs `body`, a change of the root's documents (a create, a rename, a removal, a move to or
-    /// from the Trash or a package, keeping a conflict), as in flight until it returns. Its
-    /// store transaction commits before the view shows it; a root listing read in between
-    /// would show the document already there (and the view would then install it twice: two
-    /// states for one document, one of them behind a name the store no longer has) or already
-    /// gone. ``refreshListing()`` applies no listing while a change is in flight, and the
-    /// generation each one bumps at its end tells it that a listing it read is older.
-    func changingRoot<T>(_ body: () throws(Errno) -> T) throws(Errno) -> T {
-        state.withLock { $0.rootChangesInFlight += 1 }
-        defer {
-            state.withLock { state in
-                state.rootChangesInFlight -= 1
-                state.rootGeneration &+= 1
-            }
-        }
-        return try body()
-    }
-
-    /// Reads the root listing from the store unless it was read.
-    func ensureListing() throws(Errno) {
-        if state.withLock({ $0.listed }) { return }
-        let infos = renamingReserved(try storeCall { try store.documents() })
-        let records = try storeCall { try rootRecords(of: infos) }
-        let roots = infos.compactMap { info in records[info.id].map { (info, $0) } }
-        let conflicts = fetchConflicts(
-            roots: Dictionary(infos.map { ($0.id, $0.root) }) { first, _ in first })
-        state.withLock { state in
-            guard !state.listed else { return }
-            for (info, record) in roots where state.documents[info.id] == nil {
-                _ = install(&state, info: info, rootRecord: record)
-            }
-            if let conflicts {
-                _ = reconcileConflicts(&state, versions: conflicts.versions, records: conflicts.records)
-            }
-            state.listed = true
-        }
-    }
-
-    /// The root records of `infos` at their current versions, in one store call. A document
-    /// whose root cannot be read is left out (and logged), not the others.
-    func rootRecords(of infos: [DocumentInfo]) throws -> [DocumentID: NodeRecord] {
-        guard !infos.isEmpty else { return [:] }
-        let results = try store.nodes(infos.map { NodeLookup($0.root, at: $0.currentVersion) })
-        var records: [DocumentID: NodeRecord] = [:]
-        for (info, result) in zip(infos, results) {
-            switch result {
-            case .success(let record?): records[info.id] = record
-            case .success(nil): continue
-            case .failure(let error): logger.warning("cannot read the document \(info.name): \(error)")
-            }
-        }
-        return records
-    }
-
-    /// A document's state and node at the root, from its listing and root record.
-    func install(_ state: inout State, info: DocumentInfo, rootRecord: NodeRecord) -> DocumentState {
-        let node = makeNode(
-            storeID: info.root, document: info.id, record: rootRecord, name: FUSE.FileName(info.name))
-        node.atMountRoot = true
-        let document = DocumentState(info: info, root: node)
-        state.documents[info.id] = document
-        state.rootGeneration &+= 1
-        state.nodes[node.ino] = node
-        if let shown = state.rootEntries[node.name], let conflict = conflictEntry(&state, of: shown) {
-            // A document keeps its name: a conflict entry that had it is no longer shown.
-            dropConflict(&state, conflict)
-        }
-        if state.rootEntries[node.name] == nil { state.rootEntries[node.name] = node }
-        return document
-    }
-
-    func makeNode(storeID: StoreNodeID, document: DocumentID?, record: NodeRecord, name: FUSE.FileName)
-        -> ViewNode
-    {
-        let node = ViewNode(storeID: storeID, document: document, name: name, record: record)
-        if record.kind == .regularFile && record.linkOf == nil {
-            node.contents = FileContents(
-                base: ContentBase(node: record.id, version: record.version, size: record.size),
-                spill: spillFiles)
-        }
-        return node
-    }
-
-    /// Reads a document's wrapper records unless they were read.
-    func ensureLoaded(_ document: DocumentState) throws(Errno) {
-        if state.withLock({ _ in document.isLoaded }) { return }
-        let version = state.withLock { _ in document.base }
-        let records = try storeCall { try store.nodes(of: document.id, at: version) }
-        let countedFolders = state.withLock { state -> Bool in
-            guard !document.isLoaded else { return false }
-            attachTree(&state, document, records: records, version: version)
-            return document.root.subdirectoryCount > 0
-        }
-        // Until now the root's link count was 2, its folders unknown; the kernel may hold that.
-        if countedFolders { attributesChanged(document.root) }
-    }
-
-    /// Builds the node tree of a freshly read document.
-    private func attachTree(
-        _ state: inout State, _ document: DocumentState, records: [NodeRecord], version: VersionID
-    ) {
-        var byID: [StoreNodeID: ViewNode] = [document.info.root: document.root]
-        var committed: [StoreNodeID: NodeRecord] = [:]
-        for record in records {
-            committed[record.id] = record
-            if record.id == document.info.root {
-                // The node at the root may already carry unsaved changes (chmod, a write).
-                if document.root.persistAs == record.id && !document.dirty && !document.root.contentsModified
-                {
-                    document.root.record = record
-                }
-                continue
-            }
-            let node = makeNode(
-                storeID: record.id, document: document.id, record: record, name: FUSE.FileName(record.name))
-            byID[record.id] = node
-            if record.linkOf == nil { state.nodes[node.ino] = node }
-        }
-        for record in records where record.id != document.info.root {
-            guard let node = byID[record.id], let parentID = record.parent, let parent = byID[parentID] else {
-                continue
-            }
-            node.parent = parent
-            parent.children[node.name] = node
-        }
-        Self.joinLinks(records, byID)
-        document.committed = committed
-        document.base = version
-    }
-
-    /// A fresh store node id (``newStoreIDs(count:)``).
-    func newStoreID() throws(Errno) -> StoreNodeID { try newStoreIDs(count: 1)[0] }
-
-    /// Fresh store node ids, taken from a pool the store reserves in batches of at least 64.
-    /// A reservation is a durable transaction of its own that changes no name and no contents,
-    /// so that the system calls the ids are for stay one transaction each.
-    func newStoreIDs(count: Int) throws(Errno) -> [StoreNodeID] {
-        guard count > 0 else { return [] }
-        if let ids = state.withLock({ state -> [StoreNodeID]? in
-            guard state.spareIDs.count >= count else { return nil }
-            defer { state.spareIDs.removeLast(count) }
-            return Array(state.spareIDs.suffix(count).reversed())
-        }) {
-            return ids
-        }
-        let fresh = try storeCall { try store.makeNodeIDs(count: max(64, count)) }
-        return state.withLock { state in
-            state.spareIDs.append(contentsOf: fresh.dropFirst(count).reversed())
-            return Array(fresh.prefix(count))
-        }
-    }
 
     // MARK: - Nodes
 
-    /// The node of a kernel node id (nil for the mount root).
-    func node(_ state: inout State, _ id: NodeID) throws(Errno) -> ViewNode? {
-        guard let ino = table.key(for: id) else { throw .noSuchFileOrDirectory }
-        if ino == mountRootInode { return nil }
-        guard let node = state.nodes[ino] else { throw .noSuchFileOrDirectory }
-        return node
-    }
-
-    func document(_ state: inout State, of node: ViewNode) -> DocumentState? {
-        node.document.flatMap { state.documents[$0] }
-    }
-
-    /// Resolves a kernel node, reading its document's tree first when it is a directory whose
-    /// children are asked for.
-    func resolve(_ id: NodeID, loadingChildren: Bool = false) throws(Errno) -> ViewNode? {
-        let (node, document) = try state.withLock { state throws(Errno) -> (ViewNode?, DocumentState?) in
-            let node = try self.node(&state, id)
-            return (node, node.flatMap { self.document(&state, of: $0) })
-        }
-        if loadingChildren, let document { try ensureLoaded(document) }
-        if loadingChildren, let node, isVirtual(node) {
-            try refreshVirtual(node, force: false)
-        } else if loadingChildren, let node, node.conflict != nil {
-            try ensureConflictLoaded(node)
-        }
-        return node
-    }
-
-    /// The kernel moved the dentry of `key` (a conflict entry, a Trash item) onto `node`'s name:
-    /// until it looks the name up again, `key` stands for `node`.
-    func standIn(_ state: inout State, _ key: UInt64, for node: ViewNode) {
-        guard table.node(for: key) != nil else { return }
-        state.nodes[key] = node
-        node.kernelAliases.insert(key)
-    }
-
-    func forgotten(_ ino: UInt64) {
-        state.withLock { state in
-            // A number standing for another node (``standIn``).
-            if let node = state.nodes[ino], node.ino != ino {
-                state.nodes[ino] = nil
-                node.kernelAliases.remove(ino)
-                return
-            }
-            guard let node = state.nodes[ino], !node.linked, node.openHandles == 0 else { return }
-            state.nodes[ino] = nil
-        }
-    }
-
-    /// Whether the node is saved: linked into a document under names that are not scratch.
-    func isPersisted(_ node: ViewNode) -> Bool {
-        var current: ViewNode? = node
-        while let n = current {
-            guard n.linked, n.document != nil else { return false }
-            if n.kind != .directory && configuration.scratchNames.matches(n.name) { return false }
-            if n.atMountRoot { return true }
-            current = n.parent
-        }
-        return false
-    }
-
     // MARK: - Attributes
-
-    func rootAttributes(_ state: inout State) -> FileAttributes {
-        let packages = state.rootEntries.directoryCount
-        return FileAttributes(
-            ino: mountRootInode, type: .directory,
-            permissions: FilePermissions(rawValue: 0o755), nlink: UInt32(clamping: 2 + packages),
-            uid: rootOwner.uid, gid: rootOwner.gid, size: 4096,
-            atime: state.rootChanged, mtime: state.rootChanged, ctime: state.rootChanged)
-    }
-
-    /// Points each hard link's node at its file's (records as read from the store).
-    static func joinLinks(_ records: [NodeRecord], _ byID: [StoreNodeID: ViewNode]) {
-        for record in records {
-            guard let node = byID[record.id] else { continue }
-            node.aliases = [:]
-            node.linkOf = nil
-        }
-        for record in records {
-            guard let target = record.linkOf, let node = byID[record.id], let file = byID[target],
-                file.linkOf == nil
-            else { continue }
-            node.linkOf = file
-            node.contents = nil
-            if node.linked { file.aliases[ObjectIdentifier(node)] = node }
-        }
-    }
-
-    func attributes(_ node: ViewNode) -> FileAttributes {
-        // Every name of a file shows the file.
-        if let file = node.linkOf { return attributes(file) }
-        let type: FUSE.FileType
-        // A file's link count: its own name, if it still has it, and its other names.
-        var nlink = UInt32(clamping: (node.linked ? 1 : 0) + node.aliases.count)
-        switch node.kind {
-        case .regularFile: type = .regular
-        case .directory:
-            type = .directory
-            nlink = UInt32(clamping: 2 + node.subdirectoryCount)
-        case .symbolicLink: type = .symbolicLink
-        case .fifo: type = .fifo
-        case .socket: type = .socket
-        case .characterDevice: type = .characterDevice
-        case .blockDevice: type = .blockDevice
-        }
-        let record = node.record
-        return FileAttributes(
-            ino: node.reportedIno ?? node.ino, type: type,
-            permissions: FilePermissions(rawValue: UInt32(record.permissions & 0o7777)),
-            nlink: nlink, uid: record.uid, gid: record.gid, rdev: record.device,
-            size: UInt64(clamping: node.size),
-            atime: record.accessed.timespec, mtime: record.modified.timespec,
-            ctime: record.changed.timespec)
-    }
-
-    func entry(_ reply: consuming ReplyEntry, _ node: ViewNode, _ attributes: FileAttributes) {
-        reply.entry(
-            node.ino, in: table, attributes: attributes,
-            attributeTimeout: configuration.attributeTimeout, entryTimeout: configuration.entryTimeout)
-    }
 
     // MARK: - Names
 
@@ -701,25 +289,25 @@ public final class DocumentFileSystem: FileSystem {
     ) {
         try checkLength(name)
         if parent == .root {
-            if let virtual = virtualAtRoot(name, uid: uid) {
+            if let virtual = desktop.virtualAtRoot(name, uid: uid) {
                 return (virtual, state.withLock { _ in self.attributes(virtual) })
             }
             try ensureListing()
         }
-        guard let directory = try resolve(parent, loadingChildren: true) else {
+        guard let directory = try resolver.resolve(parent, loadingChildren: true) else {
             let node = try state.withLock { state throws(Errno) -> ViewNode in
                 guard let node = state.rootEntries[name] else { throw .noSuchFileOrDirectory }
                 return node
             }
-            try showAsText(node)
+            try texts.showAsText(node)
             return (node, state.withLock { _ in self.attributes(node) })
         }
         // A virtual folder lists the store again for a name it does not have (a new version, an
         // item trashed through another mount).
-        if isVirtual(directory), directory.role != nil,
+        if desktop.isVirtual(directory), directory.role != nil,
             state.withLock({ _ in directory.children[name] == nil })
         {
-            try refreshVirtual(directory, force: true)
+            try desktop.refreshVirtual(directory, force: true)
         }
         let (node, attrs) = try state.withLock { state throws(Errno) -> (ViewNode, FileAttributes) in
             guard directory.kind == .directory else { throw .notDirectory }
@@ -729,7 +317,7 @@ public final class DocumentFileSystem: FileSystem {
             return (node, self.attributes(node))
         }
         guard configuration.archivesAsText, node.kind == .regularFile else { return (node, attrs) }
-        try showAsText(node)
+        try texts.showAsText(node)
         return (node, state.withLock { _ in self.attributes(node) })
     }
 
@@ -741,7 +329,9 @@ public final class DocumentFileSystem: FileSystem {
     ) {
         do throws(Errno) {
             if node == .root { try ensureListing() }
-            if configuration.archivesAsText, let file = try resolve(node) { try showAsText(file) }
+            if configuration.archivesAsText, let file = try resolver.resolve(node) {
+                try texts.showAsText(file)
+            }
             let attrs = try state.withLock { state throws(Errno) in
                 guard let n = try self.node(&state, node) else { return rootAttributes(&state) }
                 return attributes(n)
@@ -785,16 +375,6 @@ public final class DocumentFileSystem: FileSystem {
                 blocksFree: blocks(UInt64(st.f_bfree)), blocksAvailable: blocks(UInt64(st.f_bavail)),
                 files: files, filesFree: free, nameMax: 255))
     }
-}
-
-/// Lets the node table's forget callback reach the file system created after it.
-private final class ForgetRelay: Sendable {
-    private struct Reference { weak var fileSystem: DocumentFileSystem? }
-    private let reference = Mutex(Reference())
-
-    var target: DocumentFileSystem? { reference.withLock { $0.fileSystem } }
-
-    func connect(_ fileSystem: DocumentFileSystem) { reference.withLock { $0.fileSystem = fileSystem } }
 }
 
 extension ViewNode {

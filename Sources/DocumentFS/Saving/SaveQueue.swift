@@ -7,7 +7,7 @@ import Threading
 
 /// The saves the mount's background threads owe: documents a close (or a rename onto a wrapper's
 /// name) asked to save, and documents whose changes an `fsync` logged. The committer takes them in
-/// groups (``DocumentFileSystem/startCommitter()``); the saver and the collector only look at
+/// groups (``SavePipeline/startCommitter()``); the saver and the collector only look at
 /// whether the mount is stopping or its background saves are held.
 ///
 /// Its own monitor (a leaf of the lock order) guards it, and is the committer's doorbell: a

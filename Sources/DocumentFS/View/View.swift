@@ -49,7 +49,7 @@ final class ViewNode: @unchecked Sendable {
     /// conflict version's node a number of its own (the store id is the current version's).
     let ino: UInt64
     /// Other keys the kernel knows this node by: a renamed conflict entry's or Trash item's,
-    /// whose dentry the kernel moved onto the node's name (``DocumentFileSystem/standIn``).
+    /// whose dentry the kernel moved onto the node's name (``MountRoom/standIn``).
     var kernelAliases: Set<UInt64> = []
     /// A folder the mount makes up (the history, the Trash); nil for the store's wrappers.
     let role: VirtualRole?

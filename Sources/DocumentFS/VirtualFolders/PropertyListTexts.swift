@@ -25,7 +25,13 @@ import VersionedStore
 /// - **Editors that save a new file** (vim's rename mode, `sed -i`, GIO's safe save) keep the
 ///   binary form: a file renamed onto a shown property list, or created under the name one just
 ///   left in the same folder, is compiled as that property list was.
-extension DocumentFileSystem {
+struct PropertyListTexts: MountRoom {
+    let view: MountView
+    /// The XML texts made so far, by stored version.
+    let textViews = TextViews()
+}
+
+extension PropertyListTexts {
     /// Files larger than this are shown as stored (a property list that big is not for editing).
     static let largestTextView: Int64 = 16 << 20
     /// The smallest binary property list: the header, one object, a one-byte offset table and
@@ -89,36 +95,6 @@ extension DocumentFileSystem {
             return directory.children.values.filter { $0.kind == .regularFile }
         }
         for file in files { try showAsText(file) }
-    }
-
-    /// The clean bytes `[offset, offset+count)` of `base`: from its text, or from the store.
-    func baseBytes(_ base: ContentBase, offset: Int64, count: Int) throws(Errno) -> Data {
-        if let held = heldBytes(base, offset: offset, count: count) { return held }
-        return try storeCall {
-            try store.readContents(of: base.node, at: base.version, offset: offset, count: count)
-        }
-    }
-
-    /// ``baseBytes(_:offset:count:)`` into `buffer`: the count read, fewer than it holds only at
-    /// the end of the base.
-    func baseBytes(_ base: ContentBase, offset: Int64, into buffer: UnsafeMutableRawBufferPointer)
-        throws(Errno) -> Int
-    {
-        if let held = heldBytes(base, offset: offset, count: buffer.count) {
-            return held.copyPrefix(into: buffer)
-        }
-        return try storeCall {
-            try store.readContents(of: base.node, at: base.version, offset: offset, into: buffer)
-        }
-    }
-
-    /// The bytes `[offset, offset+count)` of a base the mount holds (its text, or bytes kept
-    /// whole); nil when the store holds them.
-    private func heldBytes(_ base: ContentBase, offset: Int64, count: Int) -> Data? {
-        guard let text = base.text?.text ?? base.bytes else { return nil }
-        let start = Int(clamping: max(0, min(offset, Int64(text.count))))
-        let end = start + min(text.count - start, max(0, count))
-        return text.subdata(in: text.startIndex + start..<text.startIndex + end)
     }
 
     /// Compiles the written text of `file` unless its last compile is current; returns the
@@ -196,7 +172,7 @@ extension DocumentFileSystem {
     }
 }
 
-/// A name a shown property list left (``DocumentFileSystem/noteLeaving(_:_:name:directory:)``).
+/// A name a shown property list left (``PropertyListTexts/noteLeaving(_:_:name:directory:)``).
 struct FormerName: Hashable {
     var directory: UInt64
     var name: FUSE.FileName

@@ -9,40 +9,38 @@ import VersionedStore
 #endif
 
 /// Renames within a package and at the mount root (`rename(2)` and `renameat2(2)` in every form);
-/// moves between the root and a package are in DocumentFileSystem+Moves.swift.
-extension DocumentFileSystem {
-    public func rename(
+/// moves between the root and a package are in NameOperations+Moves.swift.
+extension NameOperations {
+    /// `rename(2)` and `renameat2(2)`, in every form.
+    func rename(
         _ context: RequestContext, parent: NodeID, name: FUSE.FileName, newParent: NodeID,
-        newName: FUSE.FileName, flags: RenameFlags, reply: consuming ReplyEmpty
-    ) {
-        do throws(Errno) {
-            guard !configuration.readOnly else { throw .readOnlyFileSystem }
-            guard !flags.contains(.whiteout), flags != [.noReplace, .exchange] else { throw .invalidArgument }
-            try checkLength(name)
-            let newText = try validate(newName)
-            if (parent == .root && Self.isReservedAtRoot(name))
-                || (newParent == .root && Self.isReservedAtRoot(newName))
-            {
-                throw .permissionDenied
-            }
-            let from = parent == .root ? nil : try resolve(parent, loadingChildren: true)
-            let to = newParent == .root ? nil : try resolve(newParent, loadingChildren: true)
-            if parent != .root && newParent != .root && !isVirtual(from) && !isVirtual(to) {
-                try renameInPackage(parent, name, newParent, newName, newText, flags: flags)
-            } else {
-                // The root's names, the Trash and moves to or from the root change the root's
-                // documents; renames in packages do not, and leave a listing refresh alone.
-                try changingRoot { () throws(Errno) in
-                    if try renameVirtual(from, name, to, newName, newText, flags: flags) { return }
-                    if parent == .root && newParent == .root {
-                        try renameAtRoot(name, newName, newText, flags: flags)
-                    } else {
-                        try moveAcross(parent, name, newParent, newName, newText, flags: flags)
-                    }
+        newName: FUSE.FileName, flags: RenameFlags
+    ) throws(Errno) {
+        guard !configuration.readOnly else { throw .readOnlyFileSystem }
+        guard !flags.contains(.whiteout), flags != [.noReplace, .exchange] else { throw .invalidArgument }
+        try checkLength(name)
+        let newText = try validate(newName)
+        if (parent == .root && Self.isReservedAtRoot(name))
+            || (newParent == .root && Self.isReservedAtRoot(newName))
+        {
+            throw .permissionDenied
+        }
+        let from = parent == .root ? nil : try resolver.resolve(parent, loadingChildren: true)
+        let to = newParent == .root ? nil : try resolver.resolve(newParent, loadingChildren: true)
+        if parent != .root && newParent != .root && !desktop.isVirtual(from) && !desktop.isVirtual(to) {
+            try renameInPackage(parent, name, newParent, newName, newText, flags: flags)
+        } else {
+            // The root's names, the Trash and moves to or from the root change the root's
+            // documents; renames in packages do not, and leave a listing refresh alone.
+            try changingRoot { () throws(Errno) in
+                if try desktop.renameVirtual(from, name, to, newName, newText, flags: flags) { return }
+                if parent == .root && newParent == .root {
+                    try renameAtRoot(name, newName, newText, flags: flags)
+                } else {
+                    try moveAcross(parent, name, newParent, newName, newText, flags: flags)
                 }
             }
-            reply.ok()
-        } catch { reply.error(error) }
+        }
     }
 
     func renameInPackage(
@@ -50,8 +48,8 @@ extension DocumentFileSystem {
         _ newText: String,
         flags: RenameFlags
     ) throws(Errno) {
-        guard let from = try resolve(parent, loadingChildren: true),
-            let to = try resolve(newParent, loadingChildren: true)
+        guard let from = try resolver.resolve(parent, loadingChildren: true),
+            let to = try resolver.resolve(newParent, loadingChildren: true)
         else { throw .noSuchFileOrDirectory }
         let across = state.withLock { _ in
             from.document != to.document && from.conflict == nil && to.conflict == nil
@@ -75,7 +73,7 @@ extension DocumentFileSystem {
                 return (node, marked)
             }
             if let (node, marked) = incoming {
-                do { try checkText(node) } catch {
+                do { try texts.checkText(node) } catch {
                     if marked {
                         state.withLock { _ in
                             node.contents?.propertyList = nil
@@ -139,7 +137,7 @@ extension DocumentFileSystem {
                 return nil
             }
             let wasScratch = !isPersisted(node)
-            noteLeaving(&state, node, name: name, directory: from)
+            texts.noteLeaving(&state, node, name: name, directory: from)
             if let replaced = target?.contents, let kind = replaced.propertyList, node.kind == .regularFile,
                 let contents = node.contents, contents.propertyList == nil
             {
@@ -168,7 +166,7 @@ extension DocumentFileSystem {
             guard isPersisted(node), target != nil || wasScratch else { return nil }
             return self.document(&state, of: node)
         }
-        if let saveDocument { commitSoon(saveDocument) }
+        if let saveDocument { saving.commitSoon(saveDocument) }
     }
 
     func renameAtRoot(_ name: FUSE.FileName, _ newName: FUSE.FileName, _ newText: String, flags: RenameFlags)
@@ -285,11 +283,11 @@ extension DocumentFileSystem {
         case .done:
             return
         case .keepConflict(let entry, let document):
-            try keepConflict(entry, as: document)
+            try conflictCopies.keepConflict(entry, as: document)
         case .copyConflict(let entry, let replaced):
-            try copyConflict(entry, as: newName, newText, replacing: replaced)
+            try conflictCopies.copyConflict(entry, as: newName, newText, replacing: replaced)
         case .save(let document):
-            try save(document, durable: false)
+            try saving.save(document, durable: false)
         case .renameDocument(let document, let replaced):
             // Replacing is one transaction: a crash leaves the old document under the name, or
             // the renamed one, never neither (rename(2) is atomic).
@@ -342,12 +340,12 @@ extension DocumentFileSystem {
     private func publishAsDocument(
         _ node: ViewNode, from name: FUSE.FileName, as newName: FUSE.FileName, _ newText: String
     ) throws(Errno) {
-        let frozen = state.withLock { _ -> (record: NodeRecord, change: ContentChange?) in
+        let frozen = state.withLock { _ -> (record: NodeRecord, change: SavePipeline.ContentChange?) in
             var record = node.record
             record.parent = nil
             record.name = newText
             record.linkOf = nil
-            let change = contentChange(node, &record, stored: nil)
+            let change = saving.contentChange(node, &record, stored: nil)
             return (record, change)
         }
         var record = frozen.record

@@ -6,7 +6,21 @@ import VersionedStore
 
 /// Saving documents: the one save pipeline (prepare under the view lock, cut and hash outside the
 /// store's write lock, commit, finish), for closes, `fsync`s, the quiet saver and unmount.
-extension DocumentFileSystem {
+final class SavePipeline: MountRoom {
+    let view: MountView
+    let texts: PropertyListTexts
+    let reconciler: Reconciler
+    /// The saves the committer owes, and the background threads' lifetime.
+    let saveQueue = SaveQueue(loggedDelay: SavePipeline.loggedSaveDelay)
+
+    init(view: MountView, texts: PropertyListTexts, reconciler: Reconciler) {
+        self.view = view
+        self.texts = texts
+        self.reconciler = reconciler
+    }
+}
+
+extension SavePipeline {
     /// What one save sends, taken under the lock.
     private struct PreparedSave {
         var changes: DocumentChanges
@@ -57,7 +71,7 @@ extension DocumentFileSystem {
         alongWith other: ((any DocumentStoreTransaction) throws -> Void)? = nil
     ) throws(Errno) -> Bool {
         try ensureLoaded(document)
-        compileTexts(of: document)
+        texts.compileTexts(of: document)
         document.saving.lock()
         defer { document.saving.unlock() }
         return try saveLocked(
@@ -101,7 +115,7 @@ extension DocumentFileSystem {
             try settleIntents(of: [document])
         }
         if state.withLock({ _ in document.needsReload && !document.dirty }) {
-            try reloadLocked(document, force: false)
+            try reconciler.reloadLocked(document, force: false)
         }
         return false
     }
@@ -122,7 +136,7 @@ extension DocumentFileSystem {
                 failed.append(document.id)
                 continue
             }
-            compileTexts(of: document)
+            texts.compileTexts(of: document)
             // In id order, as every holder of several of these locks takes them.
             document.saving.lock()
             locked.append(document)
@@ -171,7 +185,7 @@ extension DocumentFileSystem {
         }
         for document in documents where state.withLock({ _ in document.needsReload && !document.dirty }) {
             document.saving.lock()
-            try? reloadLocked(document, force: false)
+            try? reconciler.reloadLocked(document, force: false)
             document.saving.unlock()
         }
         return failed
@@ -269,7 +283,7 @@ extension DocumentFileSystem {
         }
         if conflict {
             state.withLock { _ in document.dirty = false }
-            try reloadLocked(document, force: true)
+            try reconciler.reloadLocked(document, force: true)
         }
     }
 
@@ -531,5 +545,19 @@ extension DocumentFileSystem {
                 chunks: snapshot.changedChunks(storedSize: snapshot.base.size, chunkSize: chunkSize),
                 source: source),
             snapshot: snapshot)
+    }
+
+    /// Saves every document with unsaved changes; returns the documents whose save failed.
+    @discardableResult
+    func saveAll(durable: Bool) -> [DocumentID] {
+        saveQueue.takeAll()
+        let pending = state.withLock { state in
+            state.documents.values.filter { $0.dirty || $0.lastError != nil }
+        }
+        let failed = save(group: pending, durable: durable)
+        for document in pending where failed.contains(document.id) {
+            logger.error("cannot save \(document.info.name)")
+        }
+        return failed
     }
 }

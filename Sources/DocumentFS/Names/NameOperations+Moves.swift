@@ -12,7 +12,7 @@ import VersionedStore
 /// The moved wrappers get new store nodes in the document they join (a node belongs to one
 /// document); their contents are shared, not copied. The kernel's inode for them stays the same
 /// for as long as the mount runs.
-extension DocumentFileSystem {
+extension NameOperations {
     /// What one move commits, planned under the lock from saved state.
     private struct MovePlan {
         var source: DocumentState
@@ -43,10 +43,10 @@ extension DocumentFileSystem {
         _ newText: String, flags: RenameFlags
     ) throws(Errno) {
         if parent == .root || newParent == .root { try ensureListing() }
-        let from = try resolve(parent, loadingChildren: true)
-        let to = try resolve(newParent, loadingChildren: true)
-        try refuseConflict(from)
-        try refuseConflict(to)
+        let from = try resolver.resolve(parent, loadingChildren: true)
+        let to = try resolver.resolve(newParent, loadingChildren: true)
+        try conflictCopies.refuseConflict(from)
+        try conflictCopies.refuseConflict(to)
         if flags.contains(.exchange) {
             try exchangeAcross(from, name, to, newName, newText)
             return
@@ -57,7 +57,7 @@ extension DocumentFileSystem {
             })
         {
             // Keep both: the conflict version becomes wrappers of the package.
-            try copyConflict(entry, into: to, as: newName, newText, flags: flags)
+            try conflictCopies.copyConflict(entry, into: to, as: newName, newText, flags: flags)
             return
         }
         if try moveScratch(from, name, to, newName, newText, flags: flags) { return }
@@ -73,8 +73,8 @@ extension DocumentFileSystem {
             return (source, to.flatMap { document(&state, of: $0) })
         }
         for attempt in 0..<3 {
-            try save(source, durable: false, wholeFiles: true)
-            if let destination { try save(destination, durable: false, wholeFiles: true) }
+            try saving.save(source, durable: false, wholeFiles: true)
+            if let destination { try saving.save(destination, durable: false, wholeFiles: true) }
             if let destination { try ensureLoaded(destination) }
             try ensureLoaded(source)
             guard let plan = try planMove(from, name, to, newName, newText, flags: flags) else {
@@ -105,8 +105,8 @@ extension DocumentFileSystem {
         }
         let oldText = name.string
         for attempt in 0..<3 {
-            try save(names.0, durable: false, wholeFiles: true)
-            try save(names.1, durable: false, wholeFiles: true)
+            try saving.save(names.0, durable: false, wholeFiles: true)
+            try saving.save(names.1, durable: false, wholeFiles: true)
             try ensureLoaded(names.0)
             try ensureLoaded(names.1)
             guard let there = try planMove(from, name, to, newName, newText, flags: [], exchanging: true),
@@ -189,7 +189,7 @@ extension DocumentFileSystem {
             if to == nil { try renameAtRoot(name, newName, newText, flags: flags) }
             return true
         case .some(.some(let document)):
-            try save(document, durable: false)
+            try saving.save(document, durable: false)
             return true
         }
     }
@@ -575,54 +575,4 @@ extension DocumentFileSystem {
         return notices
     }
 
-    /// A move's changes to `destination` that take away `target`, the name it replaces: a file
-    /// with other names keeps its node under one of them.
-    func replacing(_ target: ViewNode?, in destination: DocumentState) -> DocumentChanges {
-        var changes = DocumentChanges(document: destination.id, base: destination.base)
-        changes.origin = origin
-        changes.conflictPolicy = .rebaseIfDisjoint
-        guard let target else { return changes }
-        if target.linkOf == nil, let heir = heir(of: target),
-            var record = destination.committed?[target.persistAs]
-        {
-            record.parent = heir.parent?.persistAs
-            record.name = heir.name.string
-            changes.nodes.append(record)
-            changes.removedNodes.append(heir.persistAs)
-        } else {
-            changes.removedNodes.append(target.persistAs)
-        }
-        return changes
-    }
-
-    /// A new document named `name` whose root is of `root`'s kind, made in `tx`, and the changes
-    /// that fill it in.
-    func createDocument(_ tx: any DocumentStoreTransaction, like root: NodeRecord, named name: String) throws
-        -> (DocumentInfo, DocumentChanges)
-    {
-        let info = try tx.createDocument(
-            named: name,
-            root: DocumentRoot(
-                kind: root.kind, permissions: root.permissions, linkTarget: root.linkTarget,
-                device: root.device),
-            type: nil, origin: origin)
-        var changes = DocumentChanges(document: info.id, base: info.currentVersion)
-        changes.origin = origin
-        changes.conflictPolicy = .fail
-        return (info, changes)
-    }
-}
-
-extension DocumentStoreTransaction {
-    /// Saves `changes` as a new current version, or throws ``DocumentStoreError/conflict`` (and
-    /// the transaction commits nothing) where they would only be kept as a conflict version: a
-    /// move must land on both sides or on neither.
-    func saveOnTop(_ changes: DocumentChanges) throws -> SaveResult {
-        let result = try save(changes)
-        if result.isConflict {
-            throw DocumentStoreError.conflict(
-                document: changes.document, base: changes.base, current: result.version.id)
-        }
-        return result
-    }
 }

@@ -7,7 +7,7 @@ import VersionedStore
 
 /// The mount's background work: the quiet-interval saver, the committer that group-commits
 /// closes, and the collector that thins history.
-extension DocumentFileSystem {
+extension SavePipeline {
     // MARK: - The quiet-interval saver
 
     func startSaver() {

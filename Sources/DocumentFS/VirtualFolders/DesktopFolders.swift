@@ -83,59 +83,13 @@ final class VersionTree: Sendable {
 ///   removal of an item, or its move to `expunged/`, empties it from the Trash (its history stays
 ///   until retention expires it). Nothing is copied, and `docfs ls --deleted` and
 ///   `docfs restore --undelete` see the same deleted documents.
-extension DocumentFileSystem {
-    static let controlName: FUSE.FileName = ".docfs"
-    static let versionsName: FUSE.FileName = "versions"
+struct DesktopFolders: MountRoom {
+    let view: MountView
+    let saving: SavePipeline
+    let conflictCopies: ConflictCopies
+}
 
-    /// The user a `.Trash-UID` name is for; nil for any other name.
-    static func trashOwner(_ name: FUSE.FileName) -> UInt32? {
-        let bytes = name.bytes
-        let prefix = Array(".Trash-".utf8)
-        guard bytes.count > prefix.count, bytes.count <= prefix.count + 10,
-            Array(bytes.prefix(prefix.count)) == prefix
-        else { return nil }
-        let digits = bytes.dropFirst(prefix.count)
-        guard digits.allSatisfy({ (0x30...0x39).contains($0) }), digits.first != 0x30 || digits.count == 1
-        else {
-            return nil
-        }
-        return UInt32(String(decoding: digits, as: UTF8.self))
-    }
-
-    /// Names at the root that are never documents: the history's and the trash folders'.
-    static func isReservedAtRoot(_ name: FUSE.FileName) -> Bool {
-        name == controlName || name == ".Trash" || trashOwner(name) != nil
-    }
-
-    /// The documents to show at the root: a document with one of the mount's own names (a
-    /// `.Trash-0` GIO made in a mount of an older DocFS, when the Trash was not the store's) is
-    /// renamed once, visibly (`Trash-0 (old)`), so its contents stay reachable; in a read-only
-    /// mount it is left out.
-    func renamingReserved(_ infos: [DocumentInfo]) -> [DocumentInfo] {
-        var taken = Set(infos.map(\.name))
-        return infos.compactMap { info in
-            guard Self.isReservedAtRoot(FUSE.FileName(info.name)) else { return info }
-            guard !configuration.readOnly else { return nil }
-            var name = String(info.name.drop { $0 == "." }) + " (old)"
-            var n = 2
-            while taken.contains(name) {
-                name = String(info.name.drop { $0 == "." }) + " (old \(n))"
-                n += 1
-            }
-            do {
-                let renamed = try store.renameDocument(info.id, to: name)
-                taken.insert(name)
-                logger.notice(
-                    "\(info.name) is a name of the mount's own now: the document is renamed \(name)")
-                return renamed
-            } catch {
-                logger.warning(
-                    "\(info.name) is a name of the mount's own now, and renaming the document failed: \(error)"
-                )
-                return nil
-            }
-        }
-    }
+extension DesktopFolders {
 
     // MARK: - Virtual folders
 
@@ -362,7 +316,7 @@ extension DocumentFileSystem {
         guard let tree = state.withLock({ _ in node.tree }), !state.withLock({ _ in tree.isLoaded }) else {
             return
         }
-        let stored = try storedTree(of: tree.document, at: tree.version, root: tree.top)
+        let stored = try conflictCopies.storedTree(of: tree.document, at: tree.version, root: tree.top)
         state.withLock { state in
             guard !tree.isLoaded, let root = tree.root else { return }
             tree.isLoaded = true
@@ -526,7 +480,7 @@ extension DocumentFileSystem {
         let now = Timestamp.now
         if isRoot {
             // Its unsaved changes, the deletion and the Trash's record of it: one transaction.
-            try save(document, durable: false, wholeFiles: true) { tx in
+            try saving.save(document, durable: false, wholeFiles: true) { tx in
                 try tx.deleteDocument(document.id, origin: self.origin)
                 var record = try tx.trashRecord(location: self.store.location)
                 record.names[document.id.rawValue] = trashName.string
@@ -547,7 +501,7 @@ extension DocumentFileSystem {
             // The package's unsaved changes first, as the earlier calls' own transaction: the
             // item is the wrapper as they left it (its bytes, a hard link it is), at a version
             // that has it.
-            try save(document, durable: false, wholeFiles: true)
+            try saving.save(document, durable: false, wholeFiles: true)
             let (version, path, top) = try state.withLock {
                 state throws(Errno) -> (VersionID, String, StoreNodeID) in
                 guard node.linked, document.committed?[node.persistAs] != nil else {
@@ -569,7 +523,7 @@ extension DocumentFileSystem {
                 originalPath: path,
                 deleted: now)
             // The version without the wrapper and the Trash's record of it: one transaction.
-            try save(document, durable: false) { tx in
+            try saving.save(document, durable: false) { tx in
                 var record = try tx.trashRecord(location: self.store.location)
                 record.wrappers.removeAll { $0.name == item.name }
                 record.wrappers.append(item)
@@ -635,11 +589,11 @@ extension DocumentFileSystem {
             send(notices)
             return
         }
-        let tree = try storedTree(
+        let tree = try conflictCopies.storedTree(
             of: item.document, at: shown.tree?.version ?? item.version ?? VersionID(rawValue: 0),
             root: shown.storeID)
         if let to {
-            try copy(
+            try conflictCopies.copy(
                 tree, into: to, as: newName, newText, flags: flags, shownAs: shown.ino, inTransaction: forget,
                 afterward: afterward)
         } else {
@@ -648,7 +602,7 @@ extension DocumentFileSystem {
                 state.rootEntries[newName].flatMap { self.document(&state, of: $0) }
             }
             if replaced != nil, flags.contains(.noReplace) { throw .fileExists }
-            try copyAsDocument(
+            try conflictCopies.copyAsDocument(
                 tree, as: newName, newText, replacing: replaced, shownAs: shown.ino, inTransaction: forget,
                 afterward: afterward)
         }
