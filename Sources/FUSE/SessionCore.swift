@@ -18,6 +18,8 @@ struct SessionHandle: @unchecked Sendable {
 
 /// What the C callbacks reach through `fuse_req_userdata`: the filesystem, the logger and the
 /// gate that stops replies once libfuse's session is about to be freed.
+// @unchecked: libfuse's session pointer (`session`), set before the session runs and cleared after
+// its gate is closed; every other member is Sendable.
 final class SessionCore: @unchecked Sendable {
     let filesystem: any FileSystem
     let logger: Logger

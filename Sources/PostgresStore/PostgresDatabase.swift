@@ -89,6 +89,7 @@ extension Data: SQLDecodable {
 
 /// A statement's result (libpq's `PGresult`), freed with its last row. Read-only, so any thread
 /// may read it.
+// @unchecked: libpq's PGresult, a C pointer, never changed after it is made.
 final class QueryResult: @unchecked Sendable {
     let pointer: OpaquePointer
     let rowCount: Int
@@ -169,6 +170,7 @@ struct SQLRow {
 /// One libpq connection in non-blocking mode, used by one thread at a time (the pool lends it
 /// out; the change listener owns its own). Every wait has a deadline: a server that does not
 /// answer in time closes the connection and fails the statement.
+// @unchecked: libpq's PGconn, a C pointer, used by one thread at a time.
 final class PostgresConnection: @unchecked Sendable {
     // Touched only by the one thread the connection is lent to.
     private var handle: OpaquePointer?

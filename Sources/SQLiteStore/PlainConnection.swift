@@ -50,6 +50,7 @@ let packedPlacesSQL = "SELECT id, pack, position, size FROM packed_chunks WHERE 
 /// A plain connection of its own with the statements of ``PlainReads`` prepared
 /// (``packedPlaceSQL``, a document's current version): each step reads the store's latest
 /// commit, in no snapshot a caller holds.
+// @unchecked: a SQLite connection and its statements (C pointers), lent to one thread at a time.
 final class PlainReadConnection: @unchecked Sendable {
     let db: OpaquePointer
     private let place: OpaquePointer

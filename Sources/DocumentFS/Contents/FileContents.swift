@@ -37,6 +37,7 @@ struct ContentBase: Sendable, Equatable {
 /// during the save; a successful save makes the frozen state the new base, a failed one keeps
 /// the layers for the next try. All members are guarded by the file system's lock; spill bytes
 /// are read and written without it (``ChangePlan``, ``ReadPlan``).
+// @unchecked: guarded by the view lock (`MountView.state`), which the compiler does not see.
 final class FileContents: @unchecked Sendable {
     var base: ContentBase
     /// Oldest first; the last one takes writes.

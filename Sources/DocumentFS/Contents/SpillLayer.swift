@@ -185,6 +185,8 @@ struct PageSet: Sendable {
 /// The spill's bytes are read and written without the file system's lock (see
 /// ``FileContents/ChangePlan``); ``pages`` and ``cut`` say which of them count, and change only
 /// under that lock while the layer is on top and not frozen.
+// @unchecked: `pages`, `cut` and the flags are guarded by the view lock, which the compiler does
+// not see; the bytes are behind their own Mutex.
 final class SpillLayer: @unchecked Sendable {
     private(set) var pages = PageSet()
     /// The byte ranges changes wrote or zeroed in the layer, ascending, disjoint and apart (not

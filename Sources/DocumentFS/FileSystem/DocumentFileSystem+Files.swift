@@ -24,14 +24,25 @@ extension DocumentFileSystem {
             try texts.showAsText(file)
             // The kernel's inode of a file changed elsewhere has the old size, which the
             // writeback cache never corrects (``renew``): ESTALE makes the kernel look the name
-            // up again, which gives the new inode, and open that.
-            if view.writeback.load(ordering: .relaxed), !table.isCurrent(node) { throw .staleNFSFileHandle }
+            // up again, which gives the new inode, and open that. An old inode whose size is
+            // still right is opened as it is, its cached pages dropped: the kernel retries an
+            // open only once, and a file another mount keeps rewriting in place may be changed
+            // again between that lookup and the open.
+            var oldInode = false
+            if view.writeback.load(ordering: .relaxed), !table.isCurrent(node) {
+                let sizeHolds = state.withLock { _ in
+                    let shown = file.linkOf ?? file
+                    return shown.retiredSizes[node.rawValue].map { $0 == shown.contents?.size } ?? false
+                }
+                guard sizeHolds else { throw .staleNFSFileHandle }
+                oldInode = true
+            }
             let truncated = flags.contains(.truncate) && flags.isWritable
             if truncated { try truncate(file, to: 0) }
             if context.killsSetIDBits { killSetIDBits(context, file) }
             let (handle, keep) = try state.withLock { state throws(Errno) in
                 guard file.kind == .regularFile, let contents = file.contents else { throw .isDirectory }
-                let keep = file.openedGeneration == contents.generation
+                let keep = !oldInode && file.openedGeneration == contents.generation
                 file.openedGeneration = contents.generation
                 file.openHandles += 1
                 let handle = state.nextHandle

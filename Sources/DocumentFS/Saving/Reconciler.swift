@@ -87,10 +87,11 @@ extension Reconciler {
                 var updated = root
                 updated.name = document.root.record.name
                 document.root.record = updated
+                let keptSize = document.root.contents?.size ?? 0
                 document.root.contents?.reset(
                     to: ContentBase(node: root.id, version: root.version, size: root.size))
                 var notices: [Notice] = [.inode(document.root.ino)]
-                renew(document.root, &notices)
+                renew(document.root, &notices, keptSize: keptSize)
                 return notices
             }
             send(notices)
@@ -162,9 +163,10 @@ extension Reconciler {
                     if let contents = node.contents,
                         before?.version != record.version || contents.size != record.size
                     {
+                        let keptSize = contents.size
                         contents.reset(
                             to: ContentBase(node: record.id, version: record.version, size: record.size))
-                        renew(node, &notices)
+                        renew(node, &notices, keptSize: keptSize)
                     }
                     notices.append(.inode(node.ino))
                 }

@@ -86,11 +86,21 @@ extension MountRoom {
     /// daemon's, so a file whose contents changed other than through it gets a new kernel
     /// inode: its names are invalidated and their next lookup makes that inode. Open files keep
     /// the old one, and reads through them keep to what they opened; an open of the old one is
-    /// refused with `ESTALE`, which makes the kernel look the name up again (``open``).
-    func renew(_ node: ViewNode, _ notices: inout [Notice]) {
+    /// refused with `ESTALE`, which makes the kernel look the name up again, unless the old
+    /// inode's size, `keptSize` (the file's before the change), is still the file's
+    /// (``DocumentFileSystem/open(_:node:flags:reply:)``).
+    func renew(_ node: ViewNode, _ notices: inout [Notice], keptSize: Int64) {
         guard view.writeback.load(ordering: .relaxed), node.kind == .regularFile else { return }
         let file = node.linkOf ?? node
+        let old = table.node(for: file.ino)
         var retired = table.retire(file.ino)
+        if retired, let old {
+            // A few are enough: the kernel opens an old inode only in the moment after a change.
+            if file.retiredSizes.count >= 8, let oldest = file.retiredSizes.keys.min() {
+                file.retiredSizes[oldest] = nil
+            }
+            file.retiredSizes[old.rawValue] = keptSize
+        }
         for key in file.kernelAliases where table.retire(key) {
             retired = true
             notices.append(.inode(key))

@@ -12,6 +12,7 @@ import VersionedStore
 /// and is saved as the wrapper ``persistAs``, which differs only when a file at the mount root
 /// took over a flat document under the document's name (`sed -i` or vim saving a flat
 /// document): the document keeps its identity and history.
+// @unchecked: guarded by the view lock (`MountView.state`), which the compiler does not see.
 final class ViewNode: @unchecked Sendable {
     let storeID: StoreNodeID
     var persistAs: StoreNodeID
@@ -42,6 +43,9 @@ final class ViewNode: @unchecked Sendable {
     let changes = OrderedLock(.fileChanges)
     /// The contents generation at the last open, for `keep_cache`.
     var openedGeneration: UInt64?
+    /// The sizes the kernel's retired inodes of this file (``MountRoom/renew(_:_:keptSize:)``)
+    /// were given, by kernel node id: an open of one whose size is still right is served.
+    var retiredSizes: [UInt64: Int64] = [:]
     /// The conflict version the node shows, read-only (see ``ConflictEntry``); nil for the
     /// document's own nodes.
     let conflict: VersionID?
@@ -121,6 +125,7 @@ final class ViewNode: @unchecked Sendable {
 
 /// What the mount knows of one document: the store's view of it (the records at ``base``) and
 /// the node tree the kernel sees, which may be ahead of the store until the next save.
+// @unchecked: guarded by the view lock (`MountView.state`), which the compiler does not see.
 final class DocumentState: @unchecked Sendable {
     let id: DocumentID
     /// The store's listing, as last seen (its name is the store's name for it).

@@ -73,12 +73,13 @@ extension PropertyListTexts {
         let notices = state.withLock { _ -> [Notice] in
             let file = node.linkOf ?? node
             guard let contents = file.contents, contents.base == base, !contents.isModified else { return [] }
+            let keptSize = contents.size
             contents.reset(
                 to: ContentBase(node: base.node, version: version, size: Int64(text.text.count), text: text))
             contents.propertyList = text.kind
             // A kernel that already has the file keeps its stored size (writeback cache).
             var notices: [Notice] = []
-            renew(file, &notices)
+            renew(file, &notices, keptSize: keptSize)
             if !notices.isEmpty { notices.append(.inode(file.ino)) }
             return notices
         }
