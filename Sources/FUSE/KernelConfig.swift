@@ -36,7 +36,8 @@ public struct KernelConfig: Sendable {
         /// owns mtime, size and `O_APPEND`.
         public static let writebackCache = Self(rawValue: UInt32(FUSE_CAP_WRITEBACK_CACHE))
         public static let noOpenSupport = Self(rawValue: UInt32(FUSE_CAP_NO_OPEN_SUPPORT))
-        /// Lookups and readdir in one directory run concurrently. libfuse 3.14 never sends it.
+        /// Lookups and readdir in one directory run concurrently instead of one at a time.
+        /// libfuse 3.14 never sends it, so this layer adds it to the INIT reply.
         public static let parallelDirectoryOps = Self(rawValue: UInt32(FUSE_CAP_PARALLEL_DIROPS))
         public static let posixACL = Self(rawValue: UInt32(FUSE_CAP_POSIX_ACL))
         /// The filesystem clears suid/sgid itself. libfuse 3.14 never sends it.
@@ -54,10 +55,14 @@ public struct KernelConfig: Sendable {
         public static let handleKillPrivV2 = Self(rawValue: 1 << 31)
 
         /// Wants libfuse 3.14's `do_init` accepts but never puts into the INIT reply.
-        public static let droppedByLibfuse: Capabilities = [.parallelDirectoryOps, .handleKillPriv]
+        public static let droppedByLibfuse: Capabilities = [.handleKillPriv]
         /// Wants this layer clears before ``FileSystem/initialize(_:)``: libfuse turns them on
         /// because the C callbacks exist, but the Swift defaults answer `ENOSYS`.
-        static let optIn: Capabilities = [.posixLocks, .flockLocks, .readdirplus, .readdirplusAuto]
+        /// And `FUSE_PARALLEL_DIROPS`, which libfuse wants by default: only a filesystem that asks
+        /// for it gets concurrent lookups in one directory.
+        static let optIn: Capabilities = [
+            .posixLocks, .flockLocks, .readdirplus, .readdirplusAuto, .parallelDirectoryOps,
+        ]
         /// Capabilities this layer negotiates itself (``RawProtocol``), kept from libfuse.
         static let negotiatedHere: Capabilities = [.handleKillPrivV2]
     }

@@ -8,8 +8,8 @@ import Synchronization
 #endif
 
 /// The parts of the kernel's protocol (7.33+) that libfuse 3.14 neither sends nor passes on:
-/// `FUSE_HANDLE_KILLPRIV_V2` in the INIT reply, and the flags by which the kernel then asks
-/// the filesystem to clear set-user-ID and set-group-ID bits.
+/// `FUSE_HANDLE_KILLPRIV_V2` and `FUSE_PARALLEL_DIROPS` in the INIT reply, and the flags by
+/// which the kernel asks the filesystem to clear set-user-ID and set-group-ID bits.
 ///
 /// With `FUSE_HANDLE_KILLPRIV_V2` the kernel marks the superblock `SB_NOSEC`: once it has
 /// seen that a file has no `security.capability`, its writes stop asking for it. Without it
@@ -21,6 +21,8 @@ import Synchronization
 enum RawProtocol {
     /// `FUSE_HANDLE_KILLPRIV_V2` in `fuse_init_in.flags` and `fuse_init_out.flags`.
     static let handleKillPrivV2: UInt32 = 1 << 28
+    /// `FUSE_PARALLEL_DIROPS` in `fuse_init_out.flags` (libfuse sees the kernel offer it).
+    static let parallelDirops: UInt32 = 1 << 18
 
     // Opcodes and offsets from <linux/fuse.h>: the header is 40 bytes; then the request's
     // argument. libfuse 3.14 reads the same layout.

@@ -146,8 +146,11 @@ func makeOperations() -> fuse_lowlevel_ops {
         var config = KernelConfig(conn.pointee, offersKillPrivV2: core.kernelInit.withLock { $0.offered })
         core.filesystem.initialize(&config)
         config.apply(to: &conn.pointee)
-        if config.wanted.contains(.handleKillPrivV2) {
-            core.kernelInit.withLock { $0.replyFlags = RawProtocol.handleKillPrivV2 }
+        var added: UInt32 = 0
+        if config.wanted.contains(.handleKillPrivV2) { added |= RawProtocol.handleKillPrivV2 }
+        if config.wanted.contains(.parallelDirectoryOps) { added |= RawProtocol.parallelDirops }
+        if added != 0 {
+            core.kernelInit.withLock { $0.replyFlags = added }
             core.initReplyPending.store(true, ordering: .releasing)
         }
         core.initialized.store(true, ordering: .releasing)

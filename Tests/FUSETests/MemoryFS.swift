@@ -27,6 +27,8 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
         var parked: [DeferredReply<ReplyData>] = []
         var counters: [String: Int] = [:]
         var configReport: [String] = []
+        var meeting = 0
+        var mostMeeting = 0
     }
 
     /// Behaviour knobs for particular tests.
@@ -42,6 +44,11 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
         var killPrivV2 = false
         /// Ask for FUSE_POSIX_ACL (the kernel then caches each file's ACL).
         var posixACL = false
+        /// Ask for FUSE_PARALLEL_DIROPS.
+        var parallelDirops = true
+        /// Lookups of names with this prefix wait up to a second for another such lookup to be
+        /// in flight too (``lookupsAtOnce`` counts the most at once).
+        var meetPrefix = "meet"
     }
 
     /// A class around the lock, so the node table's forget hook can reach it.
@@ -140,7 +147,7 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
         }
         note("posixLocks+flock") { try $0.enable([.posixLocks, .flockLocks]) }
         note("readdirplus") { try $0.enable([.readdirplus, .readdirplusAuto]) }
-        note("parallelDirops") { try $0.enable(.parallelDirectoryOps) }
+        if behaviour.parallelDirops { note("parallelDirops") { try $0.enable(.parallelDirectoryOps) } }
         note("maxWrite 1GiB") { try $0.setMaxWrite(1 << 30) }
         note("maxWrite 128KiB") { try $0.setMaxWrite(128 * 1024) }
         note("timeGran 3") { try $0.setTimeGranularity(nanoseconds: 3) }
@@ -169,7 +176,22 @@ final class MemoryFS: FileSystem, @unchecked Sendable {
             entryTimeout: behaviour.entryTimeout)
     }
 
+    /// The most lookups of ``Behaviour/meetPrefix`` names that were in flight at once.
+    var lookupsAtOnce: Int { box.state.withLock { $0.mostMeeting } }
+
+    /// Waits up to a second for another lookup of a meeting name (``Behaviour/meetPrefix``).
+    private func meet() {
+        box.state.withLock { state in
+            state.meeting += 1
+            state.mostMeeting = max(state.mostMeeting, state.meeting)
+        }
+        let deadline = ContinuousClock.now + .seconds(1)
+        while box.state.withLock({ $0.meeting }) < 2, ContinuousClock.now < deadline { usleep(1000) }
+        box.state.withLock { $0.meeting -= 1 }
+    }
+
     func lookup(_ context: RequestContext, parent: NodeID, name: FileName, reply: consuming ReplyEntry) {
+        if name.string.hasPrefix(behaviour.meetPrefix) { meet() }
         do throws(Errno) {
             let (child, attributes) = try withInode(parent) { (ino, state) throws(Errno) in
                 guard let dir = state.inodes[ino], dir.attributes.type == .directory else {

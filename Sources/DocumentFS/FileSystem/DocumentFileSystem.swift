@@ -163,6 +163,13 @@ public final class DocumentFileSystem: FileSystem, MountRoom {
         } catch {
             logger.notice("FUSE_HANDLE_KILLPRIV_V2 not available: \(error)")
         }
+        // Lookups and listings in one folder run at once (every handler takes the view lock for
+        // what it shares); without it the kernel sends them one at a time per folder.
+        do {
+            try config.enable(.parallelDirectoryOps)
+        } catch {
+            logger.notice("FUSE_PARALLEL_DIROPS not available: \(error)")
+        }
         // The kernel keeps each file's ACL (here always none, `system.posix_acl_*` answering
         // ENODATA) instead of asking for it again at every `ls -l` of the file.
         do {
