@@ -18,14 +18,17 @@ struct SessionHandle: @unchecked Sendable {
 
 /// What the C callbacks reach through `fuse_req_userdata`: the filesystem, the logger and the
 /// gate that stops replies once libfuse's session is about to be freed.
-// @unchecked: libfuse's session pointer (`session`), set before the session runs and cleared after
-// its gate is closed; every other member is Sendable.
-final class SessionCore: @unchecked Sendable {
+final class SessionCore: Sendable {
     let filesystem: any FileSystem
     let logger: Logger
     let options: MountOptions
-    /// libfuse's session; set once before mounting, cleared only after the gate is closed.
-    nonisolated(unsafe) var session: OpaquePointer?
+    /// libfuse's session; set once before mounting, cleared only after the gate is closed. Read
+    /// when the session starts and ends, not per request.
+    private let sessionHandle = Mutex<SessionHandle?>(nil)
+    var session: OpaquePointer? {
+        get { sessionHandle.withLock { $0?.pointer } }
+        set { sessionHandle.withLock { $0 = newValue.map(SessionHandle.init(pointer:)) } }
+    }
     /// Replies made and not yet answered or dropped: the end of the session waits for them.
     private let outstanding = Atomic<Int>(0)
     /// Replies inside a libfuse call right now.

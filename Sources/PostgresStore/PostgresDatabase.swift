@@ -87,10 +87,9 @@ extension Data: SQLDecodable {
     static func decode(_ bytes: UnsafeRawBufferPointer, type: Oid) -> Data? { Data(bytes) }
 }
 
-/// A statement's result (libpq's `PGresult`), freed with its last row. Read-only, so any thread
-/// may read it.
-// @unchecked: libpq's PGresult, a C pointer, never changed after it is made.
-final class QueryResult: @unchecked Sendable {
+/// A statement's result (libpq's `PGresult`), freed with its last row. Not `Sendable`: it is
+/// read on the thread that ran the statement, with the connection.
+final class QueryResult {
     let pointer: OpaquePointer
     let rowCount: Int
     let columnNames: [String]

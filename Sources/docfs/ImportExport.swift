@@ -41,7 +41,7 @@ struct Import: DocfsCommand {
         let bar = TerminalProgressBar(title: "Importing")
         let info: DocumentInfo
         do {
-            info = try store.importItem(at: url, as: name, progress: bar.isEnabled ? { bar.update($0) } : nil)
+            info = try store.importItem(at: url, as: name, progress: bar.handler)
             bar.finish()
         } catch {
             // End the bar's line so that the error message starts a line of its own.
@@ -117,7 +117,7 @@ struct Export: DocfsCommand {
         let bar = TerminalProgressBar(title: "Exporting")
         do {
             try store.exportDocument(
-                info.id, at: version?.id, to: destination, progress: bar.isEnabled ? { bar.update($0) } : nil)
+                info.id, at: version?.id, to: destination, progress: bar.handler)
             bar.finish()
         } catch {
             if bar.isEnabled { bar.finish() }

@@ -1,13 +1,15 @@
 import DocumentEngine
 import Foundation
 import Logging
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-/// The write end of the pipe that the SIGUSR1 handler writes to; -1 until installed.
-nonisolated(unsafe) private var statisticsSignalPipe: Int32 = -1
+/// The write end of the pipe that the SIGUSR1 handler writes to; -1 until installed. An atomic,
+/// which a signal handler may load: it is lock-free.
+private let statisticsSignalPipe = Atomic<Int32>(-1)
 
 /// `kill -USR1 <daemon>` makes a mount's daemon log its store's statistics (content chunks and
 /// bytes read and written since it started) at notice level, in its log.
@@ -25,7 +27,7 @@ enum StatisticsSignal {
         // The handler must never block: when the pipe is full the byte is dropped, and one
         // line answers many signals as well as one.
         _ = fcntl(fds[1], F_SETFL, O_NONBLOCK)
-        statisticsSignalPipe = fds[1]
+        statisticsSignalPipe.store(fds[1], ordering: .releasing)
         let reader = fds[0]
         // A signal handler may only make async-signal-safe calls: it writes a byte, and this
         // thread does the logging.
@@ -45,7 +47,7 @@ enum StatisticsSignal {
         action.__sigaction_handler.sa_handler = { _ in
             let saved = errno
             var byte: UInt8 = 1
-            _ = write(statisticsSignalPipe, &byte, 1)
+            _ = write(statisticsSignalPipe.load(ordering: .acquiring), &byte, 1)
             errno = saved
         }
         action.sa_flags = SA_RESTART

@@ -23,6 +23,12 @@ final class TerminalProgressBar: Sendable {
     }
 
     /// Draws `report`, replacing the previous line.
+    /// ``update(_:)`` as a progress handler, or nil when the bar is not shown.
+    var handler: (@Sendable (ProgressReport) -> Void)? {
+        guard isEnabled else { return nil }
+        return { [self] report in update(report) }
+    }
+
     func update(_ report: ProgressReport) {
         guard isEnabled else { return }
         let now = ContinuousClock.now

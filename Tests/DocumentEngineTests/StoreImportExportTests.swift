@@ -1,6 +1,7 @@
 import CLinuxSupport
 import Foundation
 import SQLiteStore
+import Synchronization
 import TestSupport
 import Testing
 
@@ -359,8 +360,9 @@ import Testing
         let tmp = try TemporaryDirectory()
         let source = try makeSourcePackage(tmp)
         let store = try SQLiteStore(path: tmp.path("Trip.docstore"), options: .create)
-        var reports: [ProgressReport] = []
-        let info = try store.importItem(at: source) { reports.append($0) }
+        let reported = Mutex<[ProgressReport]>([])
+        let info = try store.importItem(at: source) { report in reported.withLock { $0.append(report) } }
+        let reports = reported.withLock { $0 }
         #expect(info.name == "Trip.pkg")
         #expect(info.kind == .package)
         #expect(reports.count > 10, "progress is reported chunk by chunk")
@@ -374,9 +376,11 @@ import Testing
         #expect(try store.checkIntegrity().isClean)
 
         try tmp.mkdir("Out")
-        var exportReports = 0
-        try store.exportDocument(info.id, to: tmp.url("Out/Trip.pkg")) { _ in exportReports += 1 }
-        #expect(exportReports > 0)
+        let exportReports = Mutex(0)
+        try store.exportDocument(info.id, to: tmp.url("Out/Trip.pkg")) { _ in
+            exportReports.withLock { $0 += 1 }
+        }
+        #expect(exportReports.withLock { $0 } > 0)
         try StoreTestTools.expectIdentical(source.path, tmp.path("Out/Trip.pkg"))
 
         // Again over the first export, which it replaces atomically.

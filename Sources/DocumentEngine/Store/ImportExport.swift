@@ -48,7 +48,7 @@ extension DocumentStore {
     /// are refused, as is a symbolic link at `url` itself.
     @discardableResult
     public func importItem(
-        at url: URL, as name: String? = nil, progress: ((ProgressReport) -> Void)? = nil
+        at url: URL, as name: String? = nil, progress: (@Sendable (ProgressReport) -> Void)? = nil
     ) throws -> DocumentInfo {
         let name = name ?? url.lastPathComponent
         if let reason = FileName.problem(with: name) {
@@ -121,7 +121,7 @@ extension DocumentStore {
     /// is a destination whose parent folder is a symbolic link.
     public func exportDocument(
         _ id: DocumentID, at version: VersionID? = nil, to url: URL,
-        progress: ((ProgressReport) -> Void)? = nil
+        progress: (@Sendable (ProgressReport) -> Void)? = nil
     ) throws {
         let name = url.lastPathComponent
         if let reason = FileName.problem(with: name) {
@@ -198,15 +198,13 @@ extension DocumentStore {
     }
 }
 
-/// Progress shared by the sources of one import or export.
-///
-/// Unchecked: the handler is not `Sendable`, but sources are read only on the thread that runs
-/// the import or export, which is the caller's.
-final class ProgressMeter: @unchecked Sendable {
+/// Progress shared by the sources of one import or export, which the store may read on threads
+/// of its own: the handler is called on the thread that read the bytes.
+final class ProgressMeter: Sendable {
     private let state: Mutex<ProgressReport>
-    private let handler: ((ProgressReport) -> Void)?
+    private let handler: (@Sendable (ProgressReport) -> Void)?
 
-    init(total: ProgressReport, handler: ((ProgressReport) -> Void)?) {
+    init(total: ProgressReport, handler: (@Sendable (ProgressReport) -> Void)?) {
         state = Mutex(total)
         self.handler = handler
     }

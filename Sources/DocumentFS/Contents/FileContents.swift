@@ -35,10 +35,12 @@ struct ContentBase: Sendable, Equatable {
 ///
 /// Saving freezes the layers (``freeze()``) and starts a new top layer for writes that arrive
 /// during the save; a successful save makes the frozen state the new base, a failed one keeps
-/// the layers for the next try. All members are guarded by the file system's lock; spill bytes
-/// are read and written without it (``ChangePlan``, ``ReadPlan``).
-// @unchecked: guarded by the view lock (`MountView.state`), which the compiler does not see.
-final class FileContents: @unchecked Sendable {
+/// the layers for the next try. Part of the view, so used only under the view lock
+/// (``ViewState``); what leaves it are values: the plans (``ChangePlan``, ``ReadPlan``), whose
+/// spill bytes are read and written without the lock, and a save's ``Snapshot``.
+final class FileContents {
+    /// Names these contents outside the view lock, in a save's ``Snapshot``.
+    let identity = ContentsIdentity()
     var base: ContentBase
     /// Oldest first; the last one takes writes.
     private(set) var layers: [SpillLayer] = []
@@ -143,10 +145,11 @@ final class FileContents: @unchecked Sendable {
         if preparation == nil {
             // Every byte written since the file was empty is in the top layer, unless a save
             // or a failed change started another since: then none is prepared.
-            guard let layer = existingTop, !layer.clean, let descriptor = layer.descriptor,
+            guard let layer = existingTop, !layer.clean, let descriptor = layer.bytes.descriptor,
                 layers.count == 1 || layer.cut == 0
             else { return }
-            guard let made = start(LiveSource(layer: layer, descriptor: descriptor, size: appended)) else {
+            guard let made = start(LiveSource(bytes: layer.bytes, descriptor: descriptor, size: appended))
+            else {
                 unprepared = true
                 return
             }
@@ -193,7 +196,7 @@ final class FileContents: @unchecked Sendable {
 
     /// Where a page's bytes come from, looking through `layers[0..<limit]` then the base.
     enum Source {
-        case layer(SpillLayer)
+        case layer(SpillBytes)
         /// The base, whose bytes past `size` are zeros.
         case base(ContentBase)
         case zero
@@ -204,12 +207,22 @@ final class FileContents: @unchecked Sendable {
     }
 
     /// The source of a page seen through `layers` (oldest first) over `base`.
-    static func source(of page: Int, layers: ArraySlice<SpillLayer>, base: ContentBase, pageSize: Int)
+    static func source(of page: Int, layers: some Collection<SpillLayer>, base: ContentBase, pageSize: Int)
         -> Source
     {
         let start = Int64(page) * Int64(pageSize)
         for layer in layers.reversed() {
-            if layer.contains(page) { return .layer(layer) }
+            if layer.contains(page) { return .layer(layer.bytes) }
+            if start >= layer.cut { return .zero }
+        }
+        return start < base.size ? .base(base) : .zero
+    }
+
+    /// The same, through frozen layers (a save's).
+    static func source(of page: Int, layers: [FrozenLayer], base: ContentBase, pageSize: Int) -> Source {
+        let start = Int64(page) * Int64(pageSize)
+        for layer in layers.reversed() {
+            if layer.contains(page) { return .layer(layer.bytes) }
             if start >= layer.cut { return .zero }
         }
         return start < base.size ? .base(base) : .zero
@@ -256,7 +269,8 @@ final class FileContents: @unchecked Sendable {
     /// layers never change and a save may read them twice. A change whose file was replaced
     /// meanwhile (another process's save) is refused at its commit, undone and run again.
     struct ChangePlan: Sendable {
-        let layer: SpillLayer
+        /// The bytes of the layer the change writes into, which also name the layer.
+        let layer: SpillBytes
         let generation: UInt64
         /// Pages new to the layer whose old bytes the change keeps, and where those come from.
         let copies: [(page: Int, from: CopySource)]
@@ -270,7 +284,7 @@ final class FileContents: @unchecked Sendable {
             /// Nothing: the page reads as zeros.
             case zero
             /// The page as a lower layer holds it. Lower layers take no more writes.
-            case layer(SpillLayer)
+            case layer(SpillBytes)
             /// The page's first bytes, read from the store; the rest are zeros.
             case stored(Data)
         }
@@ -368,7 +382,7 @@ final class FileContents: @unchecked Sendable {
         }
         return .ready(
             ChangePlan(
-                layer: layer, generation: generation, copies: copies, added: added, range: range,
+                layer: layer.bytes, generation: generation, copies: copies, added: added, range: range,
                 pageSize: pageSize))
     }
 
@@ -376,13 +390,13 @@ final class FileContents: @unchecked Sendable {
     /// false when a save froze it, another process's save replaced the file, or an undo failed
     /// on it since the plan.
     func commit(_ plan: ChangePlan) -> Bool {
-        guard plan.generation == generation, layers.count > frozen, layers.last === plan.layer,
-            !plan.layer.sealed
+        guard plan.generation == generation, layers.count > frozen, let layer = layers.last,
+            layer.bytes === plan.layer, !layer.sealed
         else { return false }
         changing = false
-        for (page, _) in plan.copies { plan.layer.add(page) }
-        for page in plan.added { plan.layer.add(page) }
-        if let range = plan.range { plan.layer.markWritten(range, pageSize: pageSize) }
+        for (page, _) in plan.copies { layer.add(page) }
+        for page in plan.added { layer.add(page) }
+        if let range = plan.range { layer.markWritten(range, pageSize: pageSize) }
         return true
     }
 
@@ -396,7 +410,7 @@ final class FileContents: @unchecked Sendable {
     /// After a committed change that took in ``pageCutBy(_:)`` and zeroed it past `newSize`:
     /// sets the size. Returns the top layer's pages past the end, no longer in it, whose bytes
     /// must be zeroed before the next change.
-    func truncated(to newSize: Int64) -> (layer: SpillLayer, zero: [Range<Int64>]) {
+    func truncated(to newSize: Int64) -> (layer: SpillBytes, zero: [Range<Int64>]) {
         let layer = top
         var zero: [Range<Int64>] = []
         if newSize < size {
@@ -417,14 +431,15 @@ final class FileContents: @unchecked Sendable {
                 $0.lowerBound < newSize ? $0.lowerBound..<min($0.upperBound, newSize) : nil
             }
         }
-        return (layer, zero)
+        return (layer.bytes, zero)
     }
 
     /// A planned change that was not committed has been undone (`undone`), or its undo failed:
     /// then the layer is sealed, since its spill may hold bytes outside its pages.
     func changeAbandoned(_ plan: ChangePlan, undone: Bool) {
         changing = false
-        if !undone { plan.layer.sealed = true }
+        guard let layer = layers.first(where: { $0.bytes === plan.layer }) else { return }
+        if !undone { layer.sealed = true }
         // Part of the range may be written into pages the layer held before (undo zeroes only
         // the ones the change brought in): a save compares those bytes again. Only those: a
         // save reads what it compares from the layers.
@@ -433,13 +448,13 @@ final class FileContents: @unchecked Sendable {
         var page = Int(range.lowerBound / size)
         let last = Int((range.upperBound - 1) / size)
         while page <= last {
-            guard plan.layer.contains(page) else {
+            guard layer.contains(page) else {
                 page += 1
                 continue
             }
             var end = page
-            while end < last, plan.layer.contains(end + 1) { end += 1 }
-            plan.layer.markWritten(
+            while end < last, layer.contains(end + 1) { end += 1 }
+            layer.markWritten(
                 max(range.lowerBound, Int64(page) * size)..<min(range.upperBound, Int64(end + 1) * size),
                 pageSize: pageSize)
             page = end + 1
@@ -447,7 +462,9 @@ final class FileContents: @unchecked Sendable {
     }
 
     /// Seals a layer whose spill may hold bytes outside its pages.
-    func seal(_ layer: SpillLayer) { layer.sealed = true }
+    func seal(_ bytes: SpillBytes) {
+        for layer in layers where layer.bytes === bytes { layer.sealed = true }
+    }
 
     // MARK: Reading
 
@@ -532,8 +549,10 @@ final class FileContents: @unchecked Sendable {
 
     /// What a save of this file sends: the pages to write and how to read them.
     struct Snapshot: Sendable {
-        let contents: FileContents
-        let layers: [SpillLayer]
+        /// The file's ``FileContents/identity``: the save's outcome is the file's only if its
+        /// node still has those contents.
+        let contents: ContentsIdentity
+        let layers: [FrozenLayer]
         let base: ContentBase
         let size: Int64
         let pageSize: Int
@@ -610,7 +629,7 @@ final class FileContents: @unchecked Sendable {
         func read(offset: Int64, count: Int) throws -> Data {
             let plan = FileContents.plan(offset: offset, count: count, size: size, pageSize: pageSize) {
                 page in
-                FileContents.source(of: page, layers: layers[...], base: base, pageSize: pageSize)
+                FileContents.source(of: page, layers: layers, base: base, pageSize: pageSize)
             }
             if let piece = plan.store.first {
                 throw DocumentStoreError.io(
@@ -630,7 +649,7 @@ final class FileContents: @unchecked Sendable {
     func freeze() -> Snapshot {
         frozen = layers.count
         return Snapshot(
-            contents: self, layers: layers, base: base, size: size, pageSize: pageSize,
+            contents: identity, layers: layers.map(\.frozen), base: base, size: size, pageSize: pageSize,
             generation: generation, preparation: preparation)
     }
 
@@ -681,7 +700,7 @@ final class FileContents: @unchecked Sendable {
             frozen = 0
             return
         }
-        frozen = layers.prefix { layer in checkpoint.layers.contains { $0 === layer } }.count
+        frozen = layers.prefix { layer in checkpoint.layers.contains { $0.bytes === layer.bytes } }.count
     }
 
     /// Keeps `snapshot`, whose bytes an `fsync` logged, as the file's ``checkpoint``.
@@ -705,6 +724,10 @@ final class FileContents: @unchecked Sendable {
     }
 }
 
+/// The identity of one ``FileContents`` that a value can carry without the view: a reference, so
+/// that it stays unique while a snapshot holds it.
+final class ContentsIdentity: Sendable {}
+
 /// A range of a read, and where it comes from: a spill layer, or the store at a base.
 struct ReadPart<Source: Sendable>: Sendable {
     var source: Source
@@ -714,7 +737,7 @@ struct ReadPart<Source: Sendable>: Sendable {
     var destination: Int
 }
 
-typealias SpillRead = ReadPart<SpillLayer>
+typealias SpillRead = ReadPart<SpillBytes>
 typealias StoreRead = ReadPart<ContentBase>
 
 /// Reads a frozen file's written pages for the store's streaming save.
@@ -737,7 +760,8 @@ struct SnapshotSource: ContentsSource {
 /// thread, of the lowest priority, must hold none that requests need; it reads only bytes it
 /// was told are final, which no change touches unless it cancels the preparation first.
 struct LiveSource: ContentsSource {
-    let layer: SpillLayer
+    /// Kept so that the descriptor stays open.
+    let bytes: SpillBytes
     let descriptor: Int32
     let size: Int64
 
@@ -746,7 +770,7 @@ struct LiveSource: ContentsSource {
     func read(offset: Int64, count: Int) throws -> Data {
         var data = Data(count: count)
         let result = data.withUnsafeMutableBytes { raw in
-            Result { () throws(Errno) in try SpillLayer.read(descriptor, into: raw, at: offset) }
+            Result { () throws(Errno) in try SpillBytes.read(descriptor, into: raw, at: offset) }
         }
         if case .failure(let error) = result {
             throw DocumentStoreError.io("a preparation's read of a spill failed: \(error)")

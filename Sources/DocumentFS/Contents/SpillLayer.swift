@@ -182,12 +182,11 @@ struct PageSet: Sendable {
 /// Invariant: every byte of the spill outside ``pages`` reads as zero (dropped pages are
 /// punched out), so a page can be taken into the layer by writing only what it must keep.
 ///
-/// The spill's bytes are read and written without the file system's lock (see
-/// ``FileContents/ChangePlan``); ``pages`` and ``cut`` say which of them count, and change only
-/// under that lock while the layer is on top and not frozen.
-// @unchecked: `pages`, `cut` and the flags are guarded by the view lock, which the compiler does
-// not see; the bytes are behind their own Mutex.
-final class SpillLayer: @unchecked Sendable {
+/// The layer is part of the view (reached through ``FileContents``, under the view lock):
+/// ``pages`` and ``cut`` say which of its bytes count, and change only while the layer is on top
+/// and not frozen. The bytes themselves are its ``bytes``, which requests read and write without
+/// the view lock (``FileContents/ChangePlan``, ``FileContents/ReadPlan``).
+final class SpillLayer {
     private(set) var pages = PageSet()
     /// The byte ranges changes wrote or zeroed in the layer, ascending, disjoint and apart (not
     /// the old bytes it took in with a page): where a save cuts the file into chunks again.
@@ -204,9 +203,104 @@ final class SpillLayer: @unchecked Sendable {
     /// Holds the base's own bytes for its pages (the layer a save stored, kept as a cache of
     /// them): not a change, until the next change reopens it (``reopen()``).
     var clean = false
-    /// Where the bytes are. Guarded by its own lock, which only this file's requests take, and
-    /// held for memory copies only: a spill file's I/O runs outside it (its descriptor never
-    /// changes once set), except the one move of a memory layer into a new file.
+    /// Where the layer's bytes are; also its identity outside the lock.
+    let bytes: SpillBytes
+
+    init(files: SpillFiles) { bytes = SpillBytes(files: files) }
+
+    var isEmpty: Bool { pages.isEmpty && cut == .max }
+
+    func contains(_ page: Int) -> Bool { pages.contains(page) }
+
+    /// The layer as a save reads it once frozen: frozen layers never change, so this is a copy
+    /// of nothing but references.
+    var frozen: FrozenLayer {
+        FrozenLayer(
+            bytes: bytes, pages: pages, cut: cut, clean: clean, written: written, writtenPages: writtenPages)
+    }
+
+    /// Makes a clean layer take changes again (on top and not frozen). Its bytes are the base's,
+    /// so nothing in it is written yet; and the base reads as zeros past any cut the layer kept,
+    /// so it needs none.
+    func reopen() {
+        clean = false
+        written = []
+        writtenPages = nil
+        cut = .max
+    }
+
+    /// What ``markWritten(_:pageSize:)`` recorded: byte ranges, or whole pages after many.
+    func writtenRanges(pageSize: Int) -> [Range<Int64>] {
+        frozen.writtenRanges(pageSize: pageSize)
+    }
+
+    /// Marks pages as part of the layer.
+    func add(_ page: Int) { pages.insert(page) }
+
+    /// Records that a change wrote `range`.
+    func markWritten(_ range: Range<Int64>, pageSize: Int) {
+        guard !range.isEmpty else { return }
+        let size = Int64(pageSize)
+        if writtenPages != nil {
+            writtenPages?.insert(Int(range.lowerBound / size)..<Int((range.upperBound + size - 1) / size))
+            return
+        }
+        // The first range that ends at or past the new one's start, and the first that starts
+        // past its end: those between merge with it.
+        var low = 0
+        var high = written.count
+        while low < high {
+            let middle = (low + high) / 2
+            if written[middle].upperBound < range.lowerBound { low = middle + 1 } else { high = middle }
+        }
+        var end = low
+        var merged = range
+        while end < written.count, written[end].lowerBound <= range.upperBound {
+            let other = written[end]
+            merged = min(merged.lowerBound, other.lowerBound)..<max(merged.upperBound, other.upperBound)
+            end += 1
+        }
+        written.replaceSubrange(low..<end, with: [merged])
+        // Random writes all over a large file: each insertion would move thousands of ranges.
+        // Whole pages keep it cheap and still name only pages the layer holds.
+        if written.count > Self.writtenLimit {
+            var pages = PageSet()
+            for range in written {
+                pages.insert(Int(range.lowerBound / size)..<Int((range.upperBound + size - 1) / size))
+            }
+            writtenPages = pages
+            written = []
+        }
+    }
+
+    /// Unmarks the pages at or past `first`, returned as runs; their bytes must be zeroed after.
+    func removeAll(from first: Int) -> [Range<Int>] { pages.removeAll(from: first) }
+}
+
+/// What a save reads of a frozen ``SpillLayer``: a value, so that it crosses to the store's
+/// threads without the view.
+struct FrozenLayer: Sendable {
+    let bytes: SpillBytes
+    let pages: PageSet
+    let cut: Int64
+    let clean: Bool
+    let written: [Range<Int64>]
+    let writtenPages: PageSet?
+
+    func contains(_ page: Int) -> Bool { pages.contains(page) }
+
+    func writtenRanges(pageSize: Int) -> [Range<Int64>] {
+        guard let writtenPages else { return written }
+        return FileContents.byteRanges(writtenPages.runs(), pageSize: pageSize)
+    }
+}
+
+/// The bytes of one ``SpillLayer``: in memory or in a spill file. Requests read and write them
+/// without the view lock; which of them count is the layer's to say.
+final class SpillBytes: Sendable {
+    /// Guarded by its own lock, which only this file's requests take, and held for memory copies
+    /// only: a spill file's I/O runs outside it (its descriptor never changes once set), except
+    /// the one move of a memory layer into a new file.
     private let storage = Mutex(Storage.empty)
     private let files: SpillFiles
 
@@ -232,32 +326,12 @@ final class SpillLayer: @unchecked Sendable {
         }
     }
 
-    var isEmpty: Bool { pages.isEmpty && cut == .max }
-
     /// The spill file's descriptor, once the layer has one: it never changes after.
     var descriptor: Int32? {
         storage.withLock { storage in
             if case .file(let fd) = storage { return fd }
             return nil
         }
-    }
-
-    func contains(_ page: Int) -> Bool { pages.contains(page) }
-
-    /// Makes a clean layer take changes again (under the file system's lock, on top and not
-    /// frozen). Its bytes are the base's, so nothing in it is written yet; and the base reads
-    /// as zeros past any cut the layer kept, so it needs none.
-    func reopen() {
-        clean = false
-        written = []
-        writtenPages = nil
-        cut = .max
-    }
-
-    /// What ``markWritten(_:pageSize:)`` recorded: byte ranges, or whole pages after many.
-    func writtenRanges(pageSize: Int) -> [Range<Int64>] {
-        guard let writtenPages else { return written }
-        return FileContents.byteRanges(writtenPages.runs(), pageSize: pageSize)
     }
 
     /// Writes `bytes` at file offset `offset`.
@@ -322,49 +396,6 @@ final class SpillLayer: @unchecked Sendable {
             done += n
         }
     }
-
-    /// Marks pages as part of the layer (under the file system's lock).
-    func add(_ page: Int) { pages.insert(page) }
-
-    /// Records that a change wrote `range` (under the file system's lock).
-    func markWritten(_ range: Range<Int64>, pageSize: Int) {
-        guard !range.isEmpty else { return }
-        let size = Int64(pageSize)
-        if writtenPages != nil {
-            writtenPages?.insert(Int(range.lowerBound / size)..<Int((range.upperBound + size - 1) / size))
-            return
-        }
-        // The first range that ends at or past the new one's start, and the first that starts
-        // past its end: those between merge with it.
-        var low = 0
-        var high = written.count
-        while low < high {
-            let middle = (low + high) / 2
-            if written[middle].upperBound < range.lowerBound { low = middle + 1 } else { high = middle }
-        }
-        var end = low
-        var merged = range
-        while end < written.count, written[end].lowerBound <= range.upperBound {
-            let other = written[end]
-            merged = min(merged.lowerBound, other.lowerBound)..<max(merged.upperBound, other.upperBound)
-            end += 1
-        }
-        written.replaceSubrange(low..<end, with: [merged])
-        // Random writes all over a large file: each insertion would move thousands of ranges.
-        // Whole pages keep it cheap and still name only pages the layer holds.
-        if written.count > Self.writtenLimit {
-            var pages = PageSet()
-            for range in written {
-                pages.insert(Int(range.lowerBound / size)..<Int((range.upperBound + size - 1) / size))
-            }
-            writtenPages = pages
-            written = []
-        }
-    }
-
-    /// Unmarks the pages at or past `first` (under the file system's lock), returned as runs;
-    /// their bytes must be zeroed after.
-    func removeAll(from first: Int) -> [Range<Int>] { pages.removeAll(from: first) }
 
     /// Reads `count` bytes at `offset` into `buffer` (zeros where nothing was written).
     func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(Errno) {

@@ -110,7 +110,7 @@ extension DocumentFileSystem {
     /// file) what it wrote outside the layer's chunks is zeroed and it runs again.
     func changeContents<T>(
         _ file: ViewNode, keeping: (FileContents) -> [Int], writing range: Range<Int64>?,
-        truncating newSize: Int64? = nil, io: (SpillLayer) throws(Errno) -> Void,
+        truncating newSize: Int64? = nil, io: (SpillBytes) throws(Errno) -> Void,
         commit: (inout State, FileContents) throws(Errno) -> T
     ) throws(Errno) -> T {
         var fetched: [Int: (base: ContentBase, data: Data)] = [:]

@@ -366,7 +366,7 @@ extension NameOperations {
             changes.contents[rootID] = update
             do { contents = try storeCall { try store.prepare(changes) } } catch {
                 state.withLock { state in
-                    frozen.change?.snapshot?.contents.saveFailed()
+                    if let snapshot = frozen.change?.snapshot { node.contents(for: snapshot)?.saveFailed() }
                     node.name = name
                     if state.rootEntries[name] == nil { state.rootEntries[name] = node }
                 }
@@ -390,7 +390,7 @@ extension NameOperations {
         } catch {
             // Put the file back where it was, its writes still to be saved.
             state.withLock { state in
-                frozen.change?.snapshot?.contents.saveFailed()
+                if let snapshot = frozen.change?.snapshot { node.contents(for: snapshot)?.saveFailed() }
                 node.name = name
                 if state.rootEntries[name] == nil { state.rootEntries[name] = node }
             }
@@ -411,10 +411,10 @@ extension NameOperations {
             // Everything adopting marked as changed is in the store already.
             document.touched = [:]
             document.dirty = false
-            if let change = frozen.change, let snapshot = change.snapshot, node.contents === snapshot.contents
+            if let change = frozen.change, let snapshot = change.snapshot,
+                let contents = node.contents(for: snapshot)
             {
-                snapshot.contents.saved(
-                    snapshot, as: info.root, version: info.currentVersion, text: change.text)
+                contents.saved(snapshot, as: info.root, version: info.currentVersion, text: change.text)
             }
         }
     }

@@ -54,7 +54,7 @@ extension SavePipeline {
     /// are saved again.
     @discardableResult
     func commitSoon(_ document: DocumentState, reporting: Bool = false) -> Errno? {
-        saveQueue.askForSave(document)
+        saveQueue.askForSave(document.id)
         guard reporting else { return nil }
         return state.withLock { _ -> Errno? in
             defer { document.lastError = nil }
@@ -79,10 +79,16 @@ extension SavePipeline {
             // Closes within two milliseconds of the first are committed with it.
             while let group = queue.nextGroup(gathering: .milliseconds(2)) {
                 guard let self else { return }
-                if !group.isEmpty { self.save(group: group, durable: false) }
+                if !group.isEmpty { self.save(group: self.documents(group), durable: false) }
             }
         }
         if !started { queue.threads.leave() }
+    }
+
+    /// The documents the queue named that the mount still shows: one removed since (deleted,
+    /// or merged into another by a move) has nothing left to save.
+    func documents(_ ids: [DocumentID]) -> [DocumentState] {
+        state.withLock { state in ids.compactMap { state.documents[$0] } }
     }
 
     // MARK: - History that thins itself

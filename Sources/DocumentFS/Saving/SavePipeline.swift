@@ -257,18 +257,16 @@ extension SavePipeline {
                     "\(document.info.name): another process saved first; this save is kept as conflict \(result.version.id)"
                 )
                 document.needsReload = true
-                for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
-                    item.snapshot.contents.saveFailed()
-                }
+                for item in prepared.snapshots { item.node.contents(for: item.snapshot)?.saveFailed() }
                 document.touched.merge(prepared.touched) { current, _ in current }
                 return true
             }
-            for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
-                item.snapshot.contents.saved(
-                    item.snapshot, as: item.id, version: result.version.id, text: item.text)
+            for item in prepared.snapshots {
+                guard let contents = item.node.contents(for: item.snapshot) else { continue }
+                contents.saved(item.snapshot, as: item.id, version: result.version.id, text: item.text)
                 // Saved after its last close (a close's save): no handle will read or take in
                 // those bytes, and in memory they would hold the budget for small files.
-                if item.node.openHandles == 0 { dropped += item.snapshot.contents.dropClean() }
+                if item.node.openHandles == 0 { dropped += contents.dropClean() }
             }
             // In place: a copy of a big package's records would make every save cost the
             // size of the package.
@@ -291,9 +289,7 @@ extension SavePipeline {
     /// layers stay under whatever was written since, and the next save looks at its nodes and
     /// commits its intents.
     private func unprepare(_ document: DocumentState, _ prepared: PreparedSave) {
-        for item in prepared.snapshots where item.node.contents === item.snapshot.contents {
-            item.snapshot.contents.saveFailed()
-        }
+        for item in prepared.snapshots { item.node.contents(for: item.snapshot)?.saveFailed() }
         document.dirty = true
         document.touched.merge(prepared.touched) { current, _ in current }
         document.intents = prepared.intents + document.intents
@@ -342,13 +338,12 @@ extension SavePipeline {
             unprepare(document, prepared)
             // The logged bytes stay as they are, for a save to store while the file is written
             // again before its own next close or fsync.
-            for item in prepared.snapshots
-            where item.text == nil && item.node.contents === item.snapshot.contents {
-                item.snapshot.contents.hold(item.snapshot)
+            for item in prepared.snapshots where item.text == nil {
+                item.node.contents(for: item.snapshot)?.hold(item.snapshot)
             }
             document.intents.append(logged)
         }
-        saveQueue.logged(document)
+        saveQueue.logged(document.id)
         return true
     }
 
@@ -481,7 +476,7 @@ extension SavePipeline {
         }
         changes.removedNodes = gone.subtracting(records.keys).subtracting(kept).sorted()
         guard !changes.isEmpty else {
-            for item in snapshots { item.snapshot.contents.saveFailed() }
+            for item in snapshots { item.node.contents(for: item.snapshot)?.saveFailed() }
             return nil
         }
         let intents = document.intents

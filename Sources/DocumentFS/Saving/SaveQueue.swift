@@ -14,8 +14,8 @@ import Threading
 /// request handler adds a document and returns, and the committer wakes.
 final class SaveQueue: Sendable {
     private struct Pending: Sendable {
-        var closes: [DocumentID: DocumentState] = [:]
-        var logged: [DocumentID: (document: DocumentState, since: ContinuousClock.Instant)] = [:]
+        var closes: Set<DocumentID> = []
+        var logged: [DocumentID: ContinuousClock.Instant] = [:]
         /// The committer and the quiet-interval saver wait (``hold(_:)``).
         var held = false
         var stopping = false
@@ -31,30 +31,30 @@ final class SaveQueue: Sendable {
     init(loggedDelay: Duration) { self.loggedDelay = loggedDelay }
 
     /// A close or a rename asks for the document's save.
-    func askForSave(_ document: DocumentState) {
-        pending.withLock { $0.closes[document.id] = document }
+    func askForSave(_ document: DocumentID) {
+        pending.withLock { _ = $0.closes.insert(document) }
     }
 
     /// An `fsync` logged the document's changes: the committer saves them within
     /// ``loggedDelay``, with whatever a close asked for meanwhile.
-    func logged(_ document: DocumentState) {
+    func logged(_ document: DocumentID) {
         pending.withLock { pending in
-            if pending.logged[document.id] == nil { pending.logged[document.id] = (document, .now) }
+            if pending.logged[document] == nil { pending.logged[document] = .now }
             // What an earlier close asked to save is in the logged record: its save may wait as a
             // logged one does, and take in the next safe-saves' records too.
-            pending.closes[document.id] = nil
+            pending.closes.remove(document)
         }
     }
 
     /// The document was saved whole: no close needs its save any more.
     func saved(_ id: DocumentID) {
-        pending.withLock(wake: false) { $0.closes[id] = nil }
+        pending.withLock(wake: false) { _ = $0.closes.remove(id) }
     }
 
     /// Forgets every pending save: the caller saves every document itself.
     func takeAll() {
         pending.withLock(wake: false) { pending in
-            pending.closes = [:]
+            pending.closes = []
             pending.logged = [:]
         }
     }
@@ -74,13 +74,13 @@ final class SaveQueue: Sendable {
     /// after a timeout, or while held), or nil once the mount stops.
     ///
     /// Closes that come within `gathering` of the first one are taken with it.
-    func nextGroup(gathering: Duration) -> [DocumentState]? {
+    func nextGroup(gathering: Duration) -> [DocumentID]? {
         let most = Duration.milliseconds(250)
         let ready = { (pending: Pending) -> Bool in
             pending.stopping || (!pending.held && (!pending.closes.isEmpty || self.loggedDue(pending)))
         }
         let timeout = pending.withLock(wake: false) { pending -> Duration in
-            guard let oldest = pending.logged.values.map(\.since).min() else { return most }
+            guard let oldest = pending.logged.values.min() else { return most }
             return min(most, max(.zero, oldest + loggedDelay - .now))
         }
         let (stopping, closes) =
@@ -89,19 +89,18 @@ final class SaveQueue: Sendable {
             )
         if stopping { return nil }
         if closes, gathering > .zero { usleep(UInt32(gathering / .microseconds(1))) }
-        return pending.withLock(wake: false) { pending -> [DocumentState]? in
+        return pending.withLock(wake: false) { pending -> [DocumentID]? in
             guard !pending.stopping else { return nil }
             guard !pending.held, !pending.closes.isEmpty || loggedDue(pending) else { return [] }
-            var group = pending.closes
-            for (id, logged) in pending.logged { group[id] = logged.document }
-            pending.closes = [:]
+            let group = pending.closes.union(pending.logged.keys)
+            pending.closes = []
             pending.logged = [:]
-            return Array(group.values)
+            return Array(group)
         }
     }
 
     private func loggedDue(_ pending: Pending) -> Bool {
         let now = ContinuousClock.now
-        return pending.logged.values.contains { now - $0.since >= loggedDelay }
+        return pending.logged.values.contains { now - $0 >= loggedDelay }
     }
 }

@@ -19,16 +19,11 @@ import VersionedStore
 ///   one store transaction.
 ///   Removing files inside it only hides them in this mount; nothing else inside can change
 ///   (`EACCES`), and its files are shown without write permission.
-final class ConflictEntry: Sendable {
+final class ConflictEntry {
     let version: VersionInfo
     /// The node at the mount root; its tree is read on first use.
     let root: ViewNode
-    /// Changed under the view lock; an atomic so that the compiler sees the class is Sendable.
-    private let loaded = Atomic(false)
-    var isLoaded: Bool {
-        get { loaded.load(ordering: .relaxed) }
-        set { loaded.store(newValue, ordering: .relaxed) }
-    }
+    var isLoaded = false
 
     init(version: VersionInfo, root: ViewNode) {
         self.version = version

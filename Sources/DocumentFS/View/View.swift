@@ -5,15 +5,14 @@ import SystemPackage
 import Threading
 import VersionedStore
 
-/// One file, directory or symbolic link of the mount as the kernel sees it. All members are
-/// guarded by the file system's lock.
+/// One file, directory or symbolic link of the mount as the kernel sees it. Part of the view:
+/// not `Sendable`, and used only under the view lock (``ViewState``).
 ///
 /// A node has its own store node id (its inode is that id plus one, stable across remounts)
 /// and is saved as the wrapper ``persistAs``, which differs only when a file at the mount root
 /// took over a flat document under the document's name (`sed -i` or vim saving a flat
 /// document): the document keeps its identity and history.
-// @unchecked: guarded by the view lock (`MountView.state`), which the compiler does not see.
-final class ViewNode: @unchecked Sendable {
+final class ViewNode {
     let storeID: StoreNodeID
     var persistAs: StoreNodeID
     /// The document it belongs to; nil for a scratch file at the mount root.
@@ -113,6 +112,12 @@ final class ViewNode: @unchecked Sendable {
     var subdirectoryCount: Int { children.directoryCount }
 
     /// Whether `ancestor` is this node or above it.
+    /// The node's contents, if they are still the ones `snapshot` froze.
+    func contents(for snapshot: FileContents.Snapshot) -> FileContents? {
+        guard let contents, contents.identity === snapshot.contents else { return nil }
+        return contents
+    }
+
     func isDescendant(of ancestor: ViewNode) -> Bool {
         var node: ViewNode? = self
         while let current = node {
@@ -124,9 +129,9 @@ final class ViewNode: @unchecked Sendable {
 }
 
 /// What the mount knows of one document: the store's view of it (the records at ``base``) and
-/// the node tree the kernel sees, which may be ahead of the store until the next save.
-// @unchecked: guarded by the view lock (`MountView.state`), which the compiler does not see.
-final class DocumentState: @unchecked Sendable {
+/// the node tree the kernel sees, which may be ahead of the store until the next save. Part of
+/// the view: not `Sendable`, and used only under the view lock (``ViewState``).
+final class DocumentState {
     let id: DocumentID
     /// The store's listing, as last seen (its name is the store's name for it).
     var info: DocumentInfo

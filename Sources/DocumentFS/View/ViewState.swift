@@ -41,7 +41,14 @@ struct OpenDirectory {
 /// Everything the view's one lock guards: the tree of nodes the kernel may name, the documents
 /// behind them, the mount root's entries, and the open handles. Rooms whose fields must change
 /// together with the tree (the Trash's and history's folders, conflict entries) keep them here.
-struct ViewState {
+///
+/// The view's classes (``ViewNode``, ``DocumentState``, ``FileContents``, ``SpillLayer``,
+/// ``ConflictEntry``, ``VersionTree``) are not `Sendable`, so the compiler keeps them out of
+/// every value and closure that crosses threads (plans, snapshots, the save queue, the
+/// background threads): those carry ids and values. This state is the one way they cross.
+// @unchecked: the one exception the view needs: `MountView.state` (a `Locked`) holds it, and its
+// classes are used only under that lock, which the compiler does not see (concurrency.md).
+struct ViewState: @unchecked Sendable {
     var listed = false
     var documents: [DocumentID: DocumentState] = [:]
     /// Unresolved conflict versions shown at the mount root.

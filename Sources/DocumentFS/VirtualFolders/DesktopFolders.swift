@@ -29,7 +29,7 @@ enum VirtualRole: Hashable {
 
 /// A version's tree of wrappers shown read-only: one kept version in the history, or one item of
 /// the Trash. Its nodes are read from the store on first use, like a conflict entry's.
-final class VersionTree: Sendable {
+final class VersionTree {
     enum Purpose: Sendable {
         case history
         case trash(TrashItem)
@@ -40,21 +40,9 @@ final class VersionTree: Sendable {
     /// The tree's top node in the store: the document's root, or a trashed wrapper.
     let top: StoreNodeID
     let purpose: Purpose
-    /// Changed under the view lock; an atomic and a leaf lock so that the compiler sees the class
-    /// is Sendable.
-    private let loaded = Atomic(false)
-    private struct Top { weak var node: ViewNode? }
-    private let topNode = Mutex(Top())
-
-    var isLoaded: Bool {
-        get { loaded.load(ordering: .relaxed) }
-        set { loaded.store(newValue, ordering: .relaxed) }
-    }
+    var isLoaded = false
     /// The node of ``top``, once shown.
-    var root: ViewNode? {
-        get { topNode.withLock { $0.node } }
-        set { topNode.withLock { $0.node = newValue } }
-    }
+    weak var root: ViewNode?
 
     init(document: DocumentID, version: VersionID, top: StoreNodeID, purpose: Purpose) {
         self.document = document
