@@ -78,6 +78,8 @@ let package = Package(
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 // sync_file_range, for packs.
                 "CLinuxSupport",
+                // The watcher of lock releases by other processes.
+                "Threading",
             ]
         ),
         // The shared store on PostgreSQL, through libpq. The only module that imports it.

@@ -16,12 +16,16 @@ final class ChangeListener: Sendable {
     private typealias State = Monitor<Listening>
 
     private let database: PostgresDatabase
+    private let channel: String
     private let state = State(Listening())
     /// How often an idle listening connection is checked: a server that vanished without closing
     /// the connection (a machine gone, a paused process) is noticed within this time.
     private static let heartbeat: Duration = .seconds(5)
 
-    init(database: PostgresDatabase) { self.database = database }
+    init(database: PostgresDatabase, channel: String = PostgresSchema.channel) {
+        self.database = database
+        self.channel = channel
+    }
 
     /// Starts listening unless it is already; returns the current generation.
     @discardableResult
@@ -32,8 +36,8 @@ final class ChangeListener: Sendable {
             return (listening.generation, starting)
         }
         if starting {
-            startDetachedThread(name: "docfs.pg-listen") { [database, state] in
-                Self.run(database: database, state: state)
+            startDetachedThread(name: "docfs.pg-listen") { [database, state, channel] in
+                Self.run(database: database, channel: channel, state: state)
             }
         }
         return generation
@@ -59,10 +63,10 @@ final class ChangeListener: Sendable {
         state.withLock(wake: false) { $0.stopped }
     }
 
-    private static func run(database: PostgresDatabase, state: State) {
+    private static func run(database: PostgresDatabase, channel: String, state: State) {
         while !isStopped(state) {
             if let connection = try? database.connect() {
-                listen(on: connection, database: database, state: state)
+                listen(on: connection, database: database, channel: channel, state: state)
             }
             bump(state)
             // Bounded retry: the server may be restarting.
@@ -71,10 +75,12 @@ final class ChangeListener: Sendable {
     }
 
     /// Listens until the connection fails or the listener stops; closes the connection.
-    private static func listen(on connection: PostgresConnection, database: PostgresDatabase, state: State) {
+    private static func listen(
+        on connection: PostgresConnection, database: PostgresDatabase, channel: String, state: State
+    ) {
         defer { connection.close() }
         let session = SQLConnection(connection: connection, timeout: database.timeout)
-        guard !isStopped(state), (try? session.query("LISTEN \(PostgresSchema.channel)")) != nil else {
+        guard !isStopped(state), (try? session.query("LISTEN \(channel)")) != nil else {
             return
         }
         bump(state)

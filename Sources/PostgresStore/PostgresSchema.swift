@@ -17,7 +17,7 @@ import VersionedStore
 /// `extents` and rebuilt from it where rows are removed.
 enum PostgresSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion: Int64 = 7
+    static let formatVersion: Int64 = 8
     /// Recorded in `store_meta` as `application`, so other databases are recognised as foreign.
     static let applicationID: Int64 = 0x446F_6346
     /// The key of the transaction-level advisory lock every write holds: writers take turns, as
@@ -25,6 +25,25 @@ enum PostgresSchema {
     static let writeLock: Int64 = 0x446F_6346
     /// The LISTEN/NOTIFY channel every write that records an event notifies.
     static let channel = "docfs_events"
+    /// The channel a release of file locks notifies.
+    static let lockChannel = "docfs_locks"
+    /// The advisory lock that lock transactions take turns on. Not the write lock: a lock
+    /// request never waits for a save.
+    static let lockTablesLock: Int64 = 0x446F_634C
+    /// The lock tables (format 8): sessions with a lease, their locks, the waits of blocked
+    /// requests.
+    static let lockTables = """
+        CREATE TABLE IF NOT EXISTS lock_sessions (
+            id BIGSERIAL PRIMARY KEY, label TEXT NOT NULL, expires BIGINT NOT NULL);
+        CREATE TABLE IF NOT EXISTS file_locks (
+            node BIGINT NOT NULL, session BIGINT NOT NULL, owner BIGINT NOT NULL, kind BIGINT NOT NULL,
+            exclusive BIGINT NOT NULL, start BIGINT NOT NULL, last BIGINT NOT NULL, pid BIGINT NOT NULL);
+        CREATE INDEX IF NOT EXISTS file_locks_by_node ON file_locks(node);
+        CREATE INDEX IF NOT EXISTS file_locks_by_session ON file_locks(session, owner);
+        CREATE TABLE IF NOT EXISTS lock_waits (
+            session BIGINT NOT NULL, owner BIGINT NOT NULL, node BIGINT NOT NULL, exclusive BIGINT NOT NULL,
+            start BIGINT NOT NULL, last BIGINT NOT NULL, PRIMARY KEY (session, owner))
+        """
 
     static let tables = """
         CREATE TABLE store_meta (
@@ -172,6 +191,11 @@ extension PostgresSchema {
             try db.query("DROP INDEX IF EXISTS nodes_by_parent")
             try db.query(
                 "CREATE INDEX IF NOT EXISTS nodes_by_name ON nodes(parent, name, branch, removed, version)")
+        }
+        if format < 8 {
+            for statement in lockTables.split(separator: ";") where !statement.allSatisfy(\.isWhitespace) {
+                try db.query(String(statement))
+            }
         }
         try db.query("UPDATE store_meta SET value = $1 WHERE key = 'format'", [.int(formatVersion)])
     }

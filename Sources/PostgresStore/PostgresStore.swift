@@ -66,7 +66,8 @@ public final class PostgresStore: VersionedDocumentStore, StoreChangeNotifying, 
                         path: location, reason: "the database holds another application's tables")
                 }
                 // One statement at a time: the extended query protocol takes no more.
-                for statement in PostgresSchema.tables.split(separator: ";")
+                for statement in (PostgresSchema.tables + ";" + PostgresSchema.lockTables).split(
+                    separator: ";")
                 where !statement.allSatisfy(\.isWhitespace) {
                     try db.query(String(statement))
                 }
@@ -122,9 +123,37 @@ final class PostgresBackend: StoreBackend {
     let chunkSize: Int
     var location: String { database.location }
 
+    /// Hears other mounts' lock releases.
+    let lockListener: ChangeListener
+
     init(database: PostgresDatabase, chunkSize: Int) {
         self.database = database
         self.chunkSize = chunkSize
+        lockListener = ChangeListener(database: database, channel: PostgresSchema.lockChannel)
+    }
+
+    deinit { lockListener.stop() }
+
+    /// Its own short transaction, taking turns on the lock tables' advisory lock (not the
+    /// store's write lock), committed without waiting for the server's flush. A mount that stops
+    /// in the middle of one (a machine cut off, a stopped process) would hold every other
+    /// mount's lock requests: the server ends a transaction idle for 3 s.
+    func lockTransaction<T>(_ body: (any LockTransaction) throws -> T) throws -> T {
+        try database.transaction { db in
+            try db.query(
+                """
+                SELECT set_config('idle_in_transaction_session_timeout', '3000', true),
+                    pg_advisory_xact_lock($1), set_config('synchronous_commit', 'off', true)
+                """,
+                [.int(PostgresSchema.lockTablesLock)])
+            return try body(PostgresLockTransaction(db: db))
+        }
+    }
+
+    var lockGeneration: UInt64 { lockListener.start() }
+
+    func waitForLockRelease(after generation: UInt64, timeout: Duration) -> UInt64 {
+        lockListener.wait(after: generation, timeout: timeout)
     }
 
     /// One read-only `REPEATABLE READ` snapshot, so several statements see one state of the store.

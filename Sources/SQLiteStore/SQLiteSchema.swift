@@ -18,7 +18,7 @@ import GRDB
 /// (`PackFiles`); its row in `chunks` then has empty data.
 enum SQLiteSchema {
     /// The store format this program writes; stores with a higher one are refused.
-    static let formatVersion = 10
+    static let formatVersion = 11
     /// `PRAGMA application_id`: "DocF", so other SQLite files are recognised as foreign.
     static let applicationID: Int32 = 0x446F_6346
 
@@ -225,6 +225,26 @@ enum SQLiteSchema {
                 sql: """
                     DROP INDEX IF EXISTS extents_by_chunk;
                     UPDATE store_meta SET value = 10 WHERE key = 'format';
+                    """)
+        }
+        // v11: the lock tables, which every mount of the store shares (`VersionedStore+Locks`):
+        // sessions with a lease, their locks, and the waits of blocked requests.
+        migrator.registerMigration("v11") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE lock_sessions (
+                        id INTEGER PRIMARY KEY, label TEXT NOT NULL, expires INTEGER NOT NULL);
+                    CREATE TABLE file_locks (
+                        node INTEGER NOT NULL, session INTEGER NOT NULL, owner INTEGER NOT NULL,
+                        kind INTEGER NOT NULL, exclusive INTEGER NOT NULL, start INTEGER NOT NULL,
+                        last INTEGER NOT NULL, pid INTEGER NOT NULL);
+                    CREATE INDEX file_locks_by_node ON file_locks(node);
+                    CREATE INDEX file_locks_by_session ON file_locks(session, owner);
+                    CREATE TABLE lock_waits (
+                        session INTEGER NOT NULL, owner INTEGER NOT NULL, node INTEGER NOT NULL,
+                        exclusive INTEGER NOT NULL, start INTEGER NOT NULL, last INTEGER NOT NULL,
+                        PRIMARY KEY (session, owner));
+                    UPDATE store_meta SET value = 11 WHERE key = 'format';
                     """)
         }
         return migrator

@@ -148,12 +148,15 @@ final class SQLiteBackend: StoreBackend {
     let unreplayedIntentLogs = Mutex<[String]>([])
     /// Versions up to this id are on disk: a durable commit or ``synchronize()`` put them there.
     let durableThrough = Atomic<Int64>(0)
+    /// News of lock releases, from this process and others.
+    let lockBell: LockBellFile
 
     init(path: String, create: Bool, chunkSize: Int) throws {
         self.path = path
         guard chunkSize > 0, chunkSize <= VersionedStore.maximumChunkSize else {
             throw DocumentStoreError.invalidChange("the chunk size must be between 1 byte and 64 MiB")
         }
+        lockBell = LockBellFile(storePath: path)
         let isNew = try Self.prepareFile(path: path, create: create)
         var configuration = Configuration()
         configuration.busyMode = .timeout(30)
@@ -459,6 +462,26 @@ final class SQLiteBackend: StoreBackend {
 
     func write<T>(durable: Bool, _ body: (any StoreTransaction) throws -> T) throws -> T {
         try writeDatabase(durable: durable) { db in try body(SQLiteTransaction(db: db, packs: packs)) }
+    }
+
+    /// On the writer connection, as a deferred commit: locks need not survive a power cut, since
+    /// every mount's lease has run out by the time the machine is back.
+    func lockTransaction<T>(_ body: (any LockTransaction) throws -> T) throws -> T {
+        var released = false
+        let result = try writeDatabase(durable: false) { db in
+            let transaction = SQLiteLockTransaction(db: db)
+            let result = try body(transaction)
+            released = transaction.released
+            return result
+        }
+        if released { lockBell.ring() }
+        return result
+    }
+
+    var lockGeneration: UInt64 { lockBell.generation }
+
+    func waitForLockRelease(after generation: UInt64, timeout: Duration) -> UInt64 {
+        lockBell.wait(after: generation, timeout: timeout)
     }
 
     func storageProblems() throws -> [String] {

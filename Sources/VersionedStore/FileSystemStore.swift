@@ -26,6 +26,10 @@ public protocol FileSystemStore: DocumentStore {
     /// Drops chunks cached in memory, so the next reads come from the database (for tests and
     /// benchmarks that measure cold reads).
     func purgeCache()
+
+    /// The store's lock tables, which every mount of it shares; nil for a store without them
+    /// (a mount then keeps its locks to itself).
+    var sharedLocks: (any SharedLockStore)? { get }
 }
 
 extension FileSystemStore {
@@ -39,6 +43,8 @@ extension FileSystemStore {
 
     /// A store without a cache has nothing to drop.
     public func purgeCache() {}
+
+    public var sharedLocks: (any SharedLockStore)? { nil }
 }
 
 /// Changes a store logged durably before saving them (``FileSystemStore/logIntent(_:)``).

@@ -74,6 +74,26 @@ final class MemoryBackend: StoreBackend {
     }
 
     func synchronize() throws {}
+
+    private let lockTables = Locked(.storeWriter, LockTables())
+    private let bell = LockBell()
+
+    func lockTransaction<T>(_ body: (any LockTransaction) throws -> T) throws -> T {
+        let (result, released) = try lockTables.withLock { tables in
+            let transaction = LockTablesTransaction(tables)
+            let result = try body(transaction)
+            tables = transaction.tables
+            return (result, transaction.released)
+        }
+        if released { bell.ring() }
+        return result
+    }
+
+    var lockGeneration: UInt64 { bell.current }
+
+    func waitForLockRelease(after generation: UInt64, timeout: Duration) -> UInt64 {
+        bell.wait(after: generation, timeout: timeout)
+    }
 }
 
 /// One transaction over a copy of the tables.

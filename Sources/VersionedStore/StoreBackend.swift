@@ -25,6 +25,15 @@ package protocol StoreBackend: Sendable {
     /// Makes every write committed before the call durable, deferred ones included.
     func synchronize() throws
 
+    /// Runs `body` as one short transaction over the lock tables (``LockTransaction``), which
+    /// does not wait for the store's write lock where the database lets it.
+    func lockTransaction<T>(_ body: (any LockTransaction) throws -> T) throws -> T
+    /// Grows whenever any process may have released a lock (``LockTransaction/notifyLockRelease()``),
+    /// and whenever such news may have been missed.
+    var lockGeneration: UInt64 { get }
+    /// Blocks until ``lockGeneration`` exceeds `generation` or `timeout` passes; returns it then.
+    func waitForLockRelease(after generation: UInt64, timeout: Duration) -> UInt64
+
     /// Problems the database itself finds in its files (SQLite's `integrity_check`); empty when
     /// it has no such check. Run before the store's own walk, which reads the rows.
     func storageProblems() throws -> [String]

@@ -104,4 +104,5 @@ extension VersionedDocumentStore {
     public func latestEventSequence() throws -> Int64 { try versionedStore.latestEventSequence() }
     public func checkIntegrity() throws -> IntegrityReport { try versionedStore.checkIntegrity() }
     public func purgeCache() { versionedStore.purgeCache() }
+    public var sharedLocks: (any SharedLockStore)? { versionedStore }
 }

@@ -28,8 +28,8 @@ struct Mount: DocfsCommand {
 
             STORE may be a PostgreSQL URL, postgres://[user[:password]@]host[:port]/database \
             (PG* variables fill in the rest); several machines can mount one such store, and \
-            each sees the others' saves within a second. flock and POSIX locks are local to \
-            each mount.
+            each sees the others' saves within a second. flock and POSIX record locks are the \
+            store's: every mount of it, on any machine, sees them.
 
             Options (-o, comma-separated, repeatable): ro, rw (the default), allow_other (let \
             other users in; needs user_allow_other in /etc/fuse.conf unless run as root), debug \
@@ -49,7 +49,9 @@ struct Mount: DocfsCommand {
             Thumbs.db and desktop.ini files other systems' file managers leave; by default they \
             work in the mount but are never stored, like editors' swap files), \
             no_writeback_cache (send every write(2) to the daemon as it happens instead of \
-            letting the kernel cache and merge writes; writeback_cache is the default). mount(8)'s \
+            letting the kernel cache and merge writes; writeback_cache is the default for a store \
+            file, no_writeback_cache for a PostgreSQL store, so that files other machines change \
+            reach the processes that keep them open here). mount(8)'s \
             dev, suid, exec, auto, user, _netdev, defaults and the like are ignored (a docfs \
             mount is always nosuid,nodev); anything else goes to libfuse as written.
 
@@ -140,7 +142,10 @@ struct Mount: DocfsCommand {
         if let timeout = plan.options.entryTimeout { options.fileSystem.entryTimeout = timeout }
         if let interval = plan.options.collectInterval { options.fileSystem.collectionInterval = interval }
         options.fileSystem.archivesAsText = plan.options.archivesAsText
-        options.fileSystem.writebackCache = plan.options.writebackCache
+        // On a store other machines share, a file one of them changes must reach the processes
+        // that keep it open here (a database under its locks), with its new size, which the
+        // writeback cache would keep at the kernel's.
+        options.fileSystem.writebackCache = plan.options.writebackCache ?? !plan.shared
         if plan.options.keepHousekeeping { options.fileSystem.scratchNames = .editorsOnly }
         options.extraOptions = plan.options.passThrough
         options.handleSignals = true
@@ -319,6 +324,8 @@ struct MountPlan {
     /// Absolute, links resolved, as the mount table will show it.
     var mountpoint: String
     var options: FuseOptions
+    /// A PostgreSQL store, which other machines may mount too.
+    var shared = false
 
     /// Every check that can be made before mounting, each failing with its own one-line
     /// message: the store, the mount point, the FUSE device, and `allow_other`'s permission.
@@ -352,7 +359,7 @@ struct MountPlan {
         }
         return MountPlan(
             store: store, storePath: location.path, storeArgument: location.argument, mountpoint: resolved,
-            options: options)
+            options: options, shared: location.postgres != nil)
     }
 
     /// The mount point, absolute with links resolved, if it can be mounted on.

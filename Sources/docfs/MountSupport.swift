@@ -184,9 +184,10 @@ struct FuseOptions: Equatable {
     /// `housekeeping=keep`: file managers' `.DS_Store`, `._*`, `Thumbs.db` and `desktop.ini`
     /// are saved like any file; `housekeeping=scratch` (the default) keeps them out of the store.
     var keepHousekeeping = false
-    /// `writeback_cache` (the default) lets the kernel cache and merge writes; `no_writeback_cache`
-    /// sends every write(2) to the daemon as it happens.
-    var writebackCache = true
+    /// `writeback_cache` lets the kernel cache and merge writes; `no_writeback_cache` sends every
+    /// write(2) to the daemon as it happens. Nil: the store's default (on for a store file, off
+    /// for a PostgreSQL store).
+    var writebackCache: Bool?
     /// Everything else, as written, for libfuse (which refuses what it does not know).
     var passThrough: [String] = []
 

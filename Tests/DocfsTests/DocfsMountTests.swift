@@ -337,7 +337,9 @@ struct DocfsMountTests {
             defer { child.stop() }
             #expect(waitUntil(seconds: 30) { Mounts.entry(at: mountpoint) != nil }, "mounted")
             #expect(try self.program(["/bin/ls", mountpoint]).stdout.contains("README.txt"))
-            // The pid file names the serving process: docfs itself, under timeout(1).
+            // The pid file names the serving process: docfs itself, under timeout(1). It is
+            // written once the mount is up, which on a loaded machine can be after `ls` answers.
+            #expect(waitUntil(seconds: 30) { daemonPID(mountpoint) != nil }, "a pid file")
             let pid = try #require(daemonPID(mountpoint))
             #expect(kill(pid, SIGTERM) == 0)
             let status = try #require(child.wait(seconds: 30), "exits after SIGTERM")

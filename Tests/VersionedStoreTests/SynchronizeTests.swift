@@ -17,6 +17,13 @@ private final class CountingBackend: StoreBackend {
         try inner.write(durable: durable, body)
     }
     func synchronize() throws { syncs.add(1, ordering: .relaxed) }
+    func lockTransaction<T>(_ body: (any LockTransaction) throws -> T) throws -> T {
+        try inner.lockTransaction(body)
+    }
+    var lockGeneration: UInt64 { inner.lockGeneration }
+    func waitForLockRelease(after generation: UInt64, timeout: Duration) -> UInt64 {
+        inner.waitForLockRelease(after: generation, timeout: timeout)
+    }
 }
 
 /// `synchronize()` asks the backend for a sync only when a deferred commit is not yet covered:

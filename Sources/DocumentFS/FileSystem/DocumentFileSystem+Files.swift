@@ -88,6 +88,7 @@ extension DocumentFileSystem {
             guard let file = state.files[handle.rawValue], let contents = file.node.contents else {
                 throw .badFileDescriptor
             }
+            if file.lockLost { throw .ioError }
             if file.generation != contents.generation, let snapshot = file.snapshot {
                 // Another process replaced the file after this open: keep to what it opened.
                 let end = min(Int64(clamping: offset) + Int64(size), snapshot.size)
@@ -201,6 +202,7 @@ extension DocumentFileSystem {
     ) throws(Errno) {
         let (file, known) = try state.withLock { state throws(Errno) -> (ViewNode, Bool) in
             guard let open = state.files[handle.rawValue] else { throw .badFileDescriptor }
+            if open.lockLost { throw .ioError }
             // A page-cache write (shared mmap) may carry another open's handle.
             if !open.writable && !isWritePage { throw .badFileDescriptor }
             return (open.node, isWritePage || open.writers.contains(context.pid))
@@ -404,6 +406,11 @@ extension DocumentFileSystem {
             // Close of a dirty file by a process that wrote it is a save point; its error is what
             // close(2) returns.
             let closer = threadGroup(of: context.pid)
+            // A close releases the process's POSIX locks on the file, whichever descriptor took
+            // them; the document's changes are saved first, for whoever takes them next.
+            if let file = state.withLock({ state in state.files[handle.rawValue]?.node }) {
+                try locks.releaseAll(file, owners: [Int64(bitPattern: lockOwner.rawValue)])
+            }
             let document = state.withLock { state -> DocumentState? in
                 // The kernel wrote the file's pages back before this request, whoever closes.
                 if let open = state.files[handle.rawValue] { open.node.contents?.sizeAhead = false }
@@ -433,6 +440,7 @@ extension DocumentFileSystem {
         reply: consuming ReplyEmpty
     ) {
         do throws(Errno) {
+            if state.withLock({ state in state.files[handle.rawValue]?.lockLost == true }) { throw .ioError }
             let document = state.withLock { state -> DocumentState? in
                 guard let open = state.files[handle.rawValue], isPersisted(open.node) else { return nil }
                 // The kernel wrote every page it held of the file back before this request:
@@ -452,6 +460,19 @@ extension DocumentFileSystem {
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, info: ReleaseInfo,
         reply: consuming ReplyEmpty
     ) {
+        // The open's own locks (flock, open file description locks) go with it. An owner that a
+        // newer open took locks with is the kernel's address of a new file, not this one's.
+        let held = state.withLock { state -> (ViewNode, Set<Int64>)? in
+            guard let open = state.files[handle.rawValue], !open.lockOwners.isEmpty else { return nil }
+            var owners = open.lockOwners
+            for (key, other) in state.files where key != handle.rawValue { owners.subtract(other.lockOwners) }
+            return owners.isEmpty ? nil : (open.node, owners)
+        }
+        if let held {
+            do throws(Errno) { try locks.releaseAll(held.0, owners: held.1) } catch {
+                logger.warning("releasing the locks of \(held.0.name.string) at its close failed: \(error)")
+            }
+        }
         let dropped = state.withLock { state -> [SpillLayer] in
             guard let open = state.files.removeValue(forKey: handle.rawValue) else { return [] }
             open.node.openHandles -= 1

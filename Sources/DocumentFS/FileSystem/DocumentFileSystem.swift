@@ -107,6 +107,8 @@ public final class DocumentFileSystem: FileSystem, MountRoom {
     let resolver: NodeResolver
     /// Creates, links, removals, renames and moves.
     let names: NameOperations
+    /// File locks, shared with every mount of the store.
+    let locks: FileLocks
 
     /// - Parameters:
     ///   - store: the store to show; a store shared with others is fine.
@@ -127,6 +129,7 @@ public final class DocumentFileSystem: FileSystem, MountRoom {
         names = NameOperations(
             view: view, texts: texts, saving: saving, conflictCopies: conflictCopies, desktop: desktop,
             resolver: resolver)
+        locks = FileLocks(view: view, saving: saving, reconciler: reconciler)
     }
 
     /// Connects the file system to the session serving it, so store changes can invalidate the
@@ -162,6 +165,12 @@ public final class DocumentFileSystem: FileSystem, MountRoom {
             try config.enable(.handleKillPrivV2)
         } catch {
             logger.notice("FUSE_HANDLE_KILLPRIV_V2 not available: \(error)")
+        }
+        // Locks go to the store, which every mount shares, instead of staying in this kernel.
+        do {
+            try config.enable([.posixLocks, .flockLocks])
+        } catch {
+            logger.notice("file locks stay local to this mount: \(error)")
         }
         // Lookups and listings in one folder run at once (every handler takes the view lock for
         // what it shares); without it the kernel sends them one at a time per folder.
@@ -206,6 +215,7 @@ public final class DocumentFileSystem: FileSystem, MountRoom {
             return state.observer
         }
         observer?.stop()
+        locks.stop()
         saveQueue.stop()
         // A save the committer or the saver is in the middle of (a close's, taken from the
         // pending ones) finishes first: the process may end as soon as this returns, and before,

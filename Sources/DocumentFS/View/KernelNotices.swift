@@ -5,6 +5,8 @@ import Threading
 /// What the kernel must forget after a change it did not make itself.
 enum Notice {
     case inode(UInt64)
+    /// The inode's attributes only; its pages stay.
+    case attributes(UInt64)
     case entry(parent: UInt64, name: FUSE.FileName)
     case delete(parent: UInt64, child: UInt64, name: FUSE.FileName)
 }
@@ -50,6 +52,11 @@ extension MountRoom {
                         track()
                         notifier.invalidateInode(node, completion: done)
                     }
+                }
+            case .attributes(let ino):
+                for node in ino == mountRootInode ? [NodeID.root] : table.nodes(for: ino) {
+                    track()
+                    notifier.invalidateInode(node, offset: -1, completion: done)
                 }
             case .entry(let parent, let name):
                 let parentNode = parent == mountRootInode ? NodeID.root : table.node(for: parent)

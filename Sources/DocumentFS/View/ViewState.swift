@@ -18,6 +18,10 @@ struct OpenFile {
     /// cache, writes reach the mount from the page cache without their writer, so the
     /// process that opened the file for writing counts as its writer.
     var writers: Set<Int32> = []
+    /// Lock owners that took locks through this open (``FileLocks``): its release releases them.
+    var lockOwners: Set<Int64> = []
+    /// The mount's lock lease ended while this open held locks: its I/O fails with `EIO`.
+    var lockLost = false
 }
 
 /// One readdir entry. `cookie` is the offset that continues *after* it.
