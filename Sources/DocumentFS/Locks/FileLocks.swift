@@ -127,7 +127,7 @@ final class FileLocks: MountRoom {
         guard let id, !mine.isEmpty else { return }
         saveBeforeRelease(file)
         for owner in mine {
-            try storeCall { try tables.releaseLocks(session: id, owner: owner, node: node) }
+            _ = try storeCall { try tables.releaseLocks(session: id, owner: owner, node: node) }
         }
         session.withLock { session in
             session.held[node]?.subtract(mine)
@@ -205,9 +205,9 @@ final class FileLocks: MountRoom {
     /// Records the owner's lock, brings the file up to date and has the kernel drop its pages.
     private func granted(_ lock: SharedLock, handle: UInt64) {
         session.withLock { session in
-            session.held[lock.node, default: []].insert(lock.owner)
+            _ = session.held[lock.node, default: []].insert(lock.owner)
         }
-        state.withLock { state in state.files[handle]?.lockOwners.insert(lock.owner) }
+        state.withLock { state in _ = state.files[handle]?.lockOwners.insert(lock.owner) }
         startHeartbeat()
         freshen(handle: handle)
     }
