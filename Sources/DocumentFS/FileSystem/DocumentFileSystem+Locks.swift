@@ -30,32 +30,36 @@ extension DocumentFileSystem {
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, owner: LockOwner, lock: FileLock,
         wait: Bool, reply: consuming ReplyEmpty
     ) {
-        let file: ViewNode
-        do throws(Errno) {
-            guard let found = try resolver.resolve(node) else { throw .isDirectory }
-            file = found
-        } catch {
-            reply.error(error)
-            return
-        }
         let (start, last) = Self.range(lock)
-        let owner = Int64(bitPattern: owner.rawValue)
-        switch lock.kind {
-        case .unlock:
-            do throws(Errno) {
-                try locks.release(file, owner: owner, kind: .posix, start: start, last: last)
-                reply.ok()
-            } catch { reply.error(error) }
-        case .read, .write:
-            locks.acquire(
-                file, handle: handle.rawValue, owner: owner, kind: .posix, exclusive: lock.kind == .write,
-                start: start, last: last, pid: context.pid, wait: wait, reply: reply)
-        }
+        changeLock(
+            context, node: node, handle: handle, owner: Int64(bitPattern: owner.rawValue), kind: .posix,
+            exclusive: lock.kind == .unlock ? nil : lock.kind == .write, start: start, last: last, wait: wait,
+            reply: reply)
     }
 
     public func flock(
         _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, owner: LockOwner,
         operation: FlockOperation, reply: consuming ReplyEmpty
+    ) {
+        // A flock belongs to the open file description, which is this handle. Not the kernel's
+        // owner: that is the address of the kernel's file, which a new open may have again
+        // before the old one's (asynchronous) release arrives, and that release would then take
+        // the new open's lock.
+        let (exclusive, wait): (Bool?, Bool) =
+            switch operation {
+            case .unlock: (nil, false)
+            case .shared(let nonBlocking): (false, !nonBlocking)
+            case .exclusive(let nonBlocking): (true, !nonBlocking)
+            }
+        changeLock(
+            context, node: node, handle: handle, owner: Int64(bitPattern: handle.rawValue), kind: .flock,
+            exclusive: exclusive, start: 0, last: .max, wait: wait, reply: reply)
+    }
+
+    /// Takes (`exclusive` set) or releases (nil) `start...last` of the owner's locks of `kind`.
+    private func changeLock(
+        _ context: RequestContext, node: NodeID, handle: FUSE.FileHandle, owner: Int64, kind: SharedLockKind,
+        exclusive: Bool?, start: Int64, last: Int64, wait: Bool, reply: consuming ReplyEmpty
     ) {
         let file: ViewNode
         do throws(Errno) {
@@ -65,24 +69,16 @@ extension DocumentFileSystem {
             reply.error(error)
             return
         }
-        // A flock belongs to the open file description, which is this handle. Not the kernel's
-        // owner: that is the address of the kernel's file, which a new open may have again
-        // before the old one's (asynchronous) release arrives, and that release would then take
-        // the new open's lock.
-        let owner = Int64(bitPattern: handle.rawValue)
-        switch operation {
-        case .unlock:
+        guard let exclusive else {
             do throws(Errno) {
-                try locks.release(file, owner: owner, kind: .flock, start: 0, last: .max)
+                try locks.release(file, owner: owner, kind: kind, start: start, last: last)
                 reply.ok()
             } catch { reply.error(error) }
-        case .shared(let nonBlocking), .exclusive(let nonBlocking):
-            var exclusive = false
-            if case .exclusive = operation { exclusive = true }
-            locks.acquire(
-                file, handle: handle.rawValue, owner: owner, kind: .flock, exclusive: exclusive, start: 0,
-                last: .max, pid: context.pid, wait: !nonBlocking, reply: reply)
+            return
         }
+        locks.acquire(
+            file, handle: handle.rawValue, owner: owner, kind: kind, exclusive: exclusive, start: start,
+            last: last, pid: context.pid, wait: wait, reply: reply)
     }
 
     /// A kernel lock's byte range as the store keeps it: `Int64.max` for "to the end".

@@ -149,9 +149,6 @@ final class FileLocks: MountRoom {
         return found
     }
 
-    /// Whether I/O through an open that held locks must fail: the lease ended.
-    static func lost(_ open: OpenFile) -> Bool { open.lockLost }
-
     /// Ends the session at unmount: its locks go at once rather than when the lease runs out.
     func stop() {
         let (id, waiters) = session.withLock { session -> (LockSessionID?, [LockWaiter]) in
