@@ -24,7 +24,7 @@ set -euo pipefail
 
 build=(libfuse3-dev fuse3 pkg-config libsqlite3-dev libpq-dev libssl-dev)
 test=(sqlite3 python3 attr acl vim nano emacs-nox rsync libglib2.0-bin perl tar util-linux bsdutils postgresql
-    gvfs gvfs-daemons dbus-daemon)
+    gvfs gvfs-daemons dbus-daemon nftables iproute2)
 
 packages=("${build[@]}")
 case "${1:-}" in

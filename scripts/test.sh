@@ -37,6 +37,12 @@ if [ "$rounds" -gt 0 ]; then
     DOCFS_BIN=.build/debug/docfs LOSSYFS_BIN=.build/debug/lossyfs timeout -k 30 600 \
         scripts/power-loss.sh "$rounds" || status=1
 fi
+# Two mounts and a PostgreSQL server on hosts of their own (network namespaces): a partition
+# while a lock is held, healing, a killed daemon, a server restart (about a minute;
+# DOCFS_PARTITION_TEST=0 skips it).
+if [ "${DOCFS_PARTITION_TEST:-1}" != 0 ]; then
+    DOCFS_BIN=.build/debug/docfs scripts/partition-test.sh || status=1
+fi
 # DocumentEngine's DocC documentation must build with no warnings (about half a minute).
 if ! ./scripts/docs.sh docc; then
     echo "error: DocumentEngine's documentation has warnings (scripts/docs.sh docc)" >&2

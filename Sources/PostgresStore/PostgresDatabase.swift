@@ -478,15 +478,18 @@ final class PostgresDatabase: Sendable {
         self.logger = logger
     }
 
-    /// Opens a new connection (not pooled), e.g. for LISTEN.
-    func connect() throws -> PostgresConnection {
-        try PostgresConnection.connect(parameters, timeout: timeout, location: location)
+    /// Opens a new connection (not pooled), e.g. for LISTEN, within `limit` (the database's
+    /// timeout when nil).
+    func connect(within limit: Duration? = nil) throws -> PostgresConnection {
+        try PostgresConnection.connect(parameters, timeout: limit ?? timeout, location: location)
     }
 
-    /// Runs `body` with a pooled connection. A connection that failed (closed, timed out) is
-    /// dropped, so the next call reconnects.
+    /// Runs `body` with a pooled connection, each request within `limit` (the database's
+    /// timeout when nil). A connection that failed (closed, timed out) is dropped, so the next
+    /// call reconnects.
     @discardableResult
-    func withConnection<T>(_ body: (SQLConnection) throws -> T) throws -> T {
+    func withConnection<T>(within limit: Duration? = nil, _ body: (SQLConnection) throws -> T) throws -> T {
+        let timeout = limit ?? timeout
         if let pooled = idle.withLock({ $0.popLast() }) {
             let lent = SQLConnection(connection: pooled, timeout: timeout)
             do {
@@ -500,7 +503,7 @@ final class PostgresDatabase: Sendable {
             }
         }
         do {
-            return try use(SQLConnection(connection: try connect(), timeout: timeout), body)
+            return try use(SQLConnection(connection: try connect(within: timeout), timeout: timeout), body)
         } catch {
             throw Self.storeError(error, location: location)
         }
@@ -525,12 +528,13 @@ final class PostgresDatabase: Sendable {
         if !pooled { connection.close() }
     }
 
-    /// Runs `body` in one transaction: committed if it returns, rolled back if it throws.
+    /// Runs `body` in one transaction: committed if it returns, rolled back if it throws. Each
+    /// request is given `timeout` (the database's when nil).
     @discardableResult
     func transaction<T>(
-        readOnly: Bool = false, _ body: (SQLConnection) throws -> T
+        readOnly: Bool = false, timeout: Duration? = nil, _ body: (SQLConnection) throws -> T
     ) throws -> T {
-        try withConnection { connection in
+        try withConnection(within: timeout) { connection in
             try connection.query(
                 readOnly
                     ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"

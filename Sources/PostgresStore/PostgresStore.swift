@@ -138,8 +138,8 @@ final class PostgresBackend: StoreBackend {
     /// store's write lock), committed without waiting for the server's flush. A mount that stops
     /// in the middle of one (a machine cut off, a stopped process) would hold every other
     /// mount's lock requests: the server ends a transaction idle for 3 s.
-    func lockTransaction<T>(_ body: (any LockTransaction) throws -> T) throws -> T {
-        try database.transaction { db in
+    func lockTransaction<T>(timeout: Duration?, _ body: (any LockTransaction) throws -> T) throws -> T {
+        try database.transaction(timeout: timeout) { db in
             try db.query(
                 """
                 SELECT set_config('idle_in_transaction_session_timeout', '3000', true),

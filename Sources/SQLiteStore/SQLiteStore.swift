@@ -466,7 +466,7 @@ final class SQLiteBackend: StoreBackend {
 
     /// On the writer connection, as a deferred commit: locks need not survive a power cut, since
     /// every mount's lease has run out by the time the machine is back.
-    func lockTransaction<T>(_ body: (any LockTransaction) throws -> T) throws -> T {
+    func lockTransaction<T>(timeout: Duration?, _ body: (any LockTransaction) throws -> T) throws -> T {
         var released = false
         let result = try writeDatabase(durable: false) { db in
             let transaction = SQLiteLockTransaction(db: db)

@@ -78,7 +78,7 @@ final class MemoryBackend: StoreBackend {
     private let lockTables = Locked(.storeWriter, LockTables())
     private let bell = LockBell()
 
-    func lockTransaction<T>(_ body: (any LockTransaction) throws -> T) throws -> T {
+    func lockTransaction<T>(timeout: Duration?, _ body: (any LockTransaction) throws -> T) throws -> T {
         let (result, released) = try lockTables.withLock { tables in
             let transaction = LockTablesTransaction(tables)
             let result = try body(transaction)

@@ -193,7 +193,7 @@ package protocol LockTransaction {
 /// The lock tables of a store, as a mount uses them (``VersionedStore``'s lock operations).
 public protocol SharedLockStore: Sendable {
     func openLockSession(label: String, lease: Duration) throws -> LockSessionID
-    func renewLockSession(_ session: LockSessionID, lease: Duration) throws -> Bool
+    func renewLockSession(_ session: LockSessionID, lease: Duration, timeout: Duration) throws -> Bool
     func closeLockSession(_ session: LockSessionID) throws
     func acquireLock(_ lock: SharedLock, waiting: Bool, lease: Duration) throws -> SharedLockAnswer
     func releaseLock(

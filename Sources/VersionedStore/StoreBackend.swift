@@ -26,8 +26,10 @@ package protocol StoreBackend: Sendable {
     func synchronize() throws
 
     /// Runs `body` as one short transaction over the lock tables (``LockTransaction``), which
-    /// does not wait for the store's write lock where the database lets it.
-    func lockTransaction<T>(_ body: (any LockTransaction) throws -> T) throws -> T
+    /// does not wait for the store's write lock where the database lets it. With `timeout`, a
+    /// store that does not answer within it fails the transaction (a server across a network);
+    /// a local file ignores it.
+    func lockTransaction<T>(timeout: Duration?, _ body: (any LockTransaction) throws -> T) throws -> T
     /// Grows whenever any process may have released a lock (``LockTransaction/notifyLockRelease()``),
     /// and whenever such news may have been missed.
     var lockGeneration: UInt64 { get }

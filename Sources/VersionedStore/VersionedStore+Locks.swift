@@ -1,7 +1,7 @@
 import DocumentEngine
 
 /// File locks that every mount of the store sees: the lock tables' part of the store algorithm.
-/// Each operation is one short transaction (``StoreBackend/lockTransaction(_:)``), which never
+/// Each operation is one short transaction (``StoreBackend/lockTransaction(timeout:_:)``), which never
 /// waits for a save.
 ///
 /// A mount holds its locks under a session with a lease. Every operation of the session renews
@@ -14,16 +14,18 @@ extension VersionedStore {
 
     /// Starts a session whose locks live `lease` past each renewal.
     public func openLockSession(label: String, lease: Duration) throws -> LockSessionID {
-        try backend.lockTransaction { tx in
+        try backend.lockTransaction(timeout: nil) { tx in
             let now = try tx.now()
             try tx.removeExpiredSessions(now: now)
             return try tx.insertSession(label: label, expires: now + Self.milliseconds(lease))
         }
     }
 
-    /// Extends the session's lease; false when it had run out (its locks are gone).
-    public func renewLockSession(_ session: LockSessionID, lease: Duration) throws -> Bool {
-        try backend.lockTransaction { tx in
+    /// Extends the session's lease; false when it had run out (its locks are gone). A store that
+    /// does not answer within `timeout` fails it, so that the caller can count the lease itself.
+    public func renewLockSession(_ session: LockSessionID, lease: Duration, timeout: Duration) throws -> Bool
+    {
+        try backend.lockTransaction(timeout: timeout) { tx in
             let now = try tx.now()
             return try tx.renewSession(session, expires: now + Self.milliseconds(lease), now: now)
         }
@@ -31,7 +33,7 @@ extension VersionedStore {
 
     /// Ends the session and releases its locks.
     public func closeLockSession(_ session: LockSessionID) throws {
-        try backend.lockTransaction { tx in
+        try backend.lockTransaction(timeout: nil) { tx in
             try tx.removeSession(session)
             try tx.notifyLockRelease()
         }
@@ -41,7 +43,7 @@ extension VersionedStore {
     /// range; or says who holds it. With `waiting`, a blocked POSIX request is checked for a
     /// deadlock and recorded as waiting.
     public func acquireLock(_ lock: SharedLock, waiting: Bool, lease: Duration) throws -> SharedLockAnswer {
-        try backend.lockTransaction { tx in
+        try backend.lockTransaction(timeout: nil) { tx in
             let now = try tx.now()
             try tx.removeExpiredSessions(now: now)
             guard try tx.renewSession(lock.session, expires: now + Self.milliseconds(lease), now: now) else {
@@ -82,7 +84,7 @@ extension VersionedStore {
         node: StoreNodeID, session: LockSessionID, owner: Int64, kind: SharedLockKind, start: Int64,
         last: Int64
     ) throws {
-        try backend.lockTransaction { tx in
+        try backend.lockTransaction(timeout: nil) { tx in
             let own = try tx.locks(on: node).filter {
                 $0.session == session && $0.owner == owner && $0.kind == kind
             }
@@ -102,7 +104,7 @@ extension VersionedStore {
     public func releaseLocks(session: LockSessionID, owner: Int64?, node: StoreNodeID?) throws
         -> [StoreNodeID]
     {
-        try backend.lockTransaction { tx in
+        try backend.lockTransaction(timeout: nil) { tx in
             let nodes = try tx.removeLocks(session: session, owner: owner, node: node)
             if !nodes.isEmpty { try tx.notifyLockRelease() }
             return nodes
@@ -111,12 +113,12 @@ extension VersionedStore {
 
     /// Forgets that the owner waits (its request was granted elsewhere, interrupted or dropped).
     public func cancelLockWait(session: LockSessionID, owner: Int64) throws {
-        try backend.lockTransaction { tx in try tx.removeWait(session: session, owner: owner) }
+        try backend.lockTransaction(timeout: nil) { tx in try tx.removeWait(session: session, owner: owner) }
     }
 
     /// The first lock of another owner that keeps `lock` from being granted (`F_GETLK`).
     public func conflictingLock(_ lock: SharedLock) throws -> SharedLock? {
-        try backend.lockTransaction { tx in
+        try backend.lockTransaction(timeout: nil) { tx in
             let now = try tx.now()
             try tx.removeExpiredSessions(now: now)
             return try tx.locks(on: lock.node).first { lock.conflicts(with: $0) }

@@ -160,12 +160,12 @@ struct StoreLockTests {
         #expect(
             try two.acquireLock(lock(b, owner: 2, 0...9, exclusive: true), waiting: false, lease: lease)
                 != .granted)
-        #expect(try one.renewLockSession(a, lease: short))
+        #expect(try one.renewLockSession(a, lease: short, timeout: .seconds(5)))
         usleep(500_000)
         #expect(
             try two.acquireLock(lock(b, owner: 2, 0...9, exclusive: true), waiting: false, lease: lease)
                 == .granted)
-        #expect(try one.renewLockSession(a, lease: short) == false)
+        #expect(try one.renewLockSession(a, lease: short, timeout: .seconds(5)) == false)
         #expect(
             try one.acquireLock(lock(a, owner: 1, 20...29, exclusive: true), waiting: false, lease: short)
                 == .sessionLost)

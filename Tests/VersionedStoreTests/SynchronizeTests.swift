@@ -17,8 +17,8 @@ private final class CountingBackend: StoreBackend {
         try inner.write(durable: durable, body)
     }
     func synchronize() throws { syncs.add(1, ordering: .relaxed) }
-    func lockTransaction<T>(_ body: (any LockTransaction) throws -> T) throws -> T {
-        try inner.lockTransaction(body)
+    func lockTransaction<T>(timeout: Duration?, _ body: (any LockTransaction) throws -> T) throws -> T {
+        try inner.lockTransaction(timeout: timeout, body)
     }
     var lockGeneration: UInt64 { inner.lockGeneration }
     func waitForLockRelease(after generation: UInt64, timeout: Duration) -> UInt64 {

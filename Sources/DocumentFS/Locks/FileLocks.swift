@@ -38,6 +38,12 @@ final class FileLocks: MountRoom {
     static let lease: Duration = .seconds(6)
     /// How often the heartbeat renews while the mount holds a lock.
     static let heartbeat: Duration = .seconds(2)
+    /// How long one renewal may take: a server that does not answer within it (a network cut)
+    /// is tried again at once.
+    static let renewalLimit: Duration = .milliseconds(1500)
+    /// How long before the store could end the lease the mount counts its locks as lost: time
+    /// for the loss to reach the files before another mount can be granted their locks.
+    static let lostMargin: Duration = .seconds(1)
 
     private struct Session {
         var id: LockSessionID?
@@ -172,11 +178,13 @@ final class FileLocks: MountRoom {
         for _ in 0..<2 {
             lock.session = try currentSession()
             let request = lock
+            let sent = ContinuousClock.now
             let answer = try storeCall {
                 try tables.acquireLock(request, waiting: waiting, lease: Self.lease)
             }
             guard answer == .sessionLost else {
-                session.withLock { $0.renewed = .now }
+                // The store renewed the lease when it took the request, which was after it was sent.
+                session.withLock { if $0.id == request.session { $0.renewed = max($0.renewed, sent) } }
                 return answer
             }
             sessionLost(request.session)
@@ -350,8 +358,10 @@ final class FileLocks: MountRoom {
     }
 
     /// Renews the lease while the mount holds or waits for a lock. A renewal that cannot reach
-    /// the store is tried again every half second; once a lease has passed since the last one
-    /// that did, the locks are counted as lost, before the store can give them to anyone else.
+    /// the store is tried again every quarter second, each one given only the time left before
+    /// ``lostMargin`` ahead of the lease's end: once that is reached the locks are counted as
+    /// lost, before the store can give them to anyone else (its lease ends no earlier than a
+    /// lease after the last renewal that succeeded was sent).
     private func heartbeatLoop() {
         while true {
             let (id, renewed, busy) = session.withLock {
@@ -364,15 +374,16 @@ final class FileLocks: MountRoom {
             }
             guard busy, let id else { return }
             let sent = ContinuousClock.now
-            if sent - renewed >= Self.lease - .milliseconds(500) {
+            let left = renewed + Self.lease - Self.lostMargin - sent
+            if left <= .zero {
                 logger.warning("the lease of \(id) ran out: its locks are lost")
                 sessionLost(id)
                 continue
             }
             let wait: Duration
             do {
-                if try tables.renewLockSession(id, lease: Self.lease) {
-                    session.withLock { if $0.id == id { $0.renewed = sent } }
+                if try tables.renewLockSession(id, lease: Self.lease, timeout: min(left, Self.renewalLimit)) {
+                    session.withLock { if $0.id == id { $0.renewed = max($0.renewed, sent) } }
                     wait = Self.heartbeat
                 } else {
                     logger.warning("the store ended the lease of \(id): its locks are lost")
@@ -381,7 +392,7 @@ final class FileLocks: MountRoom {
                 }
             } catch {
                 logger.warning("cannot renew the lease of \(id): \(error)")
-                wait = .milliseconds(500)
+                wait = .milliseconds(250)
             }
             Thread.sleep(
                 forTimeInterval: Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18)
