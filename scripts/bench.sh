@@ -55,6 +55,15 @@
 #        alone, then of two at once in two documents, and 2 × alone ÷ together: how much of
 #        the second core the mount lets two writers use (target ≥ 1.7). Also natively and on
 #        the peer, as info
+#   b15  locks between two mounts of a store of its own, both mounted with no_writeback_cache
+#        (scripts/bench-locks.py): an uncontended flock + unlock (median of 200), also natively;
+#        the same through the second mount right after one through the first; the handover
+#        from an unlock on one mount to a flock blocked on the other (median of 30, target
+#        ≤ 20 ms); two processes through two mounts running 1,000 SQLite transactions each
+#        (200 small; journal_mode=DELETE, BEGIN IMMEDIATE, one INSERT) in a package: their
+#        transactions per second, against the same two processes on one mount and natively, and
+#        the rows missing (target 0, integrity_check counted); a counter incremented 1,000
+#        times from each mount under flock: the increments missing (target 0)
 #   fuse_layer  the FUSE layer's micro-benchmark (scripts/fuse-bench.sh)
 #
 # The peer: B1, B4, B5, B12, B13 and B14 also run on a FUSE passthrough file system beside the native
@@ -76,7 +85,7 @@
 #                          a smoke test of a few minutes
 #   BENCH_ROUNDS=N         rounds per figure (default 3; B10 runs once)
 #   BENCH_ONLY=LIST        only these figures, a comma list of the names above (default all:
-#                          b1,…,b14,fuse_layer); the data and stores are made as for a whole run
+#                          b1,…,b15,fuse_layer); the data and stores are made as for a whole run
 #   BENCH_STORE=sqlite|postgres|both
 #                          the store the mounts serve (default sqlite): an SQLite file beside the
 #                          native folder, or databases on a PostgreSQL server (both: one run each,
@@ -111,7 +120,7 @@ for argument in "$@"; do
     esac
 done
 rounds=${BENCH_ROUNDS:-3}
-all_figures="b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 b11 b12 b13 b14 fuse_layer"
+all_figures="b1 b2 b3 b4 b5 b6 b7 b8 b9 b10 b11 b12 b13 b14 b15 fuse_layer"
 only=${BENCH_ONLY:-}
 for figure in ${only//,/ }; do
     case " $all_figures " in
@@ -154,11 +163,11 @@ MiB=$((1 << 20))
 case $size in
 full)
     big=$((1024 * MiB)) rand=$((256 * MiB)) files=10000 documents=1000 images=100
-    save=$((64 * MiB)) fsx_ops=20000 two=$((32 * MiB))
+    save=$((64 * MiB)) fsx_ops=20000 two=$((32 * MiB)) transactions=1000
     ;;
 small)
     big=$((64 * MiB)) rand=$((32 * MiB)) files=1000 documents=100 images=20
-    save=$((16 * MiB)) fsx_ops=5000 two=$((8 * MiB))
+    save=$((16 * MiB)) fsx_ops=5000 two=$((8 * MiB)) transactions=200
     ;;
 *)
     echo "bench: BENCH_SIZE must be full or small" >&2
@@ -201,6 +210,7 @@ if [ "$store_kind" = postgres ]; then
     roots_store=$(database_url "${database_prefix}_roots")
     engine_store=$(database_url "${database_prefix}_engine")
     history_store=$(database_url "${database_prefix}_history") # B10's, made by b10
+    locks_store=$(database_url "${database_prefix}_locks")     # B15's, made by b15
     # psql reads no postgres:// password from the PG* variables the daemon takes: the URL carries it.
     psql_admin() { psql -X -q -v ON_ERROR_STOP=1 -At -d "$postgres_url" "$@"; }
 else
@@ -208,11 +218,14 @@ else
     roots_store=$work/store/roots.docstore
     engine_store=$work/store/engine.docstore
     history_store=$work/store/history.docstore
+    locks_store=$work/store/locks.docstore
 fi
 mnt=$work/mnt
 mnt_roots=$work/mnt-roots
 mnt_second=$work/mnt-second
 mnt_history=$work/mnt-history
+mnt_locks_a=$work/mnt-locks-a
+mnt_locks_b=$work/mnt-locks-b
 samples=$work/samples.tsv
 # The daemons' log and pid files stay with this run.
 export XDG_STATE_HOME=$work/state
@@ -449,13 +462,15 @@ cleanup() {
     unmount_store "$mnt_roots"
     unmount_store "$mnt_second"
     unmount_store "$mnt_history"
+    unmount_store "$mnt_locks_a"
+    unmount_store "$mnt_locks_b"
     if [ "${BENCH_KEEP:-0}" = 1 ]; then
         log "kept $work"
     else
         rm -rf "$work"
         if [ "$store_kind" = postgres ]; then
             for database in "${database_prefix}_main" "${database_prefix}_roots" "${database_prefix}_engine" \
-                "${database_prefix}_history"; do
+                "${database_prefix}_history" "${database_prefix}_locks"; do
                 psql_admin -c "SET client_min_messages = warning" \
                     -c "DROP DATABASE IF EXISTS \"$database\" WITH (FORCE)" || true
             done
@@ -1133,6 +1148,48 @@ b14() {
     done
 }
 
+# --- B15: locks between two mounts ---------------------------------------------------------
+
+# Two mounts of a store of their own, without the writeback cache (two mounts with databases
+# kept open need that on a store file; a PostgreSQL store's default), as two machines would
+# mount a shared store. The native side is one folder used by the same processes.
+b15() {
+    local r side a b out locks=$repo/scripts/bench-locks.py
+    "$docfs" create "$locks_store" >/dev/null || return 1
+    mkdir -p "$mnt_locks_a" "$mnt_locks_b" "$native/locks"
+    "$docfs" mount "$locks_store" "$mnt_locks_a" -o no_writeback_cache >&2 || return 1
+    mkdir "$mnt_locks_a/locks.pkg"
+    printf '0\n' >"$mnt_locks_a/locks.pkg/lock"
+    sync "$mnt_locks_a/locks.pkg/lock"
+    "$docfs" mount "$locks_store" "$mnt_locks_b" -o no_writeback_cache >&2 || return 1
+    for _ in $(seq 300); do [ -e "$mnt_locks_b/locks.pkg/lock" ] && break; sleep 0.1; done
+    : >"$native/locks/lock"
+    for r in $(seq "$rounds"); do
+        for side in $(sides "$r"); do
+            if [ "$side" = docfs ]; then
+                a=$mnt_locks_a/locks.pkg b=$mnt_locks_b/locks.pkg
+            else
+                a=$native/locks b=$native/locks
+            fi
+            sample b15.lock "$side" "$r" "$(python3 "$locks" uncontended "$a/lock" 200)"
+            out=$(python3 "$locks" sqlite "$a/two-$r.db" "$b/two-$r.db" "$transactions") || return 1
+            sample b15.sqlite.two "$side" "$r" "${out% *}"
+            sample b15.sqlite.lost "$side" "$r" "${out#* }"
+            out=$(python3 "$locks" sqlite "$a/one-$r.db" "$a/one-$r.db" "$transactions") || return 1
+            sample b15.sqlite.one "$side" "$r" "${out% *}"
+            out=$(python3 "$locks" counter "$a/counter-$r" "$b/counter-$r" "$transactions") || return 1
+            sample b15.counter.lost "$side" "$r" "${out#* }"
+            sample b15.counter.s "$side" "$r" "${out% *}"
+        done
+        sample b15.across docfs "$r" "$(python3 "$locks" alternate "$mnt_locks_a/locks.pkg/lock" \
+            "$mnt_locks_b/locks.pkg/lock" 200)"
+        sample b15.handover docfs "$r" "$(python3 "$locks" handover "$mnt_locks_a/locks.pkg/lock" \
+            "$mnt_locks_b/locks.pkg/lock" 30)"
+    done
+    unmount_store "$mnt_locks_b"
+    unmount_store "$mnt_locks_a"
+}
+
 # --- The FUSE layer -------------------------------------------------------------------------
 
 fuse_layer() {
@@ -1156,6 +1213,7 @@ run_figure "B11: cp of a 1 GiB wrapper inside the mount (copy offload)" b11
 run_figure "B12: safe-save in a big folder" b12
 run_figure "B13: fsx, 20,000 operations" b13
 run_figure "B14: two writers" b14
+run_figure "B15: locks between two mounts" b15
 run_figure "FUSE layer micro-benchmark" fuse_layer
 
 # --- The report -----------------------------------------------------------------------------
@@ -1166,7 +1224,7 @@ export BENCH_NATIVE="$fs_type on $fs_source ($work)"
 export BENCH_LOAD="load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 export BENCH_MODE=$size BENCH_ROUNDS=$rounds BENCH_CHUNK_SIZE=$chunk_size
 export BENCH_BIG_BYTES=$big BENCH_RAND_BYTES=$rand BENCH_FILES=$files BENCH_DOCUMENTS=$documents BENCH_IMAGES=$images
-export BENCH_SAVE_BYTES=$save BENCH_FSX_OPS=$fsx_ops BENCH_TWO_BYTES=$two
+export BENCH_SAVE_BYTES=$save BENCH_FSX_OPS=$fsx_ops BENCH_TWO_BYTES=$two BENCH_TRANSACTIONS=$transactions
 export BENCH_FAILED="${failed[*]:-}"
 # The peer that ran (the JSON's meta has every BENCH_ variable; the table's header names it).
 export BENCH_PEER=$peer_name BENCH_PEER_OPTIONS=$peer_options BENCH_PEER_VERSION=$peer_version

@@ -51,7 +51,11 @@ struct Mount: DocfsCommand {
             no_writeback_cache (send every write(2) to the daemon as it happens instead of \
             letting the kernel cache and merge writes; writeback_cache is the default for a store \
             file, no_writeback_cache for a PostgreSQL store, so that files other machines change \
-            reach the processes that keep them open here). mount(8)'s \
+            reach the processes that keep them open here), close_to_open (a close of a changed \
+            file returns once it is saved, so that an open on another mount sees the change; the \
+            default for a PostgreSQL store, no_close_to_open for a store file, where a close \
+            queues the save for a moment later; a close of a file the mount holds a lock on \
+            saves at once either way). mount(8)'s \
             dev, suid, exec, auto, user, _netdev, defaults and the like are ignored (a docfs \
             mount is always nosuid,nodev); anything else goes to libfuse as written.
 
@@ -146,6 +150,8 @@ struct Mount: DocfsCommand {
         // that keep it open here (a database under its locks), with its new size, which the
         // writeback cache would keep at the kernel's.
         options.fileSystem.writebackCache = plan.options.writebackCache ?? !plan.shared
+        // And a file closed on one machine opens with its change on the others.
+        options.fileSystem.closeToOpen = plan.options.closeToOpen ?? plan.shared
         if plan.options.keepHousekeeping { options.fileSystem.scratchNames = .editorsOnly }
         options.extraOptions = plan.options.passThrough
         options.handleSignals = true

@@ -188,6 +188,10 @@ struct FuseOptions: Equatable {
     /// write(2) to the daemon as it happens. Nil: the store's default (on for a store file, off
     /// for a PostgreSQL store).
     var writebackCache: Bool?
+    /// `close_to_open`: a close of a changed file returns once it is saved, so that an open on
+    /// another mount sees it; `no_close_to_open` queues the save. Nil: the store's default (off
+    /// for a store file, on for a PostgreSQL store).
+    var closeToOpen: Bool?
     /// Everything else, as written, for libfuse (which refuses what it does not know).
     var passThrough: [String] = []
 
@@ -262,6 +266,8 @@ struct FuseOptions: Equatable {
             }
         case "writeback_cache": writebackCache = true
         case "no_writeback_cache": writebackCache = false
+        case "close_to_open": closeToOpen = true
+        case "no_close_to_open": closeToOpen = false
         case "subtype":
             throw Failure("-o subtype= cannot be changed: docfs mounts are always of type fuse.docfs")
         default:

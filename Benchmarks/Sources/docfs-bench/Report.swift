@@ -85,6 +85,8 @@ struct Sizes {
     var storeReads = "SQLite records"
     /// What B10 measures as the store's size on disk.
     var storeSize = "file + -wal + -shm"
+    /// B15's transactions (and increments) per process.
+    var transactions = "1,000"
 
     init(environment: [String: String]) {
         if environment["BENCH_STORE"] == "postgres" {
@@ -110,6 +112,9 @@ struct Sizes {
         save = mib("BENCH_SAVE_BYTES") ?? save
         fsxOperations = count("BENCH_FSX_OPS") ?? fsxOperations
         twoWriters = mib("BENCH_TWO_BYTES") ?? twoWriters
+        transactions =
+            environment["BENCH_TRANSACTIONS"].flatMap(Int.init).map { Report.text(Double($0), "files/s") }
+            ?? transactions
     }
 }
 
@@ -244,6 +249,39 @@ func figureCatalog(chunkSize: Double, sizes: Sizes) -> [Figure] {
             label:
                 "B14 two writers: the work of two done together, as a multiple of one alone's speed (2 × alone ÷ together)",
             unit: "×", target: .atLeast(1.7)),
+        Figure(
+            id: "b15.lock", label: "B15 uncontended flock + unlock, one mount (native: ext4's)", unit: "ms",
+            target: .none),
+        Figure(
+            id: "b15.across",
+            label:
+                "B15 uncontended flock + unlock through the second mount, right after one through the first",
+            unit: "ms", target: .none),
+        Figure(
+            id: "b15.handover",
+            label:
+                "B15 lock handover: from an unlock on one mount to the grant of a flock blocked on the other",
+            unit: "ms", target: .atMost(20)),
+        Figure(
+            id: "b15.sqlite.two",
+            label:
+                "B15 SQLite, two processes through two mounts, \(sizes.transactions) transactions each (journal_mode=DELETE)",
+            unit: "tx/s", target: .none),
+        Figure(
+            id: "b15.sqlite.one",
+            label: "B15 (info) the same two processes through one mount (native: one folder)", unit: "tx/s",
+            target: .none),
+        Figure(
+            id: "b15.sqlite.lost",
+            label: "B15 SQLite through two mounts: rows missing at the end (+1 if integrity_check is not ok)",
+            unit: "rows", target: .zero),
+        Figure(
+            id: "b15.counter.lost",
+            label:
+                "B15 counter file, \(sizes.transactions) increments from each mount under flock: increments missing",
+            unit: "increments", target: .zero),
+        Figure(
+            id: "b15.counter.s", label: "B15 (info) the counter's time", unit: "s", target: .none),
         Figure(
             id: "b6.open.ms",
             label: "B6 `Document.open` + list, package of \(files) wrappers (store vs folder)", unit: "ms",

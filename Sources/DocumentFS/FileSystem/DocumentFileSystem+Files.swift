@@ -20,22 +20,55 @@ extension DocumentFileSystem {
             if flags.isWritable || flags.contains(.truncate) { try conflictCopies.refuseConflict(file) }
             // Close-to-open: an open sees the document as it is now, even before the observer
             // has noticed another process's save.
-            try reconciler.revalidate(file)
+            let reloaded = try reconciler.revalidate(file)
+            let changedElsewhere = state.withLock { _ in
+                (file.contents?.generation).map { $0 != file.openedGeneration } ?? false
+            }
+            if reloaded || changedElsewhere {
+                // Another mount changed the file since it was last opened here, and the kernel
+                // may keep the attributes it took in a moment between two of that mount's saves
+                // (a permission check's GETATTR), the invalidation of the reload still on its
+                // way: a read would stop at that old size. The notices go in order, so once
+                // this one is taken, every earlier one for the file is. An attributes-only
+                // invalidation needs no lock the kernel holds for an open.
+                let ino = (file.linkOf ?? file).ino
+                send([.attributes(ino)], waitingUpTo: .seconds(1), again: false)
+            }
             try texts.showAsText(file)
             // The kernel's inode of a file changed elsewhere has the old size, which the
             // writeback cache never corrects (``renew``): ESTALE makes the kernel look the name
             // up again, which gives the new inode, and open that. An old inode whose size is
-            // still right is opened as it is, its cached pages dropped: the kernel retries an
-            // open only once, and a file another mount keeps rewriting in place may be changed
-            // again between that lookup and the open.
+            // still right is opened as it is, its cached pages dropped. The kernel retries an
+            // open only once, and a file another mount keeps rewriting may change again between
+            // that lookup and the open: the retry is never refused, but opened for direct I/O,
+            // whose reads and writes the daemon answers whatever size the kernel keeps.
             var oldInode = false
+            var direct = false
             if view.writeback.load(ordering: .relaxed), !table.isCurrent(node) {
-                let sizeHolds = state.withLock { _ in
+                let now = ContinuousClock.now
+                let refuse = state.withLock { state -> Bool in
                     let shown = file.linkOf ?? file
-                    return shown.retiredSizes[node.rawValue].map { $0 == shown.contents?.size } ?? false
+                    oldInode = true
+                    guard let kept = shown.retiredSizes[node.rawValue], kept == shown.contents?.size else {
+                        if let refused = state.staleRefusals[context.pid], now - refused < .seconds(1) {
+                            state.staleRefusals[context.pid] = nil
+                            direct = true
+                            return false
+                        }
+                        if state.staleRefusals.count >= 64 {
+                            state.staleRefusals = state.staleRefusals.filter { now - $0.value < .seconds(1) }
+                        }
+                        state.staleRefusals[context.pid] = now
+                        return true
+                    }
+                    return false
                 }
-                guard sizeHolds else { throw .staleNFSFileHandle }
-                oldInode = true
+                if refuse {
+                    logger.debug(
+                        "open of \(file.name.string)'s old inode \(node.rawValue), whose size changed: ESTALE"
+                    )
+                    throw .staleNFSFileHandle
+                }
             }
             let truncated = flags.contains(.truncate) && flags.isWritable
             if truncated { try truncate(file, to: 0) }
@@ -54,7 +87,7 @@ extension DocumentFileSystem {
                         ? [context.pid, threadGroup(of: context.pid)] : [])
                 return (handle, keep)
             }
-            reply.opened(FUSE.FileHandle(handle), options: keep ? [.keepCache] : [])
+            reply.opened(FUSE.FileHandle(handle), options: direct ? [.directIO] : keep ? [.keepCache] : [])
         } catch { reply.error(error) }
     }
 
@@ -408,8 +441,10 @@ extension DocumentFileSystem {
             let closer = threadGroup(of: context.pid)
             // A close releases the process's POSIX locks on the file, whichever descriptor took
             // them; the document's changes are saved first, for whoever takes them next.
+            var locked = false
             if let file = state.withLock({ state in state.files[handle.rawValue]?.node }) {
                 try locks.releaseAll(file, owners: [Int64(bitPattern: lockOwner.rawValue)])
+                locked = locks.holdsLocks(on: file)
             }
             let document = state.withLock { state -> DocumentState? in
                 // The kernel wrote the file's pages back before this request, whoever closes.
@@ -427,9 +462,16 @@ extension DocumentFileSystem {
                 if let file = state.withLock({ state in state.files[handle.rawValue]?.node }) {
                     try texts.checkText(file)
                 }
-                // A save of the document that failed since the last report is what close
-                // reports, once; the changes stay pending and are saved again.
-                if let failure = saving.commitSoon(document, reporting: true) { throw failure }
+                if configuration.closeToOpen || locked {
+                    // Another mount's open after this close sees the change (close-to-open),
+                    // and whoever takes this mount's lock next reads it: saved before the reply.
+                    // Its error is this close's; the changes stay pending and are saved again.
+                    _ = try saving.save(document, durable: false)
+                } else if let failure = saving.commitSoon(document, reporting: true) {
+                    // A save of the document that failed since the last report is what close
+                    // reports, once; the changes stay pending and are saved again.
+                    throw failure
+                }
             }
             reply.ok()
         } catch { reply.error(error) }

@@ -70,6 +70,11 @@ public final class DocumentFileSystem: FileSystem, MountRoom {
         /// keeps files' sizes and times itself, so a file changed elsewhere is given a new
         /// kernel inode (``NodeTable/retire(_:)``) instead of new attributes.
         public var writebackCache = true
+        /// Close-to-open across mounts: a close of a changed file returns once its document is
+        /// saved (not durably), so that an open on another mount afterwards sees the change.
+        /// Off, a close queues the save for the group committer, which is cheaper; a close of a
+        /// file this mount holds a lock on saves at once either way.
+        public var closeToOpen = false
         /// How long the end of the session (`destroy`) tries again (after 1 s, 2 s, 4 s, then
         /// every 10 s) to save documents whose save fails (a full disk, a store that cannot be
         /// reached) before it gives their changes up; zero: one try.

@@ -141,6 +141,12 @@ final class FileLocks: MountRoom {
         }
     }
 
+    /// Whether this mount holds a lock on `file`.
+    func holdsLocks(on file: ViewNode) -> Bool {
+        let key = state.withLock { _ in Self.key(file) }
+        return session.withLock { $0.held[key] != nil }
+    }
+
     /// The lock of another owner that conflicts with this one, for `F_GETLK`; its pid is 0 when
     /// it belongs to another mount, whose process ids mean nothing here.
     func conflicting(

@@ -38,11 +38,14 @@ extension Reconciler {
         }
     }
 
-    /// Revalidates a node's document before an open (close-to-open consistency).
-    func revalidate(_ node: ViewNode) throws(Errno) {
-        guard let document = state.withLock({ self.document(&$0, of: node) }) else { return }
+    /// Revalidates a node's document before an open (close-to-open consistency). Returns
+    /// whether the document was behind the store's version (and reloaded, unless it has
+    /// unsaved changes).
+    @discardableResult
+    func revalidate(_ node: ViewNode) throws(Errno) -> Bool {
+        guard let document = state.withLock({ self.document(&$0, of: node) }) else { return false }
         let (base, loaded) = state.withLock { _ in (document.base, document.isLoaded) }
-        guard loaded else { return }
+        guard loaded else { return false }
         let current: VersionID
         do {
             current = try store.currentVersion(of: document.id)
@@ -50,16 +53,20 @@ extension Reconciler {
             // The store cannot be reached (a database server restarting, a network cut): serve
             // what this mount has, as a mount of a network store does; saves still fail with EIO.
             logger.warning("cannot revalidate \(document.info.name), serving it as last seen: \(message)")
-            return
+            return false
         } catch {
             try storeCall { throw error }  // as the errno the caller should see
-            return
+            return false
         }
-        guard current != base else { return }
+        guard current != base else { return false }
         state.withLock { _ in document.needsReload = true }
         document.saving.lock()
         defer { document.saving.unlock() }
+        // A reload that held the lock meanwhile (the observer's, of a version between) clears
+        // the flag: still behind `current`, this one must load again.
+        state.withLock { _ in if document.base != current { document.needsReload = true } }
         try reloadLocked(document, force: false)
+        return true
     }
 
     /// Reads the document's current tree and shows it, unless the mount has unsaved changes

@@ -14,8 +14,9 @@ enum Notice {
 extension MountRoom {
     /// Tells the kernel what changed (from the calling thread, never inside a request handler).
     /// Queues `notices` for the kernel; with `waitingUpTo`, returns once the kernel has taken
-    /// them (or the time is up). Never wait from a request handler: an invalidation can need a
-    /// lock the kernel holds for that very request.
+    /// them (or the time is up). A request handler waits only where the kernel holds nothing an
+    /// invalidation needs (an open, which holds no page of the file): an invalidation can need
+    /// a lock the kernel holds for the request, so the wait is bounded all the same.
     func send(_ notices: [Notice], waitingUpTo timeout: Duration? = nil, again: Bool = true) {
         guard !notices.isEmpty, let notifier = state.withLock({ $0.notifier }) else { return }
         if again {

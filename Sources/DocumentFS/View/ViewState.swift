@@ -65,6 +65,9 @@ struct ViewState: @unchecked Sendable {
     var files: [UInt64: OpenFile] = [:]
     var directories: [UInt64: OpenDirectory] = [:]
     var nextHandle: UInt64 = 1
+    /// Threads whose open of an old inode was refused with `ESTALE`, and when: the kernel's
+    /// retry comes at once, and is never refused again (``DocumentFileSystem/open``).
+    var staleRefusals: [Int32: ContinuousClock.Instant] = [:]
     /// A signature of each directory's last listing, for `keep_cache` on `opendir`.
     var listedGenerations: [UInt64: UInt64] = [:]
     var rootChanged: Timespec = .now
