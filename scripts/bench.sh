@@ -84,6 +84,8 @@
 #                          figures); small (or --quick): 64 MiB, 1,000 files, 100 documents,
 #                          a smoke test of a few minutes
 #   BENCH_ROUNDS=N         rounds per figure (default 3; B10 runs once)
+#   BENCH_TRANSACTIONS=N   B15's SQLite transactions and counter increments per process
+#                          (default 1,000, small 200)
 #   BENCH_ONLY=LIST        only these figures, a comma list of the names above (default all:
 #                          b1,…,b15,fuse_layer); the data and stores are made as for a whole run
 #   BENCH_STORE=sqlite|postgres|both
@@ -174,6 +176,7 @@ small)
     exit 2
     ;;
 esac
+transactions=${BENCH_TRANSACTIONS:-$transactions}
 chunk_size=262144 # `docfs create`'s default; the B2 targets are "one chunk + metadata"
 
 log() { printf '%s bench: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
